@@ -1,0 +1,77 @@
+"""The store layer: one async interface (``MetadataStore``) and one implementation per backend."""
+
+from __future__ import annotations
+
+from .base import (
+    DeleteOp,
+    ExistsOp,
+    GetChildrenOp,
+    GetOp,
+    MetadataStore,
+    Notification,
+    NotificationType,
+    Op,
+    OpResult,
+    PutOp,
+    SessionEvent,
+    Stat,
+)
+from .errors import (
+    AlreadyExists,
+    AuthFailed,
+    BadVersion,
+    InvalidPath,
+    InvalidStoreURL,
+    MetadataStoreError,
+    NotEmpty,
+    NotFound,
+    StoreUnavailable,
+    ValueTooLarge,
+)
+from .urls import StoreURL
+from .urls import parse as parse_url
+
+
+async def open_store(url: str | StoreURL) -> MetadataStore:
+    """Connect to the store named by ``url`` (``zk://...`` or ``etcd://...``) and open a session.
+
+    Raises ``InvalidStoreURL`` for a malformed URL (nothing is contacted), ``StoreUnavailable``
+    when no server answers, ``AuthFailed`` when credentials are refused.
+    """
+    parsed = parse_url(url) if isinstance(url, str) else url
+    if parsed.scheme == "zk":
+        from .zookeeper import ZooKeeperStore
+
+        return await ZooKeeperStore.connect(parsed)
+    from .etcd import EtcdStore
+
+    return await EtcdStore.connect(parsed)
+
+
+__all__ = [
+    "AlreadyExists",
+    "AuthFailed",
+    "BadVersion",
+    "DeleteOp",
+    "ExistsOp",
+    "GetChildrenOp",
+    "GetOp",
+    "InvalidPath",
+    "InvalidStoreURL",
+    "MetadataStore",
+    "MetadataStoreError",
+    "NotEmpty",
+    "NotFound",
+    "Notification",
+    "NotificationType",
+    "Op",
+    "OpResult",
+    "PutOp",
+    "SessionEvent",
+    "Stat",
+    "StoreURL",
+    "StoreUnavailable",
+    "ValueTooLarge",
+    "open_store",
+    "parse_url",
+]

@@ -1,0 +1,62 @@
+"""Errors every store raises, each naming the path it is about.
+
+The hierarchy mirrors Pulsar's ``MetadataStoreException`` family so that code written against
+Pulsar's semantics catches the same things: ``AlreadyExists`` is a ``BadVersion`` because Pulsar
+reports a failed ``expected_version=-1`` create as a bad version.
+"""
+
+from __future__ import annotations
+
+
+class MetadataStoreError(Exception):
+    """Base of every error a store raises."""
+
+    def __init__(self, message: str, path: str | None = None) -> None:
+        self.path = path
+        super().__init__(f"{message}: {path}" if path is not None else message)
+
+
+class NotFound(MetadataStoreError):
+    def __init__(self, path: str, message: str = "node does not exist") -> None:
+        super().__init__(message, path)
+
+
+class BadVersion(MetadataStoreError):
+    def __init__(self, path: str, message: str = "version does not match") -> None:
+        super().__init__(message, path)
+
+
+class AlreadyExists(BadVersion):
+    def __init__(self, path: str, message: str = "node already exists") -> None:
+        super().__init__(path, message)
+
+
+class NotEmpty(MetadataStoreError):
+    """ZooKeeper refuses to delete a node that has children; etcd (like Pulsar's) does not."""
+
+    def __init__(self, path: str, message: str = "node has children") -> None:
+        super().__init__(message, path)
+
+
+class ValueTooLarge(MetadataStoreError):
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(f"value of {size} bytes is over the store's limit of {limit} bytes", path)
+
+
+class InvalidPath(MetadataStoreError):
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"invalid path ({reason})", path)
+
+
+class StoreUnavailable(MetadataStoreError):
+    """The store could not be reached (or stopped answering) for this call; the call may be retried."""
+
+
+class AuthFailed(MetadataStoreError):
+    """The store refused our credentials."""
+
+
+class InvalidStoreURL(MetadataStoreError, ValueError):
+    """A store URL that cannot be parsed; raised before anything is contacted."""

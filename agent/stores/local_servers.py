@@ -1,0 +1,258 @@
+"""Start real ZooKeeper and etcd servers on loopback, for tests, the demo and the benchmarks.
+
+They run from the Debian packages (``zookeeper``, ``etcd-server``) as child processes on free
+ports with their own data directories, and are killed when the Python process ends, whatever way
+it ends. ``start()`` returns only once the server really serves.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+import weakref
+from pathlib import Path
+
+ZOOKEEPER_CLASSPATH = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
+_live: weakref.WeakSet[_LocalServer] = weakref.WeakSet()
+
+
+class ServerStartError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _LocalServer:
+    name = "server"
+
+    def __init__(self, data_dir: str | os.PathLike[str] | None, port: int | None) -> None:
+        self._own_dir = data_dir is None
+        self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix=f"metashift-{self.name}-"))
+        self.port = port or free_port()
+        self.process: subprocess.Popen[bytes] | None = None
+        _live.add(self)
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / f"{self.name}.log"
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def _command(self) -> list[str]:
+        raise NotImplementedError
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 60.0) -> None:
+        if self.running:
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = self._command()
+        if shutil.which(command[0]) is None:
+            raise ServerStartError(f"{command[0]} not found: install the Debian packages (make setup)")
+        with open(self.log_path, "ab") as log:
+            # own process group: a Ctrl-C in a test run reaches us, not the server, and we stop it
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=self.data_dir,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise ServerStartError(
+                    f"{self.name} exited with {self.process.returncode}; log {self.log_path}:\n"
+                    + self.log_path.read_text(errors="replace")[-3000:]
+                )
+            if self._ready():
+                return
+            time.sleep(0.05)
+        self.stop()
+        raise ServerStartError(f"{self.name} did not serve on port {self.port} within {timeout}s; log {self.log_path}")
+
+    def stop(self) -> None:
+        """Stop the server (SIGTERM, then SIGKILL); the data directory stays for a restart."""
+        proc, self.process = self.process, None
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=10)
+
+    def kill(self) -> None:
+        """Stop the server abruptly, like a crash."""
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=10)
+        self.process = None
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def cleanup(self) -> None:
+        """Stop, and remove the data directory if we made it."""
+        self.stop()
+        if self._own_dir:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> _LocalServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+class LocalZooKeeper(_LocalServer):
+    """A standalone ZooKeeper 3.8 server."""
+
+    name = "zookeeper"
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        port: int | None = None,
+        *,
+        jute_maxbuffer: int | None = None,
+        heap_mb: int = 512,
+    ) -> None:
+        super().__init__(data_dir, port)
+        self.jute_maxbuffer = jute_maxbuffer
+        self.heap_mb = heap_mb
+
+    @property
+    def url(self) -> str:
+        return f"zk://127.0.0.1:{self.port}"
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _command(self) -> list[str]:
+        cfg = self.data_dir / "zoo.cfg"
+        cfg.write_text(
+            "\n".join(
+                [
+                    "tickTime=2000",
+                    f"dataDir={self.data_dir / 'data'}",
+                    f"clientPort={self.port}",
+                    "clientPortAddress=127.0.0.1",
+                    "admin.enableServer=false",
+                    "4lw.commands.whitelist=*",
+                    "maxClientCnxns=0",
+                    "minSessionTimeout=2000",
+                    "maxSessionTimeout=120000",
+                    # snapshots every 100k txns; keep a few so the data dir stays small
+                    "autopurge.snapRetainCount=3",
+                    "autopurge.purgeInterval=1",
+                ]
+            )
+            + "\n"
+        )
+        props = [f"-Xmx{self.heap_mb}m", "-Dzookeeper.admin.enableServer=false"]
+        if self.jute_maxbuffer:
+            props.append(f"-Djute.maxbuffer={self.jute_maxbuffer}")
+        return [
+            "java", *props, "-cp", ":".join(ZOOKEEPER_CLASSPATH),
+            "org.apache.zookeeper.server.ZooKeeperServerMain", str(cfg),
+        ]
+
+    def _ready(self) -> bool:
+        return "Mode:" in self.four_letter("srvr")
+
+    def four_letter(self, word: str) -> str:
+        """A ZooKeeper four-letter command's answer, '' when the server does not answer."""
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                s.sendall(word.encode())
+                chunks = []
+                while chunk := s.recv(65536):
+                    chunks.append(chunk)
+            return b"".join(chunks).decode(errors="replace")
+        except OSError:
+            return ""
+
+
+class LocalEtcd(_LocalServer):
+    """A single-member etcd 3.4 server."""
+
+    name = "etcd"
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        port: int | None = None,
+        *,
+        quota_backend_bytes: int | None = None,
+        max_txn_ops: int | None = None,
+        max_request_bytes: int | None = None,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        super().__init__(data_dir, port)
+        self.peer_port = free_port()
+        self.quota_backend_bytes = quota_backend_bytes
+        self.max_txn_ops = max_txn_ops
+        self.max_request_bytes = max_request_bytes
+        self.extra_args = list(extra_args or [])
+
+    @property
+    def url(self) -> str:
+        return f"etcd://127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _command(self) -> list[str]:
+        peer = f"http://127.0.0.1:{self.peer_port}"
+        args = [
+            "etcd", "--name", "metashift", "--data-dir", str(self.data_dir / "data"),
+            "--listen-client-urls", self.endpoint, "--advertise-client-urls", self.endpoint,
+            "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"metashift={peer}", "--logger", "zap", "--log-level", "warn",
+        ]
+        if self.quota_backend_bytes:
+            args += ["--quota-backend-bytes", str(self.quota_backend_bytes)]
+        if self.max_txn_ops:
+            args += ["--max-txn-ops", str(self.max_txn_ops)]
+        if self.max_request_bytes:
+            args += ["--max-request-bytes", str(self.max_request_bytes)]
+        return args + self.extra_args
+
+    def _ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.endpoint}/health", timeout=1) as r:
+                return bool(json.load(r).get("health") == "true")
+        except (OSError, ValueError):
+            return False
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_live):
+        try:
+            server.stop()
+        except Exception:  # best effort at exit; never mask the real exit status
+            pass

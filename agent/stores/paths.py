@@ -1,0 +1,68 @@
+"""Path rules shared by every store (ZooKeeper's rules, which are the stricter ones)."""
+
+from __future__ import annotations
+
+from .errors import InvalidPath
+
+SEPARATOR = "/"
+
+
+def validate(path: str) -> str:
+    """Return ``path`` if it is a valid absolute node path, else raise ``InvalidPath``.
+
+    ZooKeeper's rules apply to every backend so that a tree valid in one store is valid in all:
+    absolute, no trailing slash (except the root), no empty, ``.`` or ``..`` segment, no NUL or
+    control characters.
+    """
+    if not isinstance(path, str):
+        raise InvalidPath(repr(path), "not a string")
+    if not path.startswith(SEPARATOR):
+        raise InvalidPath(path, "must start with '/'")
+    if path == SEPARATOR:
+        return path
+    if path.endswith(SEPARATOR):
+        raise InvalidPath(path, "must not end with '/'")
+    for segment in path[1:].split(SEPARATOR):
+        if segment == "":
+            raise InvalidPath(path, "empty segment")
+        if segment in (".", ".."):
+            raise InvalidPath(path, f"relative segment {segment!r}")
+    for ch in path:
+        code = ord(ch)
+        if code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xF8FF or 0xFFF0 <= code <= 0xFFFF:
+            raise InvalidPath(path, f"character U+{code:04X} not allowed")
+    return path
+
+
+def parent(path: str) -> str | None:
+    """The parent of ``path``; ``None`` for the root."""
+    if path == SEPARATOR:
+        return None
+    head = path.rsplit(SEPARATOR, 1)[0]
+    return head or SEPARATOR
+
+
+def ancestors(path: str) -> list[str]:
+    """Every proper ancestor of ``path`` below the root, outermost first."""
+    out: list[str] = []
+    p = parent(path)
+    while p is not None and p != SEPARATOR:
+        out.append(p)
+        p = parent(p)
+    out.reverse()
+    return out
+
+
+def join(base: str, name: str) -> str:
+    return base + name if base.endswith(SEPARATOR) else f"{base}{SEPARATOR}{name}"
+
+
+def name(path: str) -> str:
+    return path.rsplit(SEPARATOR, 1)[-1]
+
+
+def is_under(path: str, root: str) -> bool:
+    """True when ``path`` is ``root`` or lies below it."""
+    if root == SEPARATOR:
+        return True
+    return path == root or path.startswith(root + SEPARATOR)

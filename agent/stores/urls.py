@@ -1,0 +1,153 @@
+"""Store URLs: ``zk://[user:password@]h1:2181,h2:2181[/chroot][?options]`` and
+``etcd://[user:password@]h1:2379,h2:2379[/prefix][?options]``.
+
+Parsing is strict and happens before any connection, so a typo never reaches a server.
+Options (query string):
+- both: ``session_timeout`` (seconds, default 30), ``timeout`` (per-call seconds, default 10)
+- etcd: ``tls=true``, ``ca=PATH``, ``cert=PATH``, ``key=PATH`` (mutual TLS when cert+key given)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, unquote
+
+from . import paths
+from .errors import InvalidPath, InvalidStoreURL
+
+SCHEMES = {"zk": 2181, "etcd": 2379}
+_COMMON_OPTIONS = {"session_timeout", "timeout"}
+_OPTIONS = {"zk": _COMMON_OPTIONS, "etcd": _COMMON_OPTIONS | {"tls", "ca", "cert", "key"}}
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+@dataclass(frozen=True)
+class StoreURL:
+    scheme: str
+    hosts: tuple[tuple[str, int], ...]
+    root: str = "/"
+    """ZooKeeper chroot, or etcd key prefix: every path the store sees is relative to it."""
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    options: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def session_timeout(self) -> float:
+        return float(self.options.get("session_timeout", "30"))
+
+    @property
+    def call_timeout(self) -> float:
+        return float(self.options.get("timeout", "10"))
+
+    @property
+    def tls(self) -> bool:
+        return self.options.get("tls", "false").lower() in _TRUE or "ca" in self.options
+
+    def host_string(self) -> str:
+        return ",".join(f"{h}:{p}" for h, p in self.hosts)
+
+    def with_root(self, root: str) -> StoreURL:
+        return StoreURL(self.scheme, self.hosts, root, self.username, self.password, dict(self.options))
+
+    def redacted(self) -> str:
+        """The URL with the password hidden, for logs and error messages."""
+        cred = f"{self.username}:***@" if self.username else ""
+        root = "" if self.root == "/" else self.root
+        query = "&".join(f"{k}={v}" for k, v in sorted(self.options.items()))
+        return f"{self.scheme}://{cred}{self.host_string()}{root}{'?' + query if query else ''}"
+
+    def __str__(self) -> str:
+        return self.redacted()
+
+
+def parse(url: str) -> StoreURL:
+    """Parse and check a store URL; raise ``InvalidStoreURL`` saying what is wrong."""
+    if not isinstance(url, str) or "://" not in url:
+        raise InvalidStoreURL(f"not a store URL (expected zk://host:port or etcd://host:port): {url!r}")
+    scheme, rest = url.split("://", 1)
+    scheme = scheme.lower()
+    if scheme not in SCHEMES:
+        raise InvalidStoreURL(f"unknown store scheme {scheme!r} (supported: zk, etcd) in {url!r}")
+    query = ""
+    if "?" in rest:
+        rest, query = rest.split("?", 1)
+    username = password = None
+    if "@" in rest.split("/", 1)[0]:
+        cred, rest = rest.rsplit("@", 1) if "/" not in rest else _split_cred(rest)
+        if ":" not in cred:
+            raise InvalidStoreURL(f"credentials must be user:password in {_hide(url)!r}")
+        username, password = (unquote(x) for x in cred.split(":", 1))
+        if not username:
+            raise InvalidStoreURL(f"empty user name in {_hide(url)!r}")
+    hostpart, _, root = rest.partition("/")
+    root = "/" + root if root else "/"
+    if root != "/" and root.endswith("/"):
+        root = root.rstrip("/") or "/"
+    try:
+        paths.validate(root)
+    except InvalidPath as e:
+        raise InvalidStoreURL(f"bad chroot/prefix in {_hide(url)!r}: {e}") from None
+    hosts = tuple(_parse_host(h, SCHEMES[scheme], url) for h in hostpart.split(","))
+    options: dict[str, str] = {}
+    for key, value in parse_qsl(query, keep_blank_values=True, strict_parsing=False):
+        if key not in _OPTIONS[scheme]:
+            raise InvalidStoreURL(
+                f"unknown option {key!r} for {scheme} URL (known: {', '.join(sorted(_OPTIONS[scheme]))})"
+            )
+        options[key] = value
+    _check_options(scheme, options)
+    return StoreURL(scheme, hosts, root, username, password, options)
+
+
+def _split_cred(rest: str) -> tuple[str, str]:
+    head, slash, tail = rest.partition("/")
+    cred, host = head.rsplit("@", 1)
+    return cred, host + slash + tail
+
+
+def _hide(url: str) -> str:
+    if "@" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    cred, host = rest.split("@", 1)
+    return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}"
+
+
+def _parse_host(text: str, default_port: int, url: str) -> tuple[str, int]:
+    text = text.strip()
+    if not text:
+        raise InvalidStoreURL(f"empty host in {_hide(url)!r}")
+    if text.startswith("["):  # [::1]:2181
+        host, _, port_text = text[1:].partition("]")
+        port_text = port_text.lstrip(":")
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, ""
+    if not host or any(c in host for c in " /\\@?#"):
+        raise InvalidStoreURL(f"bad host {text!r} in {_hide(url)!r}")
+    if port_text == "":
+        return host, default_port
+    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise InvalidStoreURL(f"bad port {port_text!r} in {_hide(url)!r}")
+    return host, int(port_text)
+
+
+def _check_options(scheme: str, options: dict[str, str]) -> None:
+    for key in ("session_timeout", "timeout"):
+        if key in options:
+            try:
+                value = float(options[key])
+            except ValueError:
+                value = -1.0
+            if not value > 0:
+                raise InvalidStoreURL(f"option {key} must be a positive number of seconds, not {options[key]!r}")
+    if "tls" in options and options["tls"].lower() not in _TRUE | _FALSE:
+        raise InvalidStoreURL(f"option tls must be true or false, not {options['tls']!r}")
+    if ("cert" in options) != ("key" in options):
+        raise InvalidStoreURL("options cert and key go together (client certificate and its key)")
+    for key in ("ca", "cert", "key"):
+        if key in options and not os.path.isfile(options[key]):
+            raise InvalidStoreURL(f"option {key}: no such file {options[key]!r}")
