@@ -19,6 +19,7 @@ import time
 import urllib.request
 import weakref
 from pathlib import Path
+from typing import Self
 
 ZOOKEEPER_CLASSPATH = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 _live: weakref.WeakSet[_LocalServer] = weakref.WeakSet()
@@ -117,7 +118,7 @@ class _LocalServer:
         if self._own_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
-    def __enter__(self) -> _LocalServer:
+    def __enter__(self) -> Self:
         self.start()
         return self
 

@@ -1,0 +1,46 @@
+# metashift — `make test` and `make demo` set up everything they need on a fresh Debian machine
+# (as root): Debian packages, a virtualenv at .venv with the project and its test extras.
+# Running either twice is fast: each step is skipped when its stamp is newer than its inputs.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEBS := zookeeper etcd-server etcd-client default-jre-headless
+PYTEST_ARGS ?=
+
+.PHONY: setup test lint pytest demo bench proto clean
+
+setup: .stamp-debs .stamp-venv
+
+.stamp-debs:
+	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
+		echo "installing Debian packages: $(DEBS)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBS) >/dev/null; \
+	fi
+	@touch $@
+
+.stamp-venv: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "metashift needs Python 3.11 or newer ($(PYTHON) is older)"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	PIP_DISABLE_PIP_VERSION_CHECK=1 $(BIN)/pip install -q -e '.[test]'
+	@$(BIN)/python -c 'import metashift' || { echo "installing metashift into $(VENV) failed"; exit 1; }
+	@touch $@
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+pytest: setup
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test: setup lint pytest
+
+demo: setup
+	$(BIN)/metashift demo
+
+bench: setup
+	$(BIN)/python bench/store_latency.py
+
+clean:
+	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache *.egg-info

@@ -1,0 +1,43 @@
+"""Store URLs are parsed strictly, before anything is contacted."""
+
+from __future__ import annotations
+
+import pytest
+
+from metashift import InvalidStoreURL
+from metashift.agent.stores import parse_url
+
+
+def test_several_hosts_chroot_and_credentials() -> None:
+    url = parse_url("zk://alice:s3cr%40t@h1:2181,h2:2182,h3/pulsar/prod?session_timeout=20")
+    assert url.scheme == "zk"
+    assert url.hosts == (("h1", 2181), ("h2", 2182), ("h3", 2181))
+    assert url.root == "/pulsar/prod"
+    assert (url.username, url.password) == ("alice", "s3cr@t")
+    assert url.session_timeout == 20.0
+    assert "s3cr" not in str(url) and "***" in str(url)
+
+
+def test_etcd_defaults() -> None:
+    url = parse_url("etcd://10.0.0.1,10.0.0.2:23790")
+    assert url.hosts == (("10.0.0.1", 2379), ("10.0.0.2", 23790))
+    assert url.root == "/" and not url.tls
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "", "localhost:2181", "mysql://h:1", "zk://", "zk://h:notaport", "zk://h:70000", "zk://h:2181,",
+        "zk://h/a//b", "zk://:pw@h", "zk://h?bogus=1", "etcd://h?timeout=-1", "etcd://h?tls=maybe",
+        "etcd://h?cert=/x.pem", "etcd://h?ca=/definitely/not/here.pem",
+    ],
+)
+def test_bad_urls_are_rejected_with_a_clear_error(bad: str) -> None:
+    with pytest.raises(InvalidStoreURL):
+        parse_url(bad)
+
+
+def test_password_never_in_the_error() -> None:
+    with pytest.raises(InvalidStoreURL) as err:
+        parse_url("zk://bob:hunter2@h:bad")
+    assert "hunter2" not in str(err.value)
