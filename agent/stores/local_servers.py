@@ -13,11 +13,13 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
 import urllib.request
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
@@ -196,6 +198,18 @@ class LocalZooKeeper(_LocalServer):
             return ""
 
 
+@dataclass(frozen=True)
+class EtcdTLS:
+    """TLS for a local etcd: its certificate and key, the CA that signed it, and (for mutual
+    TLS, which makes etcd require client certificates) a client certificate signed by that CA."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+
 class LocalEtcd(_LocalServer):
     """A single-member etcd 3.4 server."""
 
@@ -210,9 +224,11 @@ class LocalEtcd(_LocalServer):
         max_txn_ops: int | None = None,
         max_request_bytes: int | None = None,
         extra_args: list[str] | None = None,
+        tls: EtcdTLS | None = None,
     ) -> None:
         super().__init__(data_dir, port)
         self.peer_port = free_port()
+        self.tls = tls
         self.quota_backend_bytes = quota_backend_bytes
         self.max_txn_ops = max_txn_ops
         self.max_request_bytes = max_request_bytes
@@ -220,11 +236,16 @@ class LocalEtcd(_LocalServer):
 
     @property
     def url(self) -> str:
-        return f"etcd://127.0.0.1:{self.port}"
+        if self.tls is None:
+            return f"etcd://127.0.0.1:{self.port}"
+        query = f"tls=true&ca={self.tls.ca}"
+        if self.tls.client_cert and self.tls.client_key:
+            query += f"&cert={self.tls.client_cert}&key={self.tls.client_key}"
+        return f"etcd://127.0.0.1:{self.port}?{query}"
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def _command(self) -> list[str]:
         peer = f"http://127.0.0.1:{self.peer_port}"
@@ -240,11 +261,20 @@ class LocalEtcd(_LocalServer):
             args += ["--max-txn-ops", str(self.max_txn_ops)]
         if self.max_request_bytes:
             args += ["--max-request-bytes", str(self.max_request_bytes)]
+        if self.tls:
+            args += ["--cert-file", str(self.tls.cert), "--key-file", str(self.tls.key)]
+            if self.tls.client_cert:
+                args += ["--client-cert-auth", "--trusted-ca-file", str(self.tls.ca)]
         return args + self.extra_args
 
     def _ready(self) -> bool:
+        context = None
+        if self.tls:
+            context = ssl.create_default_context(cafile=str(self.tls.ca))
+            if self.tls.client_cert and self.tls.client_key:
+                context.load_cert_chain(str(self.tls.client_cert), str(self.tls.client_key))
         try:
-            with urllib.request.urlopen(f"{self.endpoint}/health", timeout=1) as r:
+            with urllib.request.urlopen(f"{self.endpoint}/health", timeout=1, context=context) as r:
                 return bool(json.load(r).get("health") == "true")
         except (OSError, ValueError):
             return False

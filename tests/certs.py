@@ -1,0 +1,44 @@
+"""Throw-away TLS certificates for tests: a CA, a server certificate for 127.0.0.1/localhost,
+and a client certificate, made with the openssl command line."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Certificates:
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+    other_ca: Path
+    """A CA that signed nothing we trust: for "wrong CA" tests."""
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_certificates(directory: Path) -> Certificates:
+    d = directory
+    d.mkdir(parents=True, exist_ok=True)
+    for ca in ("ca", "other-ca"):
+        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN=metashift-{ca}",
+                 "-keyout", f"{ca}.key", "-out", f"{ca}.pem", cwd=d)
+    (d / "server.ext").write_text(
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n"
+    )
+    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
+    for name, cn in (("server", "localhost"), ("client", "metashift-client")):
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}",
+                 "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
+        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
+    return Certificates(
+        ca=d / "ca.pem", server_cert=d / "server.pem", server_key=d / "server.key",
+        client_cert=d / "client.pem", client_key=d / "client.key", other_ca=d / "other-ca.pem",
+    )
