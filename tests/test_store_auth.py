@@ -119,6 +119,3 @@ async def test_etcd_mutual_tls(fresh_servers: Any, tmp_path: Path) -> None:
     finally:
         await store.close()
 
-
-def test_zookeeper_fixture_types(zk_server: LocalZooKeeper) -> None:
-    assert zk_server.running and zk_server.url.startswith("zk://127.0.0.1:")

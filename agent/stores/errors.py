@@ -54,6 +54,11 @@ class StoreUnavailable(MetadataStoreError):
     """The store could not be reached (or stopped answering) for this call; the call may be retried."""
 
 
+class StoreFull(StoreUnavailable):
+    """The store refuses writes because it ran out of space (etcd's NOSPACE alarm, "mvcc: database
+    space exceeded"): an operator must compact, defragment and disarm the alarm (or raise the quota)."""
+
+
 class AuthFailed(MetadataStoreError):
     """The store refused our credentials."""
 
