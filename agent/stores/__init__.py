@@ -25,6 +25,7 @@ from .errors import (
     MetadataStoreError,
     NotEmpty,
     NotFound,
+    StoreFull,
     StoreUnavailable,
     ValueTooLarge,
 )
@@ -70,6 +71,8 @@ __all__ = [
     "SessionEvent",
     "Stat",
     "StoreURL",
+    "StoreFull",
+    "StoreFull",
     "StoreUnavailable",
     "ValueTooLarge",
     "open_store",
