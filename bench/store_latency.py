@@ -9,7 +9,6 @@ the figure is a round trip, not a pipelined rate) and prints p50/p99/mean in mic
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import statistics

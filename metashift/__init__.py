@@ -41,7 +41,6 @@ __all__ = [
     "SessionEvent",
     "Stat",
     "StoreFull",
-    "StoreFull",
     "StoreUnavailable",
     "ValueTooLarge",
     "open_store",

@@ -12,7 +12,8 @@ def validate(path: str) -> str:
 
     ZooKeeper's rules apply to every backend so that a tree valid in one store is valid in all:
     absolute, no trailing slash (except the root), no empty, ``.`` or ``..`` segment, no NUL or
-    control characters.
+    control characters, and nothing outside Unicode's Basic Multilingual Plane (ZooKeeper checks
+    paths as UTF-16 and refuses surrogate pairs, so an emoji in a name could never move there).
     """
     if not isinstance(path, str):
         raise InvalidPath(repr(path), "not a string")
@@ -29,7 +30,7 @@ def validate(path: str) -> str:
             raise InvalidPath(path, f"relative segment {segment!r}")
     for ch in path:
         code = ord(ch)
-        if code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xF8FF or 0xFFF0 <= code <= 0xFFFF:
+        if code < 0x20 or 0x7F <= code <= 0x9F or 0xD800 <= code <= 0xF8FF or code >= 0xFFF0:
             raise InvalidPath(path, f"character U+{code:04X} not allowed")
     return path
 
