@@ -12,7 +12,7 @@ import asyncio
 import enum
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -98,6 +98,38 @@ class DeleteOp:
 Op = GetOp | GetChildrenOp | ExistsOp | PutOp | DeleteOp
 GetResult = tuple[bytes, Stat] | None
 OpResult = GetResult | list[str] | bool | Stat | None | MetadataStoreError
+
+# ---- bulk operations (the copy, its verification, sample data) -----------------------------------
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as a listing (``MetadataStore.walk``) sees it."""
+
+    path: str
+    version: int
+    size: int
+    """Length of the value in bytes."""
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Bring ``path`` to exactly ``value`` at ``version`` (``MetadataStore.restore_many``)."""
+
+    path: str
+    value: bytes
+    version: int
+    current: int = -1
+    """The version the node has in this store now, as read just before (-1: it does not exist)."""
+
+
+#: Nodes per page of ``walk`` and per read batch of the generic implementations.
+WALK_PAGE = 1000
+#: Ephemeral sequential children created (then deleted) per round of ``advance_sequence_counter``.
+_COUNTER_ROUND = 128
+#: Name of the throw-away sequential children that ``advance_sequence_counter`` creates.
+COUNTER_PROBE = "metashift-seq-"
 
 NotificationListener = Callable[[Notification], None]
 SessionListener = Callable[[SessionEvent], None]
@@ -215,6 +247,135 @@ class MetadataStore(ABC):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+    # ---- bulk operations: the copy, its verification and sample data -----------------------------
+    # Generic implementations in terms of the public API above; backends override them for speed.
+
+    async def walk(
+        self, root: str = paths.SEPARATOR, *, prune: Collection[str] = ()
+    ) -> AsyncIterator[list[NodeInfo]]:
+        """Every node below ``root`` (``root`` itself not included), in pages, breadth first: a
+        node's parent always comes in an earlier page or earlier in the same page. Subtrees whose
+        root is in ``prune`` are neither listed nor descended into. A path that only exists as the
+        parent of other keys (etcd) is not listed, but its children are. Nodes that vanish while
+        the walk runs are left out."""
+        paths.validate(root)
+        pruned = set(prune)
+        frontier = [root]
+        while frontier:
+            next_frontier: list[str] = []
+            for start in range(0, len(frontier), WALK_PAGE):
+                parents = frontier[start : start + WALK_PAGE]
+                listed = await self.batch([GetChildrenOp(p) for p in parents])
+                children: list[str] = []
+                for parent, names in zip(parents, listed, strict=True):
+                    if isinstance(names, MetadataStoreError):
+                        raise names
+                    assert isinstance(names, list)
+                    children.extend(c for c in (paths.join(parent, n) for n in names) if c not in pruned)
+                for cstart in range(0, len(children), WALK_PAGE):
+                    chunk = children[cstart : cstart + WALK_PAGE]
+                    got = await self.batch([GetOp(c) for c in chunk])
+                    page: list[NodeInfo] = []
+                    for path, result in zip(chunk, got, strict=True):
+                        if isinstance(result, MetadataStoreError):
+                            raise result
+                        if isinstance(result, tuple):
+                            value, stat = result
+                            page.append(NodeInfo(path, stat.version, len(value), stat.ephemeral))
+                    next_frontier.extend(chunk)
+                    if page:
+                        yield page
+            frontier = next_frontier
+
+    async def restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
+        """Bring each node to exactly its ``value`` at its ``version``: create it when
+        ``current`` is -1, then write until the store's own version count reaches ``version`` (no
+        store lets a version be set; they count writes). The intermediate writes carry empty
+        values, the last one the value. Every write is conditional on the version the previous
+        one left, so a stale ``current`` gives ``BadVersion`` rather than a wrong version.
+        Returns, per item, the number of writes it took, or the error that stopped it (the node
+        is then left at some version between ``current`` and ``version``, and a new call with
+        the version read again resumes). Paths must be distinct; parents are the caller's
+        business (create them first)."""
+        for item in items:
+            self._check_put(item.path, item.value, None)
+            if not 0 <= item.version or not -1 <= item.current <= item.version:
+                raise ValueError(f"cannot restore {item.path} from version {item.current} to {item.version}")
+        results: list[int | MetadataStoreError] = [0] * len(items)
+        current = [item.current for item in items]
+        pending = [i for i, item in enumerate(items) if item.current < item.version]
+        while pending:
+            ops: list[Op] = []
+            for i in pending:
+                item = items[i]
+                value = item.value if current[i] + 1 == item.version else b""
+                ops.append(PutOp(item.path, value, current[i]))
+            answers = await self.batch(ops)
+            still: list[int] = []
+            for i, answer in zip(pending, answers, strict=True):
+                if isinstance(answer, MetadataStoreError):
+                    results[i] = answer
+                    continue
+                current[i] += 1
+                count = results[i]
+                assert isinstance(count, int)
+                results[i] = count + 1
+                if current[i] < items[i].version:
+                    still.append(i)
+            pending = still
+        return results
+
+    async def restore(self, path: str, value: bytes, version: int, current: int = -1) -> int:
+        """``restore_many`` for one node; raises the error instead of returning it."""
+        (result,) = await self.restore_many([Restore(path, bytes(value), version, current)])
+        if isinstance(result, MetadataStoreError):
+            raise result
+        return result
+
+    async def children_version(self, path: str) -> int | None:
+        """The counter behind sequential children of ``path`` (ZooKeeper: the parent's cversion;
+        etcd: the parent key's version), ``None`` when ``path`` does not exist. Backends that
+        cannot read it without changing it do not implement it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read a sequence counter without changing it")
+
+    async def sequence_counter(self, parent: str) -> int:
+        """The suffix the next sequential child of ``parent`` will get; every suffix this store
+        handed out under ``parent`` so far is smaller. 0 when ``parent`` does not exist."""
+        return await self.children_version(paths.validate(parent)) or 0
+
+    async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
+        """Make the next sequential suffix under ``parent`` at least ``at_least`` the way
+        BookKeeper moves it: ephemeral sequential children created and deleted again. The
+        parent's value is kept (an etcd sequential put blanks it: it is written back). May
+        overshoot a little. Returns the number of writes it took."""
+        paths.validate(parent)
+        writes = 0
+        before = await self.get(parent)
+        probe = paths.join(parent, COUNTER_PROBE)
+        while (counter := await self.sequence_counter(parent)) < at_least:
+            n = min(at_least - counter, _COUNTER_ROUND)
+            made = await self.batch([PutOp(probe, b"", None, ephemeral=True, sequential=True)] * n)
+            for r in made:
+                if isinstance(r, MetadataStoreError):
+                    raise r
+            created = [r.path for r in made if isinstance(r, Stat)]
+            gone = await self.batch([DeleteOp(p) for p in created])
+            for r in gone:
+                if isinstance(r, MetadataStoreError):
+                    raise r
+            writes += len(created) * 2
+        if before is not None and before[0]:
+            after = await self.get(parent)
+            if after is not None and after[0] != before[0]:
+                await self.put(parent, before[0])
+                writes += 1
+        return writes
+
+    async def compact_history(self) -> None:
+        """Drop the history of old values the store keeps after a bulk write (etcd's MVCC
+        revisions, which count against its quota). Nothing to do for most stores."""
+        return None
 
     # ---- what each backend implements -----------------------------------------------------------
 
