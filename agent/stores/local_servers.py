@@ -8,6 +8,8 @@ it ends. ``start()`` returns only once the server really serves.
 from __future__ import annotations
 
 import atexit
+import ctypes
+import ctypes.util
 import json
 import os
 import shutil
@@ -29,6 +31,16 @@ _live: weakref.WeakSet[_LocalServer] = weakref.WeakSet()
 
 class ServerStartError(RuntimeError):
     pass
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when the process that started us dies, even by
+    SIGKILL (Linux prctl PR_SET_PDEATHSIG), so that a killed test run leaves no server behind."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: atexit and finalizers still stop the servers
+        pass
 
 
 def free_port() -> int:
@@ -63,6 +75,11 @@ class _LocalServer:
         raise NotImplementedError
 
     def start(self, timeout: float = 60.0) -> None:
+        """Start the server and wait until it serves.
+
+        Call it from a thread that outlives the server (normally the main thread): the server is
+        killed when the thread that started it ends, so that no server outlives a killed run.
+        """
         if self.running:
             return
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -73,7 +90,7 @@ class _LocalServer:
             # own process group: a Ctrl-C in a test run reaches us, not the server, and we stop it
             self.process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.data_dir,
+                start_new_session=True, cwd=self.data_dir, preexec_fn=_die_with_parent,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
