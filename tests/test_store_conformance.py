@@ -304,3 +304,18 @@ async def test_timestamps(store: MetadataStore, backend: str) -> None:
     else:  # Pulsar's etcd store keeps no timestamps
         assert got[1].creation_timestamp == 0 == got[1].modification_timestamp
     assert stat.version == got[1].version
+
+
+async def test_several_hosts_with_one_down(store_url: str) -> None:
+    """A URL lists several servers; a dead one is skipped."""
+    from metashift.agent.stores.local_servers import free_port
+
+    scheme, rest = store_url.split("://", 1)
+    url = f"{scheme}://127.0.0.1:{free_port()},{rest}"
+    store = await metashift.open_store(url)
+    try:
+        await store.put("/multi-host", b"ok", expected_version=-1)
+        got = await store.get("/multi-host")
+        assert got is not None and got[0] == b"ok"
+    finally:
+        await store.close()
