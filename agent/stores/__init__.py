@@ -35,20 +35,21 @@ from .urls import StoreURL
 from .urls import parse as parse_url
 
 
-async def open_store(url: str | StoreURL) -> MetadataStore:
+async def open_store(url: str | StoreURL, *, watch: bool = True) -> MetadataStore:
     """Connect to the store named by ``url`` (``zk://...`` or ``etcd://...``) and open a session.
 
     Raises ``InvalidStoreURL`` for a malformed URL (nothing is contacted), ``StoreUnavailable``
-    when no server answers, ``AuthFailed`` when credentials are refused.
+    when no server answers, ``AuthFailed`` when credentials are refused. ``watch=False``: no
+    notifications (bulk jobs, which do not want every write they make streamed back to them).
     """
     parsed = parse_url(url) if isinstance(url, str) else url
     if parsed.scheme == "zk":
         from .zookeeper import ZooKeeperStore
 
-        return await ZooKeeperStore.connect(parsed)
+        return await ZooKeeperStore.connect(parsed, watch=watch)
     from .etcd import EtcdStore
 
-    return await EtcdStore.connect(parsed)
+    return await EtcdStore.connect(parsed, watch=watch)
 
 
 __all__ = [

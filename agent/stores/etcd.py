@@ -148,17 +148,20 @@ class EtcdStore(MetadataStore):
         self._watch_call: Any = None
         self._watch_next_rev = 0
         self._connected = True
+        self._watch_enabled = True
 
     # ---- life cycle -----------------------------------------------------------------------------
 
     @classmethod
-    async def connect(cls, url: StoreURL) -> EtcdStore:
+    async def connect(cls, url: StoreURL, *, watch: bool = True) -> EtcdStore:
         """Connect to the first host of ``url`` that answers, grant the session lease and start
         the watch and the keep-alive. ``StoreUnavailable`` within about ``url.call_timeout`` when
-        no host answers; ``AuthFailed`` when the credentials are refused."""
+        no host answers; ``AuthFailed`` when the credentials are refused. ``watch=False`` skips
+        the watch (no notifications), for bulk jobs that do not want every write streamed back."""
         if url.scheme != "etcd":
             raise InvalidStoreURL(f"not an etcd URL: {url}")
         store = cls(url)
+        store._watch_enabled = watch
         try:
             await store._start()
         except BaseException:
@@ -186,11 +189,12 @@ class EtcdStore(MetadataStore):
             assert last is not None
             raise StoreUnavailable(f"no etcd server answered at {self.url.host_string()} ({last})")
         await self._grant_lease()
-        self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"etcd-watch {self.url}"))
-        try:
-            await asyncio.wait_for(self._watch_ready.wait(), max(deadline - loop.time(), 1.0))
-        except TimeoutError:
-            raise StoreUnavailable(f"etcd at {self.url.host_string()} did not set up the watch") from None
+        if self._watch_enabled:
+            self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"etcd-watch {self.url}"))
+            try:
+                await asyncio.wait_for(self._watch_ready.wait(), max(deadline - loop.time(), 1.0))
+            except TimeoutError:
+                raise StoreUnavailable(f"etcd at {self.url.host_string()} did not set up the watch") from None
         self._tasks.append(asyncio.create_task(self._keepalive_loop(), name=f"etcd-keepalive {self.url}"))
 
     async def close(self) -> None:
