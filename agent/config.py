@@ -1,0 +1,324 @@
+"""The agent's configuration: a TOML file, then ``METASHIFT_*`` environment variables, then
+command-line overrides, each later source winning. Every key is checked before anything starts;
+an unknown or bad key raises ``ConfigError`` naming it.
+
+```toml
+node_id = "broker-1"            # default: the host name
+role = "broker"                 # broker | bookie
+listen = "unix:/run/metashift/agent.sock"   # or "tcp://0.0.0.0:7650" (TLS required)
+socket_mode = "0660"            # file mode of the unix socket
+metrics = "127.0.0.1:9464"      # Prometheus /metrics; "" disables
+log_level = "info"
+
+[source]
+url = "zk://zk1:2181,zk2:2181/pulsar"
+username = ""                   # or in the URL (user:password@); the password may come from a file
+password = ""
+password_file = ""
+
+[tls]                           # for a tcp:// listen address
+cert = "/etc/metashift/tls/agent.pem"
+key = "/etc/metashift/tls/agent.key"
+client_ca = "/etc/metashift/tls/ca.pem"     # set: mutual TLS, clients need a certificate it signed
+allow_insecure_tcp = false      # plain TCP, for tests only
+
+[gate]
+hold_timeout = 30               # seconds a held write waits when its caller set no deadline
+drain_timeout = 30              # seconds SIGTERM waits for calls in flight
+
+[session]
+timeout = 10                    # seconds without keep-alive before a client session ends
+max_timeout = 60
+```
+
+Environment: ``METASHIFT_NODE_ID``, ``METASHIFT_ROLE``, ``METASHIFT_LISTEN``, ``METASHIFT_METRICS``,
+``METASHIFT_SOURCE_URL``, ``METASHIFT_SOURCE_USERNAME``, ``METASHIFT_SOURCE_PASSWORD``, … : for
+every key, ``METASHIFT_`` + the section and key in upper case joined by ``_``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from metashift.agent.stores import StoreURL, parse_url
+from metashift.agent.stores.errors import InvalidStoreURL
+
+ROLES = ("broker", "bookie")
+ENV_PREFIX = "METASHIFT_"
+
+
+class ConfigError(ValueError):
+    """A configuration the agent cannot run with; ``key`` names the culprit (``source.url``)."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        super().__init__(f"config key {key}: {message}")
+
+
+@dataclass(frozen=True)
+class Listen:
+    kind: str  # "unix" | "tcp"
+    address: str
+    """Socket path for unix; host:port for tcp."""
+
+    def grpc_target(self) -> str:
+        return f"unix:{self.address}" if self.kind == "unix" else self.address
+
+
+@dataclass(frozen=True)
+class TLSConfig:
+    cert: Path | None = None
+    key: Path | None = None
+    client_ca: Path | None = None
+    allow_insecure_tcp: bool = False
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    source: StoreURL
+    node_id: str = field(default_factory=socket.gethostname)
+    role: str = "broker"
+    listen: Listen = Listen("unix", "/run/metashift/agent.sock")
+    socket_mode: int = 0o660
+    metrics: str = ""
+    log_level: str = "info"
+    tls: TLSConfig = TLSConfig()
+    hold_timeout: float = 30.0
+    drain_timeout: float = 30.0
+    session_timeout: float = 10.0
+    session_max_timeout: float = 60.0
+
+
+# key -> (kind, default) ; kind drives parsing of strings from the environment / command line
+_SCHEMA: dict[str, str] = {
+    "node_id": "str",
+    "role": "str",
+    "listen": "str",
+    "socket_mode": "str",
+    "metrics": "str",
+    "log_level": "str",
+    "source.url": "str",
+    "source.username": "str",
+    "source.password": "str",
+    "source.password_file": "str",
+    "tls.cert": "str",
+    "tls.key": "str",
+    "tls.client_ca": "str",
+    "tls.allow_insecure_tcp": "bool",
+    "gate.hold_timeout": "float",
+    "gate.drain_timeout": "float",
+    "session.timeout": "float",
+    "session.max_timeout": "float",
+}
+_LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def env_name(key: str) -> str:
+    return ENV_PREFIX + key.replace(".", "_").upper()
+
+
+def load(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+) -> AgentConfig:
+    """Read the file (optional), apply the environment and ``overrides`` (flat keys such as
+    ``"source.url"``; ``None`` values are ignored) and check everything."""
+    flat: dict[str, Any] = {}
+    if path is not None:
+        flat.update(_read_file(Path(path)))
+    environ = os.environ if env is None else env
+    for key, kind in _SCHEMA.items():
+        name = env_name(key)
+        if name in environ:
+            flat[key] = _from_text(key, kind, environ[name])
+    for key, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if key not in _SCHEMA:
+            raise ConfigError(key, "unknown key")
+        flat[key] = _from_text(key, _SCHEMA[key], value) if isinstance(value, str) else value
+    return build(flat)
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        raise ConfigError("--config", f"no such file {str(path)!r}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("--config", f"{path} is not valid TOML: {e}") from None
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            for sub, subvalue in value.items():
+                full = f"{key}.{sub}"
+                if isinstance(subvalue, dict):
+                    raise ConfigError(f"{full}", "unknown section")
+                flat[full] = subvalue
+        else:
+            flat[key] = value
+    for key in flat:
+        if key not in _SCHEMA:
+            section = key.split(".", 1)[0]
+            sections = {k.split(".", 1)[0] for k in _SCHEMA if "." in k}
+            if "." in key and section not in sections:
+                raise ConfigError(key, f"unknown section [{section}]")
+            raise ConfigError(key, "unknown key")
+    return flat
+
+
+def _from_text(key: str, kind: str, text: str) -> Any:
+    if kind == "bool":
+        low = text.strip().lower()
+        if low in ("1", "true", "yes", "on"):
+            return True
+        if low in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(key, f"must be true or false, not {text!r}")
+    if kind == "float":
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(key, f"must be a number, not {text!r}") from None
+    return text
+
+
+def _typed(flat: dict[str, Any], key: str, kind: str) -> Any:
+    value = flat[key]
+    if kind == "str" and not isinstance(value, str):
+        raise ConfigError(key, f"must be a string, not {type(value).__name__}")
+    if kind == "bool" and not isinstance(value, bool):
+        raise ConfigError(key, f"must be true or false, not {value!r}")
+    if kind == "float":
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(key, f"must be a number, not {value!r}")
+        if not value > 0:
+            raise ConfigError(key, f"must be a positive number of seconds, not {value!r}")
+        return float(value)
+    return value
+
+
+def build(flat: Mapping[str, Any]) -> AgentConfig:
+    """Check a flat mapping of keys and make the config."""
+    values = {key: _typed(dict(flat), key, _SCHEMA[key]) for key in flat if key in _SCHEMA}
+    for key in flat:
+        if key not in _SCHEMA:
+            raise ConfigError(key, "unknown key")
+    kwargs: dict[str, Any] = {"source": _source(values)}
+    if values.get("node_id") is not None:
+        node_id = values["node_id"].strip()
+        if not node_id or any(c in node_id for c in "/ \t\n"):
+            raise ConfigError("node_id", f"must be a non-empty name without '/' or spaces, not {values['node_id']!r}")
+        kwargs["node_id"] = node_id
+    if "role" in values:
+        if values["role"] not in ROLES:
+            raise ConfigError("role", f"must be one of {', '.join(ROLES)}, not {values['role']!r}")
+        kwargs["role"] = values["role"]
+    if "socket_mode" in values:
+        try:
+            mode = int(values["socket_mode"], 8)
+        except ValueError:
+            mode = -1
+        if not 0 <= mode <= 0o777:
+            raise ConfigError("socket_mode", f"must be an octal file mode such as 0660, not {values['socket_mode']!r}")
+        kwargs["socket_mode"] = mode
+    if "log_level" in values:
+        if values["log_level"].lower() not in _LOG_LEVELS:
+            raise ConfigError("log_level", f"must be one of {', '.join(_LOG_LEVELS)}")
+        kwargs["log_level"] = values["log_level"].lower()
+    if "metrics" in values:
+        if values["metrics"]:
+            _host_port("metrics", values["metrics"])
+        kwargs["metrics"] = values["metrics"]
+    tls = TLSConfig(
+        cert=_file(values, "tls.cert"),
+        key=_file(values, "tls.key"),
+        client_ca=_file(values, "tls.client_ca"),
+        allow_insecure_tcp=values.get("tls.allow_insecure_tcp", False),
+    )
+    if (tls.cert is None) != (tls.key is None):
+        raise ConfigError("tls.key" if tls.key is None else "tls.cert", "tls.cert and tls.key go together")
+    if tls.client_ca is not None and tls.cert is None:
+        raise ConfigError("tls.client_ca", "mutual TLS needs tls.cert and tls.key too")
+    kwargs["tls"] = tls
+    if "listen" in values:
+        kwargs["listen"] = _listen(values["listen"], tls)
+    elif tls.cert is not None:
+        raise ConfigError("listen", "TLS is configured but listen is a unix socket (use tcp://host:port)")
+    for key, attr in (
+        ("gate.hold_timeout", "hold_timeout"),
+        ("gate.drain_timeout", "drain_timeout"),
+        ("session.timeout", "session_timeout"),
+        ("session.max_timeout", "session_max_timeout"),
+    ):
+        if key in values:
+            kwargs[attr] = values[key]
+    config = AgentConfig(**kwargs)
+    if config.session_timeout > config.session_max_timeout:
+        raise ConfigError("session.timeout", "must not exceed session.max_timeout")
+    return config
+
+
+def _source(values: dict[str, Any]) -> StoreURL:
+    if not values.get("source.url"):
+        raise ConfigError("source.url", "missing: the URL of the metadata store (zk://... or etcd://...)")
+    try:
+        url = parse_url(values["source.url"])
+    except InvalidStoreURL as e:
+        raise ConfigError("source.url", str(e)) from None
+    username = values.get("source.username") or url.username
+    password = values.get("source.password") or url.password
+    password_file = values.get("source.password_file")
+    if password_file:
+        try:
+            password = Path(password_file).read_text().rstrip("\n")
+        except OSError as e:
+            raise ConfigError("source.password_file", f"cannot read {password_file!r}: {e.strerror}") from None
+    if (password is not None) and not username:
+        raise ConfigError("source.username", "a password is set but no user name")
+    if username and password is None:
+        raise ConfigError("source.password", f"user {username!r} is set but no password")
+    return dataclasses.replace(url, username=username, password=password, options=dict(url.options))
+
+
+def _file(values: dict[str, Any], key: str) -> Path | None:
+    if not values.get(key):
+        return None
+    path = Path(values[key])
+    if not path.is_file():
+        raise ConfigError(key, f"no such file {str(path)!r}")
+    return path
+
+
+def _host_port(key: str, text: str) -> tuple[str, int]:
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(key, f"must be host:port, not {text!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def _listen(text: str, tls: TLSConfig) -> Listen:
+    if text.startswith("unix:"):
+        path = text[len("unix:") :]
+        if path.startswith("//"):
+            path = path[2:]
+        if not path.startswith("/"):
+            raise ConfigError("listen", f"a unix socket needs an absolute path, not {text!r}")
+        return Listen("unix", path)
+    if text.startswith("tcp://"):
+        address = text[len("tcp://") :]
+        _host_port("listen", address)
+        if tls.cert is None and not tls.allow_insecure_tcp:
+            raise ConfigError("listen", "a tcp:// address needs TLS: set tls.cert and tls.key (and tls.client_ca)")
+        return Listen("tcp", address)
+    raise ConfigError("listen", f"must be unix:/path/to.sock or tcp://host:port, not {text!r}")

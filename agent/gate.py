@@ -1,0 +1,198 @@
+"""The write gate: the one place where the agent holds writes while a migration runs.
+
+Open, writes flow to the router's active store. ``close()`` stops admitting writes — new ones wait
+in line — and returns once the writes already in flight have finished (their number is returned:
+"drained"). ``open(towards=store)`` routes to ``store`` and releases the held writes one after
+another, in the order they arrived, then lets everything flow concurrently again. A held write
+whose caller's deadline (or ``hold_timeout``) comes first fails with ``HeldForMigration`` and
+writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from metashift.agent.router import Router
+from metashift.agent.stores import MetadataStore
+from metashift.agent.stores.errors import HeldForMigration
+
+log = logging.getLogger(__name__)
+
+
+class _Ticket:
+    __slots__ = ("done", "go", "since")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.go: asyncio.Future[None] = loop.create_future()
+        self.done = asyncio.Event()
+        self.since = time.monotonic()
+
+
+class WriteGate:
+    def __init__(
+        self,
+        router: Router,
+        *,
+        hold_timeout: float = 30.0,
+        on_change: Callable[[WriteGate], None] | None = None,
+    ) -> None:
+        self.router = router
+        self.hold_timeout = hold_timeout
+        self._open = True
+        self._releasing = False
+        self._held: deque[_Ticket] = deque()
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._release_task: asyncio.Task[int] | None = None
+        self._on_change = on_change
+        self.drained_total = 0
+        self.held_total = 0
+        self.expired_total = 0
+
+    # ---- state ----------------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self._open
+
+    @property
+    def held(self) -> int:
+        return sum(1 for t in self._held if not t.go.done())
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(self)
+
+    # ---- the write path -------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def write(self, wait: float | None = None) -> AsyncIterator[MetadataStore]:
+        """Admit one write; yields the store to write to. ``wait``: the seconds the caller can
+        still wait (its deadline); ``None`` means ``hold_timeout``."""
+        ticket: _Ticket | None = None
+        if not self._open or self._releasing or self._held:
+            ticket = await self._hold(wait)
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            yield self.router.active
+        finally:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle.set()
+            if ticket is not None:
+                ticket.done.set()
+
+    async def _hold(self, wait: float | None) -> _Ticket:
+        ticket = _Ticket(asyncio.get_running_loop())
+        self._held.append(ticket)
+        self.held_total += 1
+        self._changed()
+        limit = self.hold_timeout if wait is None else min(wait, self.hold_timeout)
+        try:
+            await asyncio.wait_for(asyncio.shield(ticket.go), max(limit, 0.0))
+            return ticket
+        except TimeoutError:
+            if ticket.go.done() and not ticket.go.cancelled() and ticket.go.exception() is None:
+                return ticket  # released at the very moment the deadline came
+            self._forget(ticket)
+            self.expired_total += 1
+            raise HeldForMigration(
+                f"write held for migration for {time.monotonic() - ticket.since:.3f}s, past the caller's deadline"
+            ) from None
+        except asyncio.CancelledError:
+            self._forget(ticket)
+            raise
+        finally:
+            self._changed()
+
+    def _forget(self, ticket: _Ticket) -> None:
+        try:
+            self._held.remove(ticket)
+        except ValueError:  # already released: let the release loop move on
+            ticket.done.set()
+        if not ticket.go.done():
+            ticket.go.cancel()
+
+    # ---- driving the gate -----------------------------------------------------------------------
+
+    async def close(self, within: float | None = None) -> int:
+        """Stop admitting writes; wait (up to ``within`` seconds) until the writes in flight are done.
+        Returns how many were drained. Raises ``TimeoutError`` when they did not finish in time
+        (the gate stays closed)."""
+        self._open = False
+        if self._release_task is not None and not self._release_task.done():
+            self._release_task.cancel()
+        self._releasing = False
+        drained = self._in_flight
+        log.info("write gate closed; draining %d write(s) in flight", drained)
+        self._changed()
+        await asyncio.wait_for(self._idle.wait(), within)
+        self.drained_total += drained
+        self._changed()
+        return drained
+
+    async def open(self, towards: MetadataStore | None = None) -> int:
+        """Route to ``towards`` (default: stay on the active store), then release the held writes
+        there in arrival order; returns how many were released in order."""
+        if towards is not None:
+            self.router.switch(towards)
+        self._open = True
+        if not self._held:
+            self._changed()
+            return 0
+        self._releasing = True
+        self._changed()
+        task = asyncio.create_task(self._release(len(self._held)))
+        self._release_task = task
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if task.cancelled():  # closed again while releasing
+                return 0
+            raise
+
+    async def _release(self, count: int) -> int:
+        released = 0
+        try:
+            for _ in range(count):
+                if not self._open or not self._held:
+                    break
+                ticket = self._held.popleft()
+                if ticket.go.done():
+                    continue
+                ticket.go.set_result(None)
+                released += 1
+                await ticket.done.wait()
+            if self._open:  # the rest (arrived while releasing) flow concurrently, still in order
+                while self._held:
+                    ticket = self._held.popleft()
+                    if not ticket.go.done():
+                        ticket.go.set_result(None)
+                        released += 1
+            log.info("write gate open towards %s; released %d held write(s)", self.router.active_name, released)
+            return released
+        finally:
+            self._releasing = False
+            self._changed()
+
+    def fail_held(self) -> int:
+        """Fail every held write now (the agent is shutting down)."""
+        failed = 0
+        while self._held:
+            ticket = self._held.popleft()
+            if not ticket.go.done():
+                ticket.go.set_exception(HeldForMigration("the agent is shutting down"))
+                failed += 1
+        self._changed()
+        return failed

@@ -1,0 +1,520 @@
+"""The gRPC gateway: ``metashift.v1.MetadataStore`` and ``metashift.v1.Session`` over grpc.aio.
+
+Every request is checked here, server-side, whatever the client: a malformed request gets
+INVALID_ARGUMENT and nothing is written. Reads go to the router's active store; writes pass the
+write gate first. Failures end with a status code and the ``metashift.v1.Error`` detail in the
+trailing metadata (see ``wire``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from metashift.agent import wire
+from metashift.agent.gate import WriteGate
+from metashift.agent.metrics import AgentMetrics
+from metashift.agent.router import Router
+from metashift.agent.sessions import ClientSession, SessionRegistry
+from metashift.agent.stores import (
+    DeleteOp,
+    ExistsOp,
+    GetChildrenOp,
+    GetOp,
+    MetadataStore,
+    Notification,
+    Op,
+    OpResult,
+    PutOp,
+    Stat,
+    paths,
+)
+from metashift.agent.stores.errors import InvalidPath, MetadataStoreError, StoreUnavailable, ValueTooLarge
+from metashift.agent.wire import InvalidArgument, NoSession
+from metashift.proto.v1 import gateway_pb2 as pb
+
+log = logging.getLogger(__name__)
+
+STORE_SERVICE = "metashift.v1.MetadataStore"
+SESSION_SERVICE = "metashift.v1.Session"
+WATCH_QUEUE_LIMIT = 100_000
+HELLO_TIMEOUT = 10.0
+MAX_BATCH_OPS = 10_000
+
+
+class _Malformed:
+    """What a request that does not decode becomes; the handler answers INVALID_ARGUMENT."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+
+def _decoder(message: Any) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        try:
+            return message.FromString(data)
+        except Exception as exc:  # google.protobuf.message.DecodeError and kin
+            return _Malformed(f"cannot decode {message.DESCRIPTOR.full_name}: {exc}")
+
+    return decode
+
+
+class NotificationHub:
+    """Fans the active store's notifications out to the Watch streams."""
+
+    def __init__(self, router: Router) -> None:
+        self._queues: dict[asyncio.Queue[Notification | None], str] = {}
+        self._router = router
+        self._remove = router.active.add_listener(self._publish)
+        router.on_switch(self._switched)
+
+    def _switched(self, old: MetadataStore, new: MetadataStore) -> None:
+        self._remove()
+        self._remove = new.add_listener(self._publish)
+
+    def _publish(self, notification: Notification) -> None:
+        for queue, prefix in list(self._queues.items()):
+            if prefix and not paths.is_under(notification.path, prefix):
+                continue
+            if queue.qsize() >= WATCH_QUEUE_LIMIT:
+                queue.put_nowait(None)  # too slow a reader: end its stream rather than grow forever
+                self._queues.pop(queue, None)
+                continue
+            queue.put_nowait(notification)
+
+    def subscribe(self, prefix: str) -> asyncio.Queue[Notification | None]:
+        queue: asyncio.Queue[Notification | None] = asyncio.Queue()
+        self._queues[queue] = "" if prefix == paths.SEPARATOR else prefix
+        return queue
+
+    def unsubscribe(self, queue: asyncio.Queue[Notification | None]) -> None:
+        self._queues.pop(queue, None)
+
+    def close(self) -> None:
+        for queue in list(self._queues):
+            queue.put_nowait(None)
+        self._queues.clear()
+        self._remove()
+
+    def __len__(self) -> int:
+        return len(self._queues)
+
+
+class Gateway:
+    """The servicers. ``handlers()`` gives what to register on a ``grpc.aio`` server."""
+
+    def __init__(
+        self,
+        router: Router,
+        gate: WriteGate,
+        registry: SessionRegistry,
+        metrics: AgentMetrics,
+        *,
+        node_id: str = "",
+        role: str = "broker",
+        session_timeout: float = 10.0,
+        session_max_timeout: float = 60.0,
+    ) -> None:
+        self.router = router
+        self.gate = gate
+        self.registry = registry
+        self.metrics = metrics
+        self.hub = NotificationHub(router)
+        self.node_id = node_id
+        self.role = role
+        self.session_timeout = session_timeout
+        self.session_max_timeout = session_max_timeout
+        self._streams: set[asyncio.Queue[tuple[Any, ...]]] = set()
+        self._store_events_remove = router.active.add_session_listener(self.registry.store_event)
+        router.on_switch(self._switched)
+        self._closing = False
+
+    def _switched(self, old: MetadataStore, new: MetadataStore) -> None:
+        self._store_events_remove()
+        self._store_events_remove = new.add_session_listener(self.registry.store_event)
+        self.metrics.active_store.state(self.router.active_name)
+
+    # ---- registration ---------------------------------------------------------------------------
+
+    def handlers(self) -> list[grpc.GenericRpcHandler]:
+        def unary(name: str, fn: Callable[[Any, Any], Awaitable[Any]], req: Any, resp: Any) -> Any:
+            return grpc.unary_unary_rpc_method_handler(
+                self._instrument(name, fn), request_deserializer=_decoder(req),
+                response_serializer=resp.SerializeToString,
+            )
+
+        store = {
+            "Get": unary("Get", self._get, pb.GetRequest, pb.GetResponse),
+            "GetChildren": unary("GetChildren", self._get_children, pb.GetChildrenRequest, pb.GetChildrenResponse),
+            "Exists": unary("Exists", self._exists, pb.ExistsRequest, pb.ExistsResponse),
+            "Put": unary("Put", self._put, pb.PutRequest, pb.PutResponse),
+            "Delete": unary("Delete", self._delete, pb.DeleteRequest, pb.DeleteResponse),
+            "Batch": unary("Batch", self._batch, pb.BatchRequest, pb.BatchResponse),
+            "Watch": grpc.unary_stream_rpc_method_handler(
+                self._watch, request_deserializer=_decoder(pb.WatchRequest),
+                response_serializer=pb.WatchResponse.SerializeToString,
+            ),
+        }
+        session = {
+            "Open": grpc.stream_stream_rpc_method_handler(
+                self._session, request_deserializer=_decoder(pb.SessionRequest),
+                response_serializer=pb.SessionResponse.SerializeToString,
+            ),
+        }
+        return [
+            grpc.method_handlers_generic_handler(STORE_SERVICE, store),
+            grpc.method_handlers_generic_handler(SESSION_SERVICE, session),
+        ]
+
+    def _instrument(
+        self, method: str, fn: Callable[[Any, Any], Awaitable[Any]]
+    ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+        requests = self.metrics.requests
+        ok_counter = requests.labels(method, "OK")
+        latency = self.metrics.latency.labels(method)
+
+        async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            start = time.perf_counter()
+            try:
+                if isinstance(request, _Malformed):
+                    raise InvalidArgument(request.reason)
+                response = await fn(request, context)
+            except MetadataStoreError as err:
+                error = err
+            except (TypeError, ValueError) as err:  # argument checks of the store layer
+                error = InvalidArgument(str(err))
+            else:
+                latency.observe(time.perf_counter() - start)
+                ok_counter.inc()
+                return response
+            detail, code = wire.error_to_pb(error)
+            latency.observe(time.perf_counter() - start)
+            requests.labels(method, code.name).inc()
+            await context.abort(
+                code,
+                str(error),
+                trailing_metadata=(
+                    (wire.ERROR_DETAIL_KEY, detail.SerializeToString()),
+                    (wire.ERROR_KIND_KEY, wire.kind_name(detail.kind)),
+                    (wire.ERROR_PATH_KEY, _ascii(detail.path)),
+                ),
+            )
+
+        return handler
+
+    # ---- helpers --------------------------------------------------------------------------------
+
+    def _session_of(self, context: grpc.aio.ServicerContext) -> ClientSession | None:
+        for key, value in context.invocation_metadata() or ():
+            if key == wire.SESSION_KEY:
+                return self.registry.get(value if isinstance(value, str) else value.decode())
+        return None
+
+    @staticmethod
+    def _hold_budget(context: grpc.aio.ServicerContext) -> float | None:
+        """How long a held write may wait: the caller's deadline, less a margin so that our
+        HeldForMigration answer reaches the caller before its own deadline fires."""
+        remaining = context.time_remaining()
+        if remaining is None:
+            return None
+        return max(0.0, remaining - min(0.05, remaining * 0.1))
+
+    def _stat(self, stat: Stat, session: ClientSession | None) -> pb.Stat:
+        return wire.stat_to_pb(stat, stat.ephemeral and stat.created_by_self and self.registry.owns(session, stat.path))
+
+    @staticmethod
+    def _path(path: str) -> str:
+        return paths.validate(path)
+
+    @staticmethod
+    def _check_put(req: pb.PutRequest, store: MetadataStore) -> int | None:
+        path = paths.validate(req.path)
+        if path == paths.SEPARATOR:
+            raise InvalidPath(path, "the root cannot be written")
+        if len(req.value) > store.max_value_size:
+            raise ValueTooLarge(path, len(req.value), store.max_value_size)
+        expected = req.expected_version if req.HasField("expected_version") else None
+        if expected is not None and expected < -1:
+            raise InvalidArgument(f"expected_version {expected} is not valid", path)
+        return expected
+
+    @staticmethod
+    def _check_delete(req: pb.DeleteRequest) -> int | None:
+        path = paths.validate(req.path)
+        if path == paths.SEPARATOR:
+            raise InvalidPath(path, "the root cannot be deleted")
+        expected = req.expected_version if req.HasField("expected_version") else None
+        if expected is not None and expected < 0:
+            raise InvalidArgument(f"expected_version {expected} is not valid", path)
+        return expected
+
+    def _require_session(self, context: grpc.aio.ServicerContext, path: str) -> ClientSession:
+        session = self._session_of(context)
+        if session is None:
+            raise NoSession(f"an ephemeral put needs a live session ({wire.SESSION_KEY} metadata)", path)
+        return session
+
+    async def _after_put(
+        self, session: ClientSession | None, req: pb.PutRequest, stat: Stat, store: MetadataStore
+    ) -> None:
+        self.registry.record_put(session, req.value, req.ephemeral, stat)
+        if req.ephemeral and session is not None and session.ended and stat.ephemeral:
+            # the session ended while this put was in flight: its ephemeral must not outlive it
+            self.registry.record_delete(stat.path)
+            try:
+                await store.delete(stat.path, expected_version=stat.version)
+            except MetadataStoreError:
+                pass
+            raise NoSession("the session ended while the put was in flight", stat.path)
+
+    # ---- MetadataStore --------------------------------------------------------------------------
+
+    async def _get(self, req: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.GetResponse:
+        got = await self.router.active.get(self._path(req.path))
+        if got is None:
+            return pb.GetResponse(found=False)
+        value, stat = got
+        session = self._session_of(context) if stat.ephemeral else None
+        return pb.GetResponse(found=True, value=value, stat=self._stat(stat, session))
+
+    async def _get_children(self, req: pb.GetChildrenRequest, context: grpc.aio.ServicerContext) -> Any:
+        return pb.GetChildrenResponse(children=await self.router.active.get_children(self._path(req.path)))
+
+    async def _exists(self, req: pb.ExistsRequest, context: grpc.aio.ServicerContext) -> pb.ExistsResponse:
+        return pb.ExistsResponse(exists=await self.router.active.exists(self._path(req.path)))
+
+    async def _put(self, req: pb.PutRequest, context: grpc.aio.ServicerContext) -> pb.PutResponse:
+        expected = self._check_put(req, self.router.active)
+        session = self._require_session(context, req.path) if req.ephemeral else self._session_of(context)
+        async with self.gate.write(self._hold_budget(context)) as store:
+            stat = await store.put(req.path, req.value, expected, ephemeral=req.ephemeral, sequential=req.sequential)
+            await self._after_put(session, req, stat, store)
+        return pb.PutResponse(stat=self._stat(stat, session))
+
+    async def _delete(self, req: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:
+        expected = self._check_delete(req)
+        async with self.gate.write(self._hold_budget(context)) as store:
+            await store.delete(req.path, expected)
+            self.registry.record_delete(req.path)
+        return pb.DeleteResponse()
+
+    async def _batch(self, req: pb.BatchRequest, context: grpc.aio.ServicerContext) -> pb.BatchResponse:
+        if len(req.ops) > MAX_BATCH_OPS:
+            raise InvalidArgument(f"a batch holds at most {MAX_BATCH_OPS} operations, not {len(req.ops)}")
+        ops: list[Op] = []
+        session: ClientSession | None = self._session_of(context)
+        writes = False
+        for i, op in enumerate(req.ops):
+            kind = op.WhichOneof("op")
+            if kind == "get":
+                ops.append(GetOp(self._path(op.get.path)))
+            elif kind == "get_children":
+                ops.append(GetChildrenOp(self._path(op.get_children.path)))
+            elif kind == "exists":
+                ops.append(ExistsOp(self._path(op.exists.path)))
+            elif kind == "put":
+                p = op.put
+                expected = self._check_put(p, self.router.active)
+                if p.ephemeral and session is None:
+                    self._require_session(context, p.path)
+                ops.append(PutOp(p.path, p.value, expected, p.ephemeral, p.sequential))
+                writes = True
+            elif kind == "delete":
+                ops.append(DeleteOp(op.delete.path, self._check_delete(op.delete)))
+                writes = True
+            else:
+                raise InvalidArgument(f"batch operation {i} is empty")
+        if writes:
+            async with self.gate.write(self._hold_budget(context)) as store:
+                results = await store.batch(ops)
+                for op, result in zip(ops, results, strict=True):
+                    if isinstance(op, PutOp) and isinstance(result, Stat):
+                        req_put = pb.PutRequest(path=op.path, value=op.value, ephemeral=op.ephemeral)
+                        await self._after_put(session, req_put, result, store)
+                    elif isinstance(op, DeleteOp) and result is None:
+                        self.registry.record_delete(op.path)
+        else:
+            results = await self.router.active.batch(ops)
+        return pb.BatchResponse(results=[self._result(op, r, session) for op, r in zip(ops, results, strict=True)])
+
+    def _result(self, op: Op, result: OpResult, session: ClientSession | None) -> pb.OpResult:
+        if isinstance(result, MetadataStoreError):
+            return pb.OpResult(error=wire.error_to_pb(result)[0])
+        if isinstance(op, GetOp):
+            if result is None:
+                return pb.OpResult(get=pb.GetResponse(found=False))
+            assert isinstance(result, tuple)
+            return pb.OpResult(get=pb.GetResponse(found=True, value=result[0], stat=self._stat(result[1], session)))
+        if isinstance(op, GetChildrenOp):
+            assert isinstance(result, list)
+            return pb.OpResult(get_children=pb.GetChildrenResponse(children=result))
+        if isinstance(op, ExistsOp):
+            return pb.OpResult(exists=pb.ExistsResponse(exists=bool(result)))
+        if isinstance(op, PutOp):
+            assert isinstance(result, Stat)
+            return pb.OpResult(put=pb.PutResponse(stat=self._stat(result, session)))
+        return pb.OpResult(delete=pb.DeleteResponse())
+
+    async def _watch(self, req: Any, context: grpc.aio.ServicerContext) -> None:
+        if isinstance(req, _Malformed):
+            await self._abort(context, InvalidArgument(req.reason))
+            return
+        prefix = req.path_prefix or paths.SEPARATOR
+        try:
+            paths.validate(prefix)
+        except InvalidPath as err:
+            await self._abort(context, err)
+            return
+        queue = self.hub.subscribe(prefix)
+        self.metrics.watchers.set(len(self.hub))
+        try:
+            await context.write(pb.WatchResponse(ready=True))
+            while True:
+                notification = await queue.get()
+                if notification is None:
+                    return
+                await context.write(
+                    pb.WatchResponse(
+                        notification=pb.Notification(
+                            type=wire.NOTIFICATION_TO_PB[notification.type], path=notification.path
+                        )
+                    )
+                )
+        finally:
+            self.hub.unsubscribe(queue)
+            self.metrics.watchers.set(len(self.hub))
+
+    async def _abort(self, context: grpc.aio.ServicerContext, error: MetadataStoreError) -> None:
+        detail, code = wire.error_to_pb(error)
+        await context.abort(
+            code,
+            str(error),
+            trailing_metadata=(
+                (wire.ERROR_DETAIL_KEY, detail.SerializeToString()),
+                (wire.ERROR_KIND_KEY, wire.kind_name(detail.kind)),
+            ),
+        )
+
+    # ---- Session --------------------------------------------------------------------------------
+
+    async def _session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        try:
+            first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT)
+        except TimeoutError:
+            await self._abort(context, InvalidArgument("no Hello within 10 seconds"))
+            return
+        if first is grpc.aio.EOF:
+            return
+        if isinstance(first, _Malformed) or first.WhichOneof("kind") != "hello":
+            await self._abort(context, InvalidArgument("a session starts with Hello"))
+            return
+        if self._closing:
+            await self._abort(context, StoreUnavailable("the agent is shutting down"))
+            return
+        hello = first.hello
+        timeout = hello.timeout_ms / 1000 if hello.timeout_ms else self.session_timeout
+        timeout = min(max(timeout, 0.5), self.session_max_timeout)
+        out: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
+        session = self.registry.open(hello.client_name[:200], timeout, lambda ev: out.put_nowait(("event", ev)))
+        self.metrics.sessions.set(len(self.registry))
+        self._streams.add(out)
+        reader = asyncio.create_task(self._session_reader(context, session, out))
+        reason = "stream broken"
+        try:
+            await context.write(
+                pb.SessionResponse(
+                    started=pb.SessionStarted(
+                        session_id=session.id,
+                        timeout_ms=int(timeout * 1000),
+                        max_value_size=self.router.active.max_value_size,
+                        node_id=self.node_id,
+                        role=self.role,
+                    )
+                )
+            )
+            while True:
+                try:
+                    item = await asyncio.wait_for(out.get(), max(session.expires_in(), 0.01))
+                except TimeoutError:
+                    if session.expires_in() > 0:
+                        continue
+                    reason = "keep-alive timed out"
+                    await self.registry.end(session, reason)
+                    await context.write(pb.SessionResponse(event=pb.SessionEvent(type=pb.SESSION_LOST)))
+                    return
+                kind = item[0]
+                if kind == "keepalive":
+                    await context.write(pb.SessionResponse(keep_alive=pb.KeepAlive(seq=item[1])))
+                elif kind == "event":
+                    event = pb.SessionEvent(type=wire.SESSION_EVENT_TO_PB[item[1]])
+                    await context.write(pb.SessionResponse(event=event))
+                elif kind == "close":
+                    reason = "closed by the client"
+                    await self.registry.end(session, reason)
+                    await context.write(pb.SessionResponse(closed=pb.SessionClosed()))
+                    return
+                elif kind == "eof":
+                    reason = "stream closed"
+                    return
+                elif kind == "shutdown":
+                    reason = "agent shutting down"
+                    return
+                elif kind == "bad":
+                    reason = "malformed request"
+                    await self.registry.end(session, reason)
+                    await self._abort(context, InvalidArgument(item[1]))
+                    return
+        finally:
+            reader.cancel()
+            self._streams.discard(out)
+            if not session.ended:
+                self.registry.end_soon(session, reason)
+            self.metrics.sessions.set(len(self.registry))
+
+    async def _session_reader(
+        self, context: grpc.aio.ServicerContext, session: ClientSession, out: asyncio.Queue[tuple[Any, ...]]
+    ) -> None:
+        try:
+            while True:
+                msg = await context.read()
+                if msg is grpc.aio.EOF:
+                    out.put_nowait(("eof",))
+                    return
+                if isinstance(msg, _Malformed):
+                    out.put_nowait(("bad", msg.reason))
+                    return
+                kind = msg.WhichOneof("kind")
+                session.touch()
+                if kind == "keep_alive":
+                    out.put_nowait(("keepalive", msg.keep_alive.seq))
+                elif kind == "close":
+                    out.put_nowait(("close",))
+                    return
+                else:
+                    out.put_nowait(("bad", f"unexpected {kind or 'empty'} message in an open session"))
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # the stream broke under us: the writer side notices too
+            out.put_nowait(("eof",))
+
+    # ---- shutdown -------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """End every session stream and watch; fail held writes (the agent is going away)."""
+        self._closing = True
+        self.gate.fail_held()
+        for out in list(self._streams):
+            out.put_nowait(("shutdown",))
+        self.hub.close()
+
+
+def _ascii(text: str) -> str:
+    """Metadata values must be printable ASCII: escape the rest."""
+    return text if text.isascii() and text.isprintable() else text.encode("unicode_escape").decode("ascii")
+

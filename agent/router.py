@@ -1,0 +1,46 @@
+"""Which store the agent's reads and writes go to: the source, or (after a migration) the target.
+
+The router only points; the write gate decides when writes may flow. Listeners hear every switch
+so that notification and session-event subscriptions follow the active store.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from metashift.agent.stores import MetadataStore
+
+log = logging.getLogger(__name__)
+
+SwitchListener = Callable[[MetadataStore, MetadataStore], None]
+
+
+class Router:
+    def __init__(self, source: MetadataStore) -> None:
+        self.source = source
+        self.target: MetadataStore | None = None
+        self.active = source
+        self._listeners: list[SwitchListener] = []
+
+    @property
+    def active_name(self) -> str:
+        return "source" if self.active is self.source else "target"
+
+    def set_target(self, target: MetadataStore | None) -> None:
+        """Remember the second store (opened by the migration); does not route to it."""
+        self.target = target
+
+    def switch(self, store: MetadataStore) -> None:
+        """Route reads and writes to ``store`` (the source or the target) from now on."""
+        if store is not self.source and store is not self.target:
+            self.target = store
+        if store is self.active:
+            return
+        old, self.active = self.active, store
+        log.info("routing to %s (%s)", self.active_name, store.url)
+        for listener in list(self._listeners):
+            listener(old, store)
+
+    def on_switch(self, listener: SwitchListener) -> None:
+        self._listeners.append(listener)

@@ -1,0 +1,218 @@
+"""The agent process: the gateway on a unix socket (or TCP with TLS), health checking, metrics,
+JSON logs, uvloop, and a clean drain on SIGTERM.
+
+``Agent`` is the in-process object (tests start several); ``run(config)`` is ``metashift agent``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from metashift.agent.config import AgentConfig, ConfigError
+from metashift.agent.gate import WriteGate
+from metashift.agent.gateway import SESSION_SERVICE, STORE_SERVICE, Gateway
+from metashift.agent.metrics import AgentMetrics
+from metashift.agent.router import Router
+from metashift.agent.sessions import SessionRegistry
+from metashift.agent.stores import MetadataStore, open_store
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+GRPC_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.so_reuseport", 0),
+]
+
+
+class Agent:
+    """One agent: a source store, the gateway serving it, and the gate in front of it."""
+
+    def __init__(self, config: AgentConfig, *, source: MetadataStore | None = None) -> None:
+        self.config = config
+        self.metrics = AgentMetrics()
+        self._given_source = source
+        self.source: MetadataStore | None = source
+        self.router: Router
+        self.gate: WriteGate
+        self.registry: SessionRegistry
+        self.gateway: Gateway
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self.address = ""
+        self._stopped = asyncio.Event()
+        self._gate_seen: dict[str, int] = {}
+
+    # ---- start ----------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        config = self.config
+        if self.source is None:
+            self.source = await open_store(config.source)
+        self.router = Router(self.source)
+        self.gate = WriteGate(self.router, hold_timeout=config.hold_timeout, on_change=self._gate_changed)
+        self.registry = SessionRegistry(self.gate, on_change=self.metrics.sessions.set)
+        self.gateway = Gateway(
+            self.router, self.gate, self.registry, self.metrics,
+            node_id=config.node_id, role=config.role,
+            session_timeout=config.session_timeout, session_max_timeout=config.session_max_timeout,
+        )
+        server = grpc.aio.server(options=GRPC_OPTIONS)
+        server.add_generic_rpc_handlers(tuple(self.gateway.handlers()))
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        self.address = self._bind(server)
+        await server.start()
+        self._server = server
+        if config.listen.kind == "unix":
+            os.chmod(config.listen.address, config.socket_mode)
+        for service in ("", STORE_SERVICE, SESSION_SERVICE):
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        if config.metrics:
+            self.metrics.serve(config.metrics)
+        log.info(
+            "agent started",
+            extra={"fields": {"node_id": config.node_id, "role": config.role, "listen": self.address,
+                              "source": config.source.redacted(), "metrics": config.metrics or None}},
+        )
+
+    def _bind(self, server: grpc.aio.Server) -> str:
+        listen, tls = self.config.listen, self.config.tls
+        if listen.kind == "unix":
+            path = Path(listen.address)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if path.exists() or path.is_symlink():
+                if not stat.S_ISSOCK(path.lstat().st_mode):
+                    raise ConfigError("listen", f"{path} exists and is not a socket")
+                path.unlink()  # a stale socket of a previous run
+            old_umask = os.umask(0o177)  # never world-accessible, even for an instant
+            try:
+                server.add_insecure_port(f"unix:{path}")
+            finally:
+                os.umask(old_umask)
+            return f"unix:{path}"
+        if tls.cert is not None and tls.key is not None:
+            credentials = grpc.ssl_server_credentials(
+                [(tls.key.read_bytes(), tls.cert.read_bytes())],
+                root_certificates=tls.client_ca.read_bytes() if tls.client_ca else None,
+                require_client_auth=tls.client_ca is not None,
+            )
+            port = server.add_secure_port(listen.address, credentials)
+        else:  # allow_insecure_tcp (tests only; the config refuses it otherwise)
+            port = server.add_insecure_port(listen.address)
+        if port == 0:
+            raise ConfigError("listen", f"cannot listen on {listen.address}")
+        host = listen.address.rpartition(":")[0]
+        return f"{host}:{port}"
+
+    def _gate_changed(self, gate: WriteGate) -> None:
+        m = self.metrics
+        m.gate_open.set(1 if gate.is_open else 0)
+        m.held_writes.set(gate.held)
+        seen = self._gate_seen
+        for counter, name in ((m.writes_held, "held_total"), (m.held_write_expired, "expired_total"),
+                              (m.drained_writes, "drained_total")):
+            now = getattr(gate, name)
+            if now > seen.get(name, 0):
+                counter.inc(now - seen.get(name, 0))
+                seen[name] = now
+
+    # ---- stop -----------------------------------------------------------------------------------
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain: refuse new calls, let the calls in flight finish (up to ``grace`` seconds, default
+        the config's drain_timeout), end the sessions (their ephemerals are deleted), close stores."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        grace = self.config.drain_timeout if grace is None else grace
+        log.info("agent stopping; draining calls in flight (up to %.1fs)", grace)
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            self.gateway.shutdown()
+            await self._server.stop(grace)
+            await self.registry.wait_cleanups()
+        for store in {id(s): s for s in (self.router.target, self.source) if s is not None}.values():
+            if store is self._given_source:
+                continue
+            with contextlib.suppress(Exception):
+                await store.close()
+        if self.config.listen.kind == "unix":
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.config.listen.address)
+        log.info("agent stopped")
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def __aenter__(self) -> Agent:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop(grace=1.0)
+
+
+# ---- the process ------------------------------------------------------------------------------
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ts, level, logger, msg, and any ``extra={"fields": {...}}``."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            entry.update(fields)
+        if record.exc_info:
+            entry["exc"] = self.formatException(record.exc_info)
+        return json.dumps(entry, default=str)
+
+
+def setup_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+async def serve(config: AgentConfig) -> int:
+    """Run an agent until SIGTERM or SIGINT; then drain and exit 0."""
+    agent = Agent(config)
+    await agent.start()
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("signal received")
+    await agent.stop()
+    return 0
+
+
+def run(config: AgentConfig) -> int:
+    setup_logging(config.log_level)
+    import uvloop
+
+    return int(uvloop.run(serve(config)))

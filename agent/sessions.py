@@ -1,0 +1,177 @@
+"""Client sessions: who holds a Session stream, and which ephemerals each one created.
+
+Every ephemeral a client creates through the agent is ephemeral on the agent's own store session
+too, so that it vanishes if the agent dies. On top of that the agent tracks, per client session,
+the ephemerals it created and their latest value, so that it can:
+
+- delete them when the client's session ends (stream closed or broken, keep-alive timed out), so
+  each client's ephemerals live exactly as long as its own session, independently of the others;
+- re-create them in another store (the migration target) with ``recreate_in``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from metashift.agent.gate import WriteGate
+from metashift.agent.stores import MetadataStore, SessionEvent, Stat
+from metashift.agent.stores.errors import BadVersion, MetadataStoreError, NotFound, StoreUnavailable
+
+log = logging.getLogger(__name__)
+
+EventSink = Callable[[SessionEvent], None]
+
+
+@dataclass(eq=False)
+class ClientSession:
+    id: str
+    name: str
+    timeout: float
+    sink: EventSink
+    ephemerals: dict[str, bytes] = field(default_factory=dict)
+    """Real path -> latest value of every ephemeral this session owns."""
+    last_seen: float = field(default_factory=time.monotonic)
+    ended: bool = False
+
+    def touch(self) -> None:
+        self.last_seen = time.monotonic()
+
+    def expires_in(self) -> float:
+        return self.last_seen + self.timeout - time.monotonic()
+
+
+class SessionRegistry:
+    def __init__(self, gate: WriteGate, *, on_change: Callable[[int], None] | None = None) -> None:
+        self.gate = gate
+        self.sessions: dict[str, ClientSession] = {}
+        self._owner: dict[str, ClientSession] = {}
+        self._ids = itertools.count(1)
+        self._prefix = f"{os.getpid():x}-{int(time.time() * 1000):x}"
+        self._on_change = on_change
+        self._cleanups: set[asyncio.Task[int]] = set()
+
+    def __len__(self) -> int:
+        return len(self.sessions)
+
+    # ---- life cycle -----------------------------------------------------------------------------
+
+    def open(self, name: str, timeout: float, sink: EventSink) -> ClientSession:
+        session = ClientSession(f"{self._prefix}-{next(self._ids)}", name, timeout, sink)
+        self.sessions[session.id] = session
+        self._changed()
+        log.info("session %s opened (%s, timeout %.1fs)", session.id, name or "-", timeout)
+        return session
+
+    def get(self, session_id: str) -> ClientSession | None:
+        session = self.sessions.get(session_id)
+        return None if session is None or session.ended else session
+
+    async def end(self, session: ClientSession, reason: str) -> int:
+        """End ``session`` and delete its ephemerals (through the write gate, so during a migration
+        the deletes wait for the gate like any write). Returns how many were deleted."""
+        if session.ended:
+            return 0
+        session.ended = True
+        self.sessions.pop(session.id, None)
+        self._changed()
+        paths = list(session.ephemerals)
+        for path in paths:
+            if self._owner.get(path) is session:
+                del self._owner[path]
+        deleted = 0
+        for path in paths:
+            if await self._delete_ephemeral(path):
+                deleted += 1
+        session.ephemerals.clear()
+        log.info("session %s ended (%s); %d ephemeral(s) deleted", session.id, reason, deleted)
+        return deleted
+
+    def end_soon(self, session: ClientSession, reason: str) -> asyncio.Task[int]:
+        """``end`` in a task of its own (the caller may be being cancelled)."""
+        task = asyncio.get_running_loop().create_task(self.end(session, reason))
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        return task
+
+    async def _delete_ephemeral(self, path: str) -> bool:
+        for attempt in range(20):
+            try:
+                async with self.gate.write(wait=None) as store:
+                    got = await store.get(path)
+                    if got is None or not got[1].ephemeral or not got[1].created_by_self:
+                        return False  # gone already, or no longer ours
+                    if self._owner.get(path) is not None:
+                        return False  # re-created by another session of this agent meanwhile
+                    await store.delete(path, expected_version=got[1].version)
+                    return True
+            except (NotFound, BadVersion):
+                return False
+            except StoreUnavailable as e:
+                log.warning("cannot delete ephemeral %s yet (%s); retrying", path, e)
+                await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
+            except MetadataStoreError:
+                log.exception("cannot delete ephemeral %s", path)
+                return False
+        log.error("gave up deleting ephemeral %s; it goes with the agent's store session", path)
+        return False
+
+    async def wait_cleanups(self) -> None:
+        if self._cleanups:
+            await asyncio.gather(*list(self._cleanups), return_exceptions=True)
+
+    # ---- bookkeeping of writes ------------------------------------------------------------------
+
+    def record_put(self, session: ClientSession | None, value: bytes, ephemeral: bool, stat: Stat) -> None:
+        path = stat.path
+        owner = self._owner.get(path)
+        if ephemeral and stat.ephemeral and session is not None and (owner is None or stat.version == 0):
+            if owner is not None and owner is not session:
+                owner.ephemerals.pop(path, None)
+            self._owner[path] = session
+            session.ephemerals[path] = value
+        elif owner is not None:
+            owner.ephemerals[path] = value  # a new value for a tracked ephemeral
+
+    def record_delete(self, path: str) -> None:
+        owner = self._owner.pop(path, None)
+        if owner is not None:
+            owner.ephemerals.pop(path, None)
+
+    def owns(self, session: ClientSession | None, path: str) -> bool:
+        return session is not None and self._owner.get(path) is session
+
+    def ephemerals(self) -> dict[str, bytes]:
+        """Every tracked ephemeral (path -> value), all sessions together."""
+        return {path: session.ephemerals[path] for path, session in self._owner.items()}
+
+    async def recreate_in(self, store: MetadataStore) -> int:
+        """Create every tracked ephemeral in ``store`` (ephemeral on ``store``'s session), with its
+        latest value, at its real path. Returns how many were created."""
+        made = 0
+        for path, value in self.ephemerals().items():
+            await store.put(path, value, ephemeral=True)
+            made += 1
+        log.info("re-created %d ephemeral(s) in %s", made, store.url)
+        return made
+
+    # ---- events from the agent's own store session ----------------------------------------------
+
+    def store_event(self, event: SessionEvent) -> None:
+        """Forward the agent's store session event to every client. A lost store session took every
+        ephemeral with it: forget them (clients are told by SessionLost)."""
+        if event is SessionEvent.SESSION_LOST:
+            for session in self.sessions.values():
+                session.ephemerals.clear()
+            self._owner.clear()
+        for session in list(self.sessions.values()):
+            session.sink(event)
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(len(self.sessions))

@@ -1,0 +1,497 @@
+"""The Python client of the metashift agent, for broker-side write paths.
+
+```python
+import metashift.client
+
+async with metashift.client.connect("unix:/run/metashift/agent.sock") as store:
+    await store.put("/loadbalance/brokers/b1", b"{}", ephemeral=True)   # lives as long as `store`
+    value, stat = await store.get("/admin/clusters/c1")
+    await store.put("/admin/clusters/c1", b"...", expected_version=stat.version, timeout=2.0)
+```
+
+``connect`` opens a session with the agent and yields an ``AgentClient``: a ``MetadataStore``
+with the same methods, argument checks, semantics and typed errors as a direct store (plus a
+``timeout=`` keyword on each call: the call's deadline in seconds). The ephemerals it creates live
+exactly as long as its session. Session events (``add_session_listener``): ConnectionLost when the
+agent goes away; after it comes back the client re-attaches by itself and reports SessionLost then
+SessionReestablished (the old session's ephemerals are gone, like an expired ZooKeeper session);
+events of the agent's own store session are forwarded as they happen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+from collections.abc import Callable, Generator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import grpc
+
+from metashift.agent import wire
+from metashift.agent.stores import (
+    DeleteOp,
+    ExistsOp,
+    GetChildrenOp,
+    GetOp,
+    MetadataStore,
+    Op,
+    OpResult,
+    PutOp,
+    SessionEvent,
+    Stat,
+    StoreURL,
+)
+from metashift.agent.stores.base import GetResult, NotificationListener
+from metashift.agent.stores.errors import (
+    AuthFailed,
+    HeldForMigration,
+    MetadataStoreError,
+    StoreUnavailable,
+)
+from metashift.proto.v1 import gateway_pb2 as pb
+from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_SESSION_TIMEOUT = 10.0
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+_call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("metashift_call_timeout", default=None)
+
+__all__ = ["AgentClient", "HeldForMigration", "connect"]
+
+
+def _channel_target(target: str) -> str:
+    if target.startswith("unix://") and not target.startswith("unix:///"):
+        return "unix:" + target[len("unix://") :]
+    if target.startswith("tcp://"):
+        return target[len("tcp://") :]
+    return target
+
+
+class AgentClient(MetadataStore):
+    """A ``MetadataStore`` served by a metashift agent; make one with ``connect``."""
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        name: str = "",
+        ca: str | Path | None = None,
+        cert: str | Path | None = None,
+        key: str | Path | None = None,
+    ) -> None:
+        super().__init__(StoreURL("agent", (), "/"))
+        self.target = target
+        self.timeout = timeout
+        self.session_timeout = session_timeout
+        self.name = name
+        self.max_value_size = 0
+        self.session_id = ""
+        self.node_id = ""
+        options = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+            ("grpc.keepalive_time_ms", 10_000),
+            ("grpc.keepalive_timeout_ms", 5_000),
+        ]
+        channel_target = _channel_target(target)
+        if ca is not None or cert is not None:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=Path(ca).read_bytes() if ca else None,
+                private_key=Path(key).read_bytes() if key else None,
+                certificate_chain=Path(cert).read_bytes() if cert else None,
+            )
+            self._channel = grpc.aio.secure_channel(channel_target, credentials, options=options)
+        else:
+            self._channel = grpc.aio.insecure_channel(channel_target, options=options)
+        stub = pb_grpc.MetadataStoreStub(self._channel)
+        self._rpc_get = stub.Get
+        self._rpc_children = stub.GetChildren
+        self._rpc_exists = stub.Exists
+        self._rpc_put = stub.Put
+        self._rpc_delete = stub.Delete
+        self._rpc_batch = stub.Batch
+        self._rpc_watch = stub.Watch
+        self._rpc_session = pb_grpc.SessionStub(self._channel).Open
+        self._metadata: tuple[tuple[str, str], ...] = ()
+        self._session_call: Any = None
+        self._session_task: asyncio.Task[None] | None = None
+        self._keepalive_task: asyncio.Task[None] | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._watch_ready: asyncio.Future[None] | None = None
+        self._closed_ack: asyncio.Event = asyncio.Event()
+        self._closing = False
+
+    # ---- opening and closing --------------------------------------------------------------------
+
+    async def _open(self) -> AgentClient:
+        try:
+            call, started = await asyncio.wait_for(self._attach(wait_for_ready=False), self.timeout)
+        except TimeoutError:
+            await self._channel.close()
+            raise StoreUnavailable(f"no answer from the metashift agent at {self.target}") from None
+        except grpc.aio.AioRpcError as err:
+            await self._channel.close()
+            raise self._error(err, None) from None
+        except BaseException:
+            await self._channel.close()
+            raise
+        self._started(call, started)
+        self._session_task = asyncio.create_task(self._session_loop(call))
+        self._keepalive_task = asyncio.create_task(self._keepalive_loop())
+        return self
+
+    async def _attach(self, *, wait_for_ready: bool) -> tuple[Any, pb.SessionStarted]:
+        call = self._rpc_session(wait_for_ready=wait_for_ready)
+        try:
+            hello = pb.Hello(timeout_ms=int(self.session_timeout * 1000), client_name=self.name)
+            await call.write(pb.SessionRequest(hello=hello))
+            response = await call.read()
+        except BaseException:
+            call.cancel()
+            raise
+        if response is grpc.aio.EOF or response.WhichOneof("kind") != "started":
+            call.cancel()
+            raise StoreUnavailable(f"the metashift agent at {self.target} did not start a session")
+        return call, response.started
+
+    def _started(self, call: Any, started: pb.SessionStarted) -> None:
+        self._session_call = call
+        self.session_id = started.session_id
+        self.node_id = started.node_id
+        self.max_value_size = started.max_value_size
+        self.session_timeout = started.timeout_ms / 1000
+        self._metadata = ((wire.SESSION_KEY, started.session_id),)
+
+    async def close(self) -> None:
+        """End the session (the agent deletes its ephemerals before this returns) and the channel."""
+        if self._closing:
+            return
+        self._closing = True
+        call = self._session_call
+        if call is not None and self._session_task is not None and not self._session_task.done():
+            try:
+                await call.write(pb.SessionRequest(close=pb.CloseSession()))
+                await call.done_writing()
+                await asyncio.wait_for(self._closed_ack.wait(), self.timeout)
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError, grpc.aio.UsageError):
+                pass
+        for task in (self._keepalive_task, self._watch_task, self._session_task):
+            if task is not None:
+                task.cancel()
+        for task in (self._keepalive_task, self._watch_task, self._session_task):
+            if task is not None:
+                try:
+                    await task
+                except (asyncio.CancelledError, Exception):
+                    pass
+        await self._channel.close()
+
+    async def __aenter__(self) -> AgentClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # ---- the session stream ---------------------------------------------------------------------
+
+    async def _session_loop(self, call: Any) -> None:
+        while True:
+            how = await self._pump(call)
+            if self._closing or how == "closed":
+                return
+            if how == "broken":
+                self._session_event(SessionEvent.CONNECTION_LOST)
+            delay = 0.05
+            while True:
+                try:
+                    call, started = await self._attach(wait_for_ready=True)
+                    break
+                except (grpc.aio.AioRpcError, MetadataStoreError) as err:
+                    log.debug("re-attaching to %s failed: %s", self.target, err)
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+            self._started(call, started)
+            if how == "broken":
+                self._session_event(SessionEvent.SESSION_LOST)
+            self._session_event(SessionEvent.SESSION_REESTABLISHED)
+
+    async def _pump(self, call: Any) -> str:
+        """Read the session stream until it ends: "closed" (we closed it), "lost" (the agent ended
+        our session and told us so) or "broken"."""
+        lost = False
+        try:
+            while True:
+                response = await call.read()
+                if response is grpc.aio.EOF:
+                    return "lost" if lost else "broken"
+                kind = response.WhichOneof("kind")
+                if kind == "event":
+                    event = wire.SESSION_EVENT_FROM_PB.get(response.event.type)
+                    if event is not None:
+                        if event is SessionEvent.SESSION_LOST:
+                            lost = True
+                        self._session_event(event)
+                elif kind == "closed":
+                    self._closed_ack.set()
+                    return "closed"
+        except grpc.aio.AioRpcError:
+            return "lost" if lost else "broken"
+
+    async def _keepalive_loop(self) -> None:
+        seq = 0
+        while True:
+            await asyncio.sleep(max(self.session_timeout / 3, 0.1))
+            seq += 1
+            call = self._session_call
+            try:
+                await call.write(pb.SessionRequest(keep_alive=pb.KeepAlive(seq=seq)))
+            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
+                pass  # the session loop notices the broken stream and re-attaches
+            except Exception:
+                log.debug("keep-alive write failed", exc_info=True)
+
+    # ---- notifications --------------------------------------------------------------------------
+
+    def add_listener(self, listener: NotificationListener) -> Callable[[], None]:
+        """As ``MetadataStore.add_listener``; the first listener opens the agent's Watch stream, and
+        the next call waits until the agent has registered it, so no change is missed."""
+        remove = super().add_listener(listener)
+        if self._watch_task is None and not self._closing:
+            self._watch_ready = asyncio.get_running_loop().create_future()
+            self._watch_task = asyncio.create_task(self._watch_loop())
+        return remove
+
+    async def _watch_loop(self) -> None:
+        delay = 0.05
+        while not self._closing:
+            call = self._rpc_watch(pb.WatchRequest(path_prefix="/"), wait_for_ready=True)
+            try:
+                async for response in call:
+                    if response.WhichOneof("kind") == "ready":
+                        delay = 0.05
+                        if self._watch_ready is not None and not self._watch_ready.done():
+                            self._watch_ready.set_result(None)
+                        continue
+                    notification = wire.notification_from_pb(response.notification)
+                    if notification is not None:
+                        self._notify(notification)
+            except grpc.aio.AioRpcError as err:
+                log.debug("watch stream ended: %s", err)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def _ready(self) -> None:
+        ready = self._watch_ready
+        if ready is not None and not ready.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(ready), self._timeout())
+            except TimeoutError:
+                raise StoreUnavailable(f"the metashift agent at {self.target} did not open the watch") from None
+
+    # ---- calls ----------------------------------------------------------------------------------
+
+    def _timeout(self) -> float:
+        t = _call_timeout.get()
+        return self.timeout if t is None else t
+
+    def _error(self, err: grpc.aio.AioRpcError, path: str | None) -> MetadataStoreError:
+        for key, value in err.trailing_metadata() or ():
+            if key == wire.ERROR_DETAIL_KEY:
+                try:
+                    return wire.error_from_pb(pb.Error.FromString(value))
+                except Exception:
+                    break
+        code = err.code()
+        details = err.details() or code.name
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+            return StoreUnavailable(f"metashift agent at {self.target}: {code.name}: {details}", path)
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            return AuthFailed(f"metashift agent at {self.target} refused us: {details}", path)
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            return wire.InvalidArgument(details, path)
+        return MetadataStoreError(f"metashift agent at {self.target}: {code.name}: {details}", path)
+
+    async def _call(self, rpc: Any, request: Any, path: str | None) -> Any:
+        if self._watch_ready is not None:
+            await self._ready()
+        try:
+            return await rpc(request, timeout=self._timeout(), metadata=self._metadata)
+        except grpc.aio.AioRpcError as err:
+            raise self._error(err, path) from None
+
+    async def _get(self, path: str) -> GetResult:
+        r = await self._call(self._rpc_get, pb.GetRequest(path=path), path)
+        return (r.value, wire.stat_from_pb(r.stat)) if r.found else None
+
+    async def _get_children(self, path: str) -> list[str]:
+        r = await self._call(self._rpc_children, pb.GetChildrenRequest(path=path), path)
+        return list(r.children)
+
+    async def _exists(self, path: str) -> bool:
+        r = await self._call(self._rpc_exists, pb.ExistsRequest(path=path), path)
+        return bool(r.exists)
+
+    async def _put(
+        self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
+    ) -> Stat:
+        request = _put_request(PutOp(path, value, expected_version, ephemeral, sequential))
+        r = await self._call(self._rpc_put, request, path)
+        return wire.stat_from_pb(r.stat)
+
+    async def _delete(self, path: str, expected_version: int | None) -> None:
+        request = pb.DeleteRequest(path=path, expected_version=expected_version)
+        await self._call(self._rpc_delete, request, path)
+
+    async def _batch(self, ops: list[Op]) -> list[OpResult]:
+        request = pb.BatchRequest(ops=[_op_to_pb(op) for op in ops])
+        r = await self._call(self._rpc_batch, request, None)
+        return [_result_from_pb(op, result) for op, result in zip(ops, r.results, strict=True)]
+
+    # ---- the store interface, plus a per-call deadline ------------------------------------------
+
+    async def get(self, path: str, *, timeout: float | None = None) -> GetResult:  # noqa: ASYNC109
+        with _deadline(timeout):
+            return await super().get(path)
+
+    async def get_children(self, path: str, *, timeout: float | None = None) -> list[str]:  # noqa: ASYNC109
+        with _deadline(timeout):
+            return await super().get_children(path)
+
+    async def exists(self, path: str, *, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        with _deadline(timeout):
+            return await super().exists(path)
+
+    async def put(
+        self,
+        path: str,
+        value: bytes,
+        expected_version: int | None = None,
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Stat:
+        with _deadline(timeout):
+            return await super().put(path, value, expected_version, ephemeral=ephemeral, sequential=sequential)
+
+    async def delete(self, path: str, expected_version: int | None = None, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        with _deadline(timeout):
+            await super().delete(path, expected_version)
+
+    async def batch(self, ops: Any, *, timeout: float | None = None) -> list[OpResult]:  # noqa: ASYNC109
+        with _deadline(timeout):
+            return await super().batch(ops)
+
+
+class _deadline:
+    """Set the deadline of the calls made inside (``None``: the client's default)."""
+
+    __slots__ = ("_timeout", "_token")
+
+    def __init__(self, timeout: float | None) -> None:
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        self._timeout = timeout
+        self._token: contextvars.Token[float | None] | None = None
+
+    def __enter__(self) -> None:
+        if self._timeout is not None:
+            self._token = _call_timeout.set(self._timeout)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            _call_timeout.reset(self._token)
+
+
+def _put_request(op: PutOp) -> pb.PutRequest:
+    return pb.PutRequest(
+        path=op.path, value=op.value, expected_version=op.expected_version,
+        ephemeral=op.ephemeral, sequential=op.sequential,
+    )
+
+
+def _op_to_pb(op: Op) -> pb.Op:
+    if isinstance(op, GetOp):
+        return pb.Op(get=pb.GetRequest(path=op.path))
+    if isinstance(op, GetChildrenOp):
+        return pb.Op(get_children=pb.GetChildrenRequest(path=op.path))
+    if isinstance(op, ExistsOp):
+        return pb.Op(exists=pb.ExistsRequest(path=op.path))
+    if isinstance(op, PutOp):
+        return pb.Op(put=_put_request(op))
+    assert isinstance(op, DeleteOp)
+    return pb.Op(delete=pb.DeleteRequest(path=op.path, expected_version=op.expected_version))
+
+
+def _result_from_pb(op: Op, result: pb.OpResult) -> OpResult:
+    kind = result.WhichOneof("result")
+    if kind == "error":
+        return wire.error_from_pb(result.error)
+    if kind == "get":
+        r = result.get
+        return (r.value, wire.stat_from_pb(r.stat)) if r.found else None
+    if kind == "get_children":
+        return list(result.get_children.children)
+    if kind == "exists":
+        return bool(result.exists.exists)
+    if kind == "put":
+        return wire.stat_from_pb(result.put.stat)
+    if kind == "delete":
+        return None
+    return MetadataStoreError(f"the agent sent no result for {type(op).__name__} {op.path}")
+
+
+class connect:
+    """Open a session with the metashift agent at ``target`` (``unix:/path/to.sock``, or
+    ``host:port`` / ``tcp://host:port`` with ``ca`` and, for mutual TLS, ``cert`` and ``key``).
+
+    ``timeout``: default deadline of each call, seconds; ``session_timeout``: how long the agent
+    keeps the session without keep-alives (the client sends them every third of it).
+    Raises ``StoreUnavailable`` when no agent answers.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+        name: str = "",
+        ca: str | Path | None = None,
+        cert: str | Path | None = None,
+        key: str | Path | None = None,
+    ) -> None:
+        self._kwargs: dict[str, Any] = dict(
+            timeout=timeout, session_timeout=session_timeout, name=name, ca=ca, cert=cert, key=key
+        )
+        self._target = target
+        self._client: AgentClient | None = None
+
+    async def _open(self) -> AgentClient:
+        return await AgentClient(self._target, **self._kwargs)._open()
+
+    def __await__(self) -> Generator[Any, None, AgentClient]:
+        return self._open().__await__()
+
+    async def __aenter__(self) -> AgentClient:
+        self._client = await self._open()
+        return self._client
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._client is not None:
+            await self._client.close()
