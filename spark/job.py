@@ -1,0 +1,85 @@
+"""Running one Spark job over planned partitions, with progress, for the copy and the verification."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from metashift.agent.stores import InvalidStoreURL, StoreURL, paths
+from metashift.agent.stores import parse_url as parse_store_url
+
+from .plan import Item
+from .report import Progress, SameStore
+from .rules import Rules
+
+T = TypeVar("T")
+POLL_SECONDS = 0.25
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run driver-side store work (listing, counters) on its own event loop."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def check_urls(source: str, target: str) -> tuple[StoreURL, StoreURL]:
+    """Parse both URLs (``InvalidStoreURL`` before anything is contacted) and refuse a target that
+    is the source or overlaps it (one's root inside the other's, on the same servers)."""
+    for name, url in (("source", source), ("target", target)):
+        if not isinstance(url, str) or not url:
+            raise InvalidStoreURL(f"missing {name} store URL")
+    src, tgt = parse_store_url(source), parse_store_url(target)
+    if (
+        src.scheme == tgt.scheme
+        and set(src.hosts) & set(tgt.hosts)
+        and (paths.is_under(src.root, tgt.root) or paths.is_under(tgt.root, src.root))
+    ):
+        raise SameStore(f"{src} and {tgt} overlap")
+    return src, tgt
+
+
+def run_partitions(
+    spark: Any,
+    parts: list[list[Item]],
+    task: Callable[..., dict],
+    source: str,
+    target: str,
+    rules: Rules,
+    progress: Progress,
+    done: tuple[int, int] = (0, 0),
+) -> list[dict]:
+    """Run ``task`` over each partition as one Spark job; returns the tasks' dicts. ``progress``
+    is updated (nodes, bytes, on top of ``done``) as tasks finish."""
+    if not parts:
+        return []
+    sc = spark.sparkContext
+    nodes_acc, bytes_acc = sc.accumulator(0), sc.accumulator(0)
+    fn = functools.partial(task, source_url=source, target_url=target, rules=rules, progress=(nodes_acc, bytes_acc))
+    rdd = sc.parallelize(parts, len(parts)).map(fn)
+    box: dict[str, Any] = {}
+
+    def collect() -> None:
+        try:
+            box["result"] = rdd.collect()
+        except BaseException as e:  # handed over to the caller's thread
+            box["error"] = e
+
+    worker = threading.Thread(target=collect, name="metashift-spark-job", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(POLL_SECONDS)
+            progress.update(done[0] + nodes_acc.value, done[1] + bytes_acc.value)
+    except BaseException:
+        sc.cancelAllJobs()
+        raise
+    if "error" in box:
+        raise box["error"]
+    progress.update(done[0] + nodes_acc.value, done[1] + bytes_acc.value)
+    return list(box["result"])

@@ -1,0 +1,189 @@
+"""What runs in the Spark executors: one function per partition, for the copy and the verification.
+
+Pickle-safe by construction: module-level functions over plain data (URL strings, ``Rules``, lists
+of tuples). Each task opens its own source and target stores (without watches), runs its asyncio
+loop, and returns one plain dict. Store errors do not escape as task failures (Spark would retry
+or wrap them): they come back in the dict, named, and the driver raises them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from metashift.agent.stores import (
+    BadVersion,
+    GetOp,
+    MetadataStore,
+    MetadataStoreError,
+    OpResult,
+    Restore,
+    open_store,
+)
+
+from .plan import Item
+from .rules import Rules, Side, Verdict, judge
+
+T = TypeVar("T")
+
+#: Nodes read (from each side) per batch; the next batch is read while this one is written.
+READ_CHUNK = 500
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(coro)
+    return uvloop.run(coro)
+
+
+def _error(e: MetadataStoreError) -> dict[str, Any]:
+    return {"type": type(e).__name__, "message": str(e), "path": e.path}
+
+
+def _side(result: OpResult) -> Side | None:
+    if isinstance(result, MetadataStoreError):
+        raise result
+    if result is None:
+        return None
+    assert isinstance(result, tuple)
+    value, stat = result
+    return Side(value, stat.version, stat.ephemeral)
+
+
+async def _with_stores(
+    source_url: str, target_url: str, body: Callable[[MetadataStore, MetadataStore], Awaitable[None]]
+) -> None:
+    source = await open_store(source_url, watch=False)
+    try:
+        target = await open_store(target_url, watch=False)
+        try:
+            await body(source, target)
+        finally:
+            await target.close()
+    finally:
+        await source.close()
+
+
+async def _read_pairs(
+    source: MetadataStore, target: MetadataStore, items: list[Item]
+) -> Callable[[], Awaitable[list[tuple[str, Side | None, Side | None]]]]:
+    """Read ``items`` from both sides, ``READ_CHUNK`` at a time, one chunk ahead of the caller."""
+    chunks = [items[i : i + READ_CHUNK] for i in range(0, len(items), READ_CHUNK)]
+
+    async def read(chunk: list[Item]) -> list[tuple[str, Side | None, Side | None]]:
+        ops = [GetOp(path) for path, _, _ in chunk]
+        got_source, got_target = await asyncio.gather(source.batch(ops), target.batch(ops))
+        return [
+            (path, _side(s), _side(t)) for (path, _, _), s, t in zip(chunk, got_source, got_target, strict=True)
+        ]
+
+    tasks = [asyncio.ensure_future(read(chunks[0]))] if chunks else []
+    index = 0
+
+    async def next_chunk() -> list[tuple[str, Side | None, Side | None]]:
+        nonlocal index
+        if index >= len(chunks):
+            return []
+        current = tasks[index]
+        index += 1
+        if index < len(chunks):
+            tasks.append(asyncio.ensure_future(read(chunks[index])))
+        return await current
+
+    return next_chunk
+
+
+# ---- the copy -------------------------------------------------------------------------------------
+
+
+def copy_partition(items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
+    """Copy one partition; ``progress`` is an optional pair of Spark accumulators (nodes, bytes)."""
+    result = _run(_copy(items, source_url, target_url, rules))
+    if progress is not None:
+        progress[0].add(len(items))
+        progress[1].add(result["bytes"])
+    return result
+
+
+async def _copy(items: list[Item], source_url: str, target_url: str, rules: Rules) -> dict:
+    out: dict[str, Any] = {
+        "nodes": 0, "bytes": 0, "written": 0, "unchanged": 0, "ephemerals": 0, "vanished": 0,
+        "write_ops": 0, "conflicts": [], "error": None,
+    }  # fmt: skip
+
+    async def body(source: MetadataStore, target: MetadataStore) -> None:
+        next_chunk = await _read_pairs(source, target, items)
+        while pairs := await next_chunk():
+            restores: list[Restore] = []
+            for path, src, tgt in pairs:
+                if src is None:
+                    out["vanished"] += 1
+                    continue
+                if src.ephemeral:
+                    out["ephemerals"] += 1
+                    continue
+                out["nodes"] += 1
+                out["bytes"] += len(src.value)
+                j = judge(src, tgt, counter=rules.is_counter(path))
+                if j.verdict is Verdict.EQUAL:
+                    out["unchanged"] += 1
+                elif j.verdict is Verdict.CONFLICT:
+                    out["conflicts"].append((path, j.detail))
+                else:
+                    restores.append(Restore(path, src.value, src.version, -1 if tgt is None else tgt.version))
+            if not restores:
+                continue
+            for restore, res in zip(restores, await target.restore_many(restores), strict=True):
+                if isinstance(res, BadVersion):
+                    out["conflicts"].append((restore.path, f"the target's node changed during the copy ({res})"))
+                elif isinstance(res, MetadataStoreError):
+                    raise res
+                else:
+                    out["written"] += 1
+                    out["write_ops"] += res
+
+    try:
+        await _with_stores(source_url, target_url, body)
+    except MetadataStoreError as e:
+        out["error"] = _error(e)
+    return out
+
+
+# ---- the verification -----------------------------------------------------------------------------
+
+
+def verify_partition(items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
+    result = _run(_verify(items, source_url, target_url, rules))
+    if progress is not None:
+        progress[0].add(len(items))
+        progress[1].add(result["bytes"])
+    return result
+
+
+async def _verify(items: list[Item], source_url: str, target_url: str, rules: Rules) -> dict:
+    out: dict[str, Any] = {"nodes": 0, "bytes": 0, "vanished": 0, "ephemerals": 0, "mismatches": [], "error": None}
+
+    async def body(source: MetadataStore, target: MetadataStore) -> None:
+        next_chunk = await _read_pairs(source, target, items)
+        while pairs := await next_chunk():
+            for path, src, tgt in pairs:
+                if src is None:
+                    out["vanished"] += 1
+                    continue
+                if src.ephemeral:
+                    out["ephemerals"] += 1
+                    continue
+                out["nodes"] += 1
+                out["bytes"] += len(src.value)
+                j = judge(src, tgt, counter=rules.is_counter(path))
+                if j.verdict is not Verdict.EQUAL:
+                    out["mismatches"].append((path, j.kind, j.detail))
+
+    try:
+        await _with_stores(source_url, target_url, body)
+    except MetadataStoreError as e:
+        out["error"] = _error(e)
+    return out
