@@ -21,6 +21,13 @@ from metashift import (
     ValueTooLarge,
 )
 from metashift.agent.stores import DeleteOp, ExistsOp, GetChildrenOp, GetOp, PutOp
+from tests.harness import BACKENDS, GATEWAY, GATEWAY_BACKENDS, store_kind
+
+
+@pytest.fixture(params=BACKENDS + GATEWAY_BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    """Every store directly, and the same stores through the agent's gRPC gateway."""
+    return str(request.param)
 
 
 async def test_create_get_and_missing(store: MetadataStore) -> None:
@@ -259,9 +266,11 @@ async def test_bad_batch_is_rejected_before_anything_is_sent(store: MetadataStor
     assert not await store.exists("/ok")
 
 
-async def test_server_stopped_and_restarted(backend: str, fresh_servers: Any) -> None:
+async def test_server_stopped_and_restarted(backend: str, fresh_servers: Any, open_backend: Any) -> None:
+    # through the gateway, the agent's store call times out after 2 s and the client gets
+    # UNAVAILABLE, which it raises as StoreUnavailable: the same contract end to end
     server = fresh_servers.of(backend)
-    store = await metashift.open_store(server.url + "/fault?timeout=2&session_timeout=30")
+    store = await open_backend(server.url + "/fault?timeout=2&session_timeout=30")
     try:
         await store.put("/survives", b"before", expected_version=-1)
         server.stop()
@@ -290,6 +299,14 @@ async def _retry_until_available(call: Callable[[], Any], attempts: int = 60) ->
 async def test_unreachable_server_is_store_unavailable(backend: str) -> None:
     from metashift.agent.stores.local_servers import free_port
 
+    if backend.startswith(GATEWAY):  # no agent listening: the client cannot open its session
+        from metashift.client import connect
+
+        with pytest.raises(StoreUnavailable):
+            await connect(f"unix:/tmp/metashift-no-agent-{free_port()}.sock", timeout=2)
+        with pytest.raises(StoreUnavailable):
+            await connect(f"127.0.0.1:{free_port()}", timeout=2)
+        return
     with pytest.raises(StoreUnavailable):
         await metashift.open_store(f"{backend}://127.0.0.1:{free_port()}?timeout=2")
 
@@ -298,7 +315,7 @@ async def test_timestamps(store: MetadataStore, backend: str) -> None:
     stat = await store.put("/ts", b"x")
     got = await store.get("/ts")
     assert got is not None
-    if backend == "zk":
+    if store_kind(backend) == "zk":
         assert got[1].creation_timestamp > 1_600_000_000_000
         assert got[1].modification_timestamp >= got[1].creation_timestamp
     else:  # Pulsar's etcd store keeps no timestamps
@@ -306,16 +323,14 @@ async def test_timestamps(store: MetadataStore, backend: str) -> None:
     assert stat.version == got[1].version
 
 
-async def test_several_hosts_with_one_down(store_url: str) -> None:
-    """A URL lists several servers; a dead one is skipped."""
+async def test_several_hosts_with_one_down(backend: str, request: pytest.FixtureRequest, open_backend: Any) -> None:
+    """A URL lists several servers; a dead one is skipped (through the gateway: the agent's URL)."""
     from metashift.agent.stores.local_servers import free_port
 
+    store_url = str(request.getfixturevalue(f"{store_kind(backend)}_url"))
     scheme, rest = store_url.split("://", 1)
     url = f"{scheme}://127.0.0.1:{free_port()},{rest}"
-    store = await metashift.open_store(url)
-    try:
-        await store.put("/multi-host", b"ok", expected_version=-1)
-        got = await store.get("/multi-host")
-        assert got is not None and got[0] == b"ok"
-    finally:
-        await store.close()
+    store = await open_backend(url)
+    await store.put("/multi-host", b"ok", expected_version=-1)
+    got = await store.get("/multi-host")
+    assert got is not None and got[0] == b"ok"
