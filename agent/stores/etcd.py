@@ -38,7 +38,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 import aetcd
@@ -54,11 +54,13 @@ from .base import (
     GetOp,
     GetResult,
     MetadataStore,
+    NodeInfo,
     Notification,
     NotificationType,
     Op,
     OpResult,
     PutOp,
+    Restore,
     SessionEvent,
     Stat,
 )
@@ -71,6 +73,7 @@ from .errors import (
     NotFound,
     StoreFull,
     StoreUnavailable,
+    ValueTooLarge,
 )
 from .urls import StoreURL
 
@@ -149,6 +152,9 @@ class EtcdStore(MetadataStore):
         self._watch_next_rev = 0
         self._connected = True
         self._watch_enabled = True
+        # txn budgets of the bulk operations; they shrink when the server's limits are lower
+        self._txn_ops = TXN_MAX_OPS
+        self._txn_bytes = TXN_MAX_BYTES
 
     # ---- life cycle -----------------------------------------------------------------------------
 
@@ -802,3 +808,211 @@ class EtcdStore(MetadataStore):
         )
         client._connected.set()
         return client
+
+    # ---- bulk operations (the copy, its verification, sample data) ------------------------------
+    # Overrides of the generic ``MetadataStore`` implementations, for speed.
+
+    async def walk(
+        self, root: str = paths.SEPARATOR, *, prune: Collection[str] = ()
+    ) -> AsyncIterator[list[NodeInfo]]:
+        """One range scan over the keys below ``root``, paged, at one pinned revision; key
+        order puts every parent before its children."""
+        paths.validate(root)
+        prefix = self._children_prefix(root)
+        end = _prefix_end(prefix)
+        pruned = tuple(prune)
+        start = prefix
+        revision = 0
+        while True:
+            req = rpc.RangeRequest(key=start, range_end=end, limit=WALK_PAGE_KEYS, revision=revision)
+            resp = await self._range(root, req)
+            if not revision:
+                revision = resp.header.revision
+            page = []
+            for kv in resp.kvs:
+                path = self._path_of(kv.key)
+                if path is None or path == paths.SEPARATOR or any(paths.is_under(path, p) for p in pruned):
+                    continue
+                page.append(NodeInfo(path, kv.version - 1, len(kv.value), kv.lease != 0))
+            if page:
+                yield page
+            if not resp.more or not resp.kvs:
+                return
+            start = resp.kvs[-1].key + b"\x00"
+
+    async def restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
+        """Keeping version V takes V+1 puts of the key, each in its own txn (etcd refuses a key
+        twice in one txn). The intermediate puts are blind puts of empty bytes, and since only
+        their number matters they go in parallel: packed so that every txn holds distinct keys
+        and stays within the server's op and size limits (learnt when the server refuses a
+        txn: the budgets shrink and the txn is split). Then one final put per node with its
+        value, conditional on the version the intermediate puts must have left, so a count gone
+        wrong is a ``BadVersion``, never a wrong version. A final txn whose compare fails is
+        redone key by key to find the culprits."""
+        for item in items:
+            self._check_put(item.path, item.value, None)
+            if not 0 <= item.version or not -1 <= item.current <= item.version:
+                raise ValueError(f"cannot restore {item.path} from version {item.current} to {item.version}")
+        results: list[int | MetadataStoreError] = [0] * len(items)
+        todo = [i for i, item in enumerate(items) if item.current < item.version]
+        if not todo:
+            return results
+        keys = {i: self._key(items[i].path) for i in todo}
+        # -- intermediate puts: key i needs (version - current - 1) of them, in distinct txns
+        need = {i: items[i].version - items[i].current - 1 for i in todo}
+        failed: dict[int, MetadataStoreError] = {}
+        await self._blind_puts([(keys[i], b"", n, i) for i, n in need.items() if n > 0], failed)
+        # -- final puts, with the value, conditional on the version left by the puts before
+        finals = [i for i in todo if i not in failed]
+
+        def final_put(i: int) -> tuple[Any, Any]:
+            item = items[i]
+            put = rpc.RequestOp(request_put=rpc.PutRequest(key=keys[i], value=item.value))
+            return self._compare(keys[i], item.version - 1), put
+
+        chunks = self._pack([(i, len(keys[i]) + len(items[i].value)) for i in finals])
+        sem = asyncio.Semaphore(_BATCH_TXNS_IN_FLIGHT)
+
+        async def run_final(chunk: list[int]) -> None:
+            ops = [final_put(i) for i in chunk]
+            request = rpc.TxnRequest(compare=[c for c, _ in ops], success=[p for _, p in ops], failure=[])
+            async with sem:
+                try:
+                    resp = await self._txn(request)
+                    too_big = False
+                except _TxnTooBig:
+                    too_big = True
+                except MetadataStoreError as e:  # unavailable, full, ...: whether applied is unknown
+                    for i in chunk:
+                        failed[i] = e
+                    return
+            if not too_big and resp.succeeded:
+                return
+            if len(chunk) == 1:
+                item = items[chunk[0]]
+                failed[chunk[0]] = (
+                    ValueTooLarge(item.path, len(item.value), self._txn_bytes)
+                    if too_big
+                    else BadVersion(item.path, "its version moved while it was restored")
+                )
+                return
+            if too_big:
+                half = len(chunk) // 2
+                await asyncio.gather(run_final(chunk[:half]), run_final(chunk[half:]))
+            else:  # a compare failed: find which, key by key
+                await asyncio.gather(*(run_final([i]) for i in chunk))
+
+        await asyncio.gather(*(run_final(chunk) for chunk in chunks))
+        for i in todo:
+            results[i] = failed[i] if i in failed else items[i].version - items[i].current
+        return results
+
+    async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
+        """The counter is the parent key's version: blind puts of its own value, in parallel
+        (their order does not matter, all write the same bytes), until it reaches ``at_least``."""
+        paths.validate(parent)
+        counter = await self.sequence_counter(parent)
+        if counter >= at_least:
+            return 0
+        current = await self.get(parent)
+        value = current[0] if current is not None else b""
+        failed: dict[int, MetadataStoreError] = {}
+        await self._blind_puts([(self._key(parent), value, at_least - counter, 0)], failed)
+        if failed:
+            raise failed[0]
+        return at_least - counter
+
+    async def compact_history(self) -> None:
+        """Compact etcd's history up to now (it is global: every key's old revisions go), and
+        wait until the space is really freed for new writes."""
+        resp = await self._range(None, rpc.RangeRequest(key=self._key(paths.SEPARATOR), count_only=True))
+        request = rpc.CompactionRequest(revision=resp.header.revision, physical=True)
+        timeout = max(self._timeout, 120.0)
+        try:
+            await self._call(None, lambda md: self._kv.Compact(request, timeout=timeout, metadata=md))
+        except MetadataStoreError as e:
+            if "compacted" not in str(e):  # already compacted at or past that revision: fine
+                raise
+
+    # -- helpers of the bulk operations --
+
+    def _pack(self, sized: list[tuple[int, int]]) -> list[list[int]]:
+        """Cut (index, bytes) into txns within the current op and byte budgets."""
+        chunks: list[list[int]] = [[]]
+        size = 0
+        for i, n in sized:
+            n += _OP_OVERHEAD
+            if chunks[-1] and (len(chunks[-1]) >= self._txn_ops or size + n > self._txn_bytes):
+                chunks.append([])
+                size = 0
+            chunks[-1].append(i)
+            size += n
+        return [c for c in chunks if c]
+
+    async def _txn(self, request: Any) -> Any:
+        """One txn; ``_TxnTooBig`` (after shrinking the budgets) when the server refuses its size."""
+        try:
+            return await self._call(None, lambda md: self._kv.Txn(request, timeout=self._timeout, metadata=md))
+        except MetadataStoreError as e:
+            text = str(e)
+            if "too many operations" in text:
+                self._txn_ops = max(1, min(self._txn_ops, len(request.success)) // 2)
+                raise _TxnTooBig from None
+            if "too large" in text or "RESOURCE_EXHAUSTED" in text:
+                self._txn_bytes = max(1024, min(self._txn_bytes, request.ByteSize()) // 2)
+                raise _TxnTooBig from None
+            raise
+
+    async def _blind_puts(
+        self, wanted: list[tuple[bytes, bytes, int, int]], failed: dict[int, MetadataStoreError]
+    ) -> None:
+        """``count`` blind puts of ``value`` on each ``key``, in txns of distinct keys, many in
+        flight. ``wanted``: (key, value, count, tag); a failure is recorded in ``failed[tag]``."""
+        if not wanted:
+            return
+        total = sum(n for _, _, n, _ in wanted)
+        longest = max(n for _, _, n, _ in wanted)
+        per_op = max(len(k) + len(v) + _OP_OVERHEAD for k, v, _, _ in wanted)
+        per_txn = max(1, min(self._txn_ops, self._txn_bytes // per_op))
+        n_txns = max(longest, -(-total // per_txn))
+        txns: list[list[tuple[bytes, bytes, int]]] = [[] for _ in range(n_txns)]
+        slot = 0
+        for key, value, count, tag in sorted(wanted, key=lambda w: -w[2]):
+            for k in range(count):  # count <= n_txns: the txns it lands in are distinct
+                txns[(slot + k) % n_txns].append((key, value, tag))
+            slot += count
+        sem = asyncio.Semaphore(_BULK_TXNS_IN_FLIGHT)
+
+        async def send(ops: list[tuple[bytes, bytes, int]]) -> None:
+            if not ops or all(tag in failed for _, _, tag in ops):
+                return
+            async with sem:
+                request = rpc.TxnRequest(
+                    success=[rpc.RequestOp(request_put=rpc.PutRequest(key=k, value=v)) for k, v, _ in ops], failure=[]
+                )
+                try:
+                    await self._txn(request)
+                    return
+                except _TxnTooBig:
+                    if len(ops) == 1:
+                        key, value, tag = ops[0]
+                        failed[tag] = ValueTooLarge(self._path_of(key) or "?", len(value), self._txn_bytes)
+                        return
+                except MetadataStoreError as e:  # unavailable, full, ...: whether applied is unknown
+                    for _, _, tag in ops:
+                        failed.setdefault(tag, e)
+                    return
+            half = len(ops) // 2
+            await asyncio.gather(send(ops[:half]), send(ops[half:]))
+
+        await asyncio.gather(*(send(t) for t in txns))
+
+
+class _TxnTooBig(Exception):
+    """The server refused a txn for its number of operations or its size."""
+
+
+#: Keys per page of ``walk`` (values included).
+WALK_PAGE_KEYS = 1000
+#: Txns a bulk write keeps in flight.
+_BULK_TXNS_IN_FLIGHT = 16
