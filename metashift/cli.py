@@ -72,9 +72,48 @@ def _add_servers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.set_defaults(handler=_servers)
 
 
+# ---- agent --------------------------------------------------------------------------------------
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from metashift.agent import config
+    from metashift.agent.server import run
+
+    try:
+        cfg = config.load(
+            args.config,
+            overrides={
+                "source.url": args.source, "listen": args.listen, "node_id": args.node_id,
+                "role": args.role, "metrics": args.metrics, "log_level": args.log_level,
+            },
+        )
+    except config.ConfigError as e:
+        print(f"metashift: error: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    return run(cfg)
+
+
+def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "agent",
+        help="run the sidecar agent: the gRPC gateway a broker or bookie reaches its metadata through",
+        description="Run the metashift agent. Settings come from --config (TOML), then METASHIFT_* "
+        "environment variables, then these options.",
+    )
+    p.add_argument("--config", metavar="FILE", help="TOML config file (see packaging/agent.toml)")
+    p.add_argument("--source", metavar="URL", help="source store URL (zk://... or etcd://...)")
+    p.add_argument("--listen", metavar="ADDRESS", help="unix:/path/to.sock (default) or tcp://host:port (TLS)")
+    p.add_argument("--node-id", help="this node's name (default: the host name)")
+    p.add_argument("--role", choices=["broker", "bookie"], help="what runs next to this agent")
+    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics there")
+    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(handler=_agent)
+
+
 # ---- main ---------------------------------------------------------------------------------------
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
+    _add_agent,
     _add_demo,
     _add_servers,
 ]

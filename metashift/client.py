@@ -249,6 +249,11 @@ class AgentClient(MetadataStore):
                     return "closed"
         except grpc.aio.AioRpcError:
             return "lost" if lost else "broken"
+        except asyncio.CancelledError:  # the call was cancelled under us, or we are
+            task = asyncio.current_task()
+            if self._closing or (task is not None and task.cancelling()):
+                raise
+            return "broken"
 
     async def _keepalive_loop(self) -> None:
         seq = 0

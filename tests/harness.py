@@ -105,17 +105,21 @@ class Gateways:
         self.dirs.append(directory)
         return f"{directory}/agent.sock"
 
-    async def start(self, source_url: str, **overrides: Any) -> Any:
-        """Start an agent in front of ``source_url``; ``agent.address`` is what clients dial."""
+    async def start(
+        self, source_url: str, settings: dict[str, Any] | None = None, *, source: MetadataStore | None = None
+    ) -> Any:
+        """Start an agent in front of ``source_url``; ``agent.address`` is what clients dial.
+        ``settings``: config keys (``{"gate.hold_timeout": 5}``); ``source``: an open store to use
+        instead of opening ``source_url`` (the caller closes it)."""
         from metashift.agent.config import build
         from metashift.agent.server import Agent
 
-        settings: dict[str, Any] = {
+        flat: dict[str, Any] = {
             "source.url": source_url, "listen": f"unix:{self.socket_path()}", "node_id": "test-agent",
             "gate.drain_timeout": 2.0,
         }
-        settings.update(overrides)
-        agent = Agent(build(settings))
+        flat.update(settings or {})
+        agent = Agent(build(flat), source=source)
         await agent.start()
         self.agents.append(agent)
         return agent

@@ -1,0 +1,240 @@
+"""Client sessions through the agent: ephemerals live exactly as long as their session, session
+events reach clients, and clients re-attach after an agent restart."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import pytest
+
+from metashift import SessionEvent, StoreUnavailable
+from metashift.agent import wire
+from metashift.client import AgentClient
+from metashift.proto.v1 import gateway_pb2 as pb
+from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+from tests.harness import Gateways
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if await check():
+            return
+        await asyncio.sleep(0.05)
+    pytest.fail(f"not within {timeout}s: {what}")
+
+
+@pytest.fixture
+async def agent(gateways: Gateways, zk_url: str) -> Any:
+    return await gateways.start(zk_url)
+
+
+@pytest.fixture
+async def direct(zk_url: str, open_stores: Callable[..., Any]) -> Any:
+    return await open_stores(zk_url)
+
+
+async def test_many_sessions_each_ephemeral_lives_as_long_as_its_own_session(
+    agent: Any, direct: Any, open_stores: Callable[..., Any]
+) -> None:
+    n = 40
+    clients: list[AgentClient] = list(await asyncio.gather(*(open_stores(agent.address) for _ in range(n))))
+    assert len({c.session_id for c in clients}) == n
+    await direct.put("/live", b"", expected_version=-1)
+    await asyncio.gather(
+        *(c.put(f"/live/c{i}-{j}", f"{i}".encode(), ephemeral=True) for i, c in enumerate(clients) for j in range(3))
+    )
+    seq = await asyncio.gather(*(c.put("/live/s-", b"", ephemeral=True, sequential=True) for c in clients))
+    assert len(await direct.get_children("/live")) == 4 * n
+    # ownership is per client session, not per agent
+    own = await clients[1].get("/live/c1-0")
+    other = await clients[2].get("/live/c1-0")
+    assert own is not None and own[1].created_by_self and other is not None and not other[1].created_by_self
+
+    # close the even ones: exactly their ephemerals go, at once
+    await asyncio.gather(*(c.close() for c in clients[::2]))
+    left = set(await direct.get_children("/live"))
+    expected = {f"c{i}-{j}" for i in range(1, n, 2) for j in range(3)} | {
+        s.path.rsplit("/", 1)[1] for s in seq[1::2]
+    }
+    assert left == expected
+    assert await direct.exists("/live")  # persistent nodes stay
+    # the odd ones' sessions are untouched: they can still update their ephemerals
+    await clients[1].put("/live/c1-0", b"still mine", expected_version=0)
+
+
+async def test_broken_stream_ends_the_session_and_the_client_reattaches(
+    agent: Any, direct: Any, open_stores: Callable[..., Any]
+) -> None:
+    client: AgentClient = await open_stores(agent.address)
+    events: list[SessionEvent] = []
+    client.add_session_listener(events.append)
+    first_session = client.session_id
+    await client.put("/mine", b"x", ephemeral=True)
+    client._session_call.cancel()  # the stream breaks without a goodbye (like a dead connection)
+
+    async def gone() -> bool:
+        return not await direct.exists("/mine")
+
+    await _eventually(gone, what="ephemeral of the broken session deleted")
+
+    async def reattached() -> bool:
+        return SessionEvent.SESSION_REESTABLISHED in events
+
+    await _eventually(reattached, what="client re-attached")
+    assert events[:3] == [SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST, SessionEvent.SESSION_REESTABLISHED]
+    assert client.session_id != first_session
+    await client.put("/mine", b"again", ephemeral=True)
+    got = await client.get("/mine")
+    assert got is not None and got[1].created_by_self
+
+
+_KILLED_CLIENT = """
+import asyncio, sys
+import metashift.client
+
+async def main():
+    c = await metashift.client.connect(sys.argv[1])
+    for i in range(5):
+        await c.put(f"/victim/e{i}", b"x", ephemeral=True)
+    print("ready", flush=True)
+    await asyncio.sleep(3600)
+
+asyncio.run(main())
+"""
+
+
+async def test_ephemerals_vanish_when_the_client_process_is_killed(agent: Any, direct: Any) -> None:
+    await direct.put("/victim", b"", expected_version=-1)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_CLIENT, agent.address],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "false"},
+    )
+    try:
+        assert proc.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
+        assert line.strip() == "ready", proc.stderr.read() if proc.stderr else ""
+        assert len(await direct.get_children("/victim")) == 5
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+        async def gone() -> bool:
+            return await direct.get_children("/victim") == []
+
+        await _eventually(gone, what="ephemerals of the killed client deleted")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+async def test_agent_restart_client_reattaches_with_session_events(
+    gateways: Gateways, zk_url: str, direct: Any, open_stores: Callable[..., Any]
+) -> None:
+    first = await gateways.start(zk_url)
+    client: AgentClient = await open_stores(first.address, timeout=5)
+    events: list[SessionEvent] = []
+    client.add_session_listener(events.append)
+    await client.put("/before-restart", b"x", ephemeral=True)
+    await client.put("/persistent", b"p", expected_version=-1)
+
+    await first.stop(grace=1.0)  # drains, ends sessions, closes its store: the ephemeral goes
+    assert not await direct.exists("/before-restart")
+
+    async def lost() -> bool:
+        return SessionEvent.CONNECTION_LOST in events
+
+    await _eventually(lost, what="ConnectionLost")
+    with pytest.raises(StoreUnavailable):
+        await client.get("/persistent")  # no agent: a typed error, fast
+
+    await gateways.start(zk_url, {"listen": first.address})  # same socket, new agent
+
+    async def back() -> bool:
+        return SessionEvent.SESSION_REESTABLISHED in events
+
+    await _eventually(back, what="SessionReestablished after the agent came back")
+    assert events == [SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST, SessionEvent.SESSION_REESTABLISHED]
+    got = await client.get("/persistent")
+    assert got is not None and got[0] == b"p"
+    stat = await client.put("/after-restart", b"y", ephemeral=True)
+    assert stat.ephemeral and stat.created_by_self
+
+
+async def test_store_session_events_reach_clients(
+    gateways: Gateways, fresh_servers: Any, open_stores: Callable[..., Any]
+) -> None:
+    server = fresh_servers.zk()
+    agent = await gateways.start(server.url + "/events?timeout=2&session_timeout=30")
+    clients: list[AgentClient] = [await open_stores(agent.address, timeout=5) for _ in range(3)]
+    seen: list[list[SessionEvent]] = [[] for _ in clients]
+    for client, events in zip(clients, seen, strict=True):
+        client.add_session_listener(events.append)
+    server.stop()
+
+    async def all_lost() -> bool:
+        return all(SessionEvent.CONNECTION_LOST in events for events in seen)
+
+    await _eventually(all_lost, timeout=20, what="ConnectionLost of the agent's store forwarded to every client")
+    server.start()
+
+    async def all_back() -> bool:
+        return all(SessionEvent.RECONNECTED in events for events in seen)
+
+    await _eventually(all_back, timeout=30, what="Reconnected forwarded to every client")
+    for events in seen:
+        assert SessionEvent.SESSION_LOST not in events  # the store session survived the short outage
+
+
+async def test_keepalive_timeout_ends_the_session(agent: Any, direct: Any) -> None:
+    """A client that stops sending keep-alives (hung, not dead) loses its session and ephemerals."""
+    async with grpc.aio.insecure_channel(agent.address) as channel:
+        call = pb_grpc.SessionStub(channel).Open()
+        await call.write(pb.SessionRequest(hello=pb.Hello(timeout_ms=700, client_name="silent")))
+        started = await call.read()
+        assert started.WhichOneof("kind") == "started" and started.started.timeout_ms == 700
+        put = pb_grpc.MetadataStoreStub(channel).Put
+        md = ((wire.SESSION_KEY, started.started.session_id),)
+        await put(pb.PutRequest(path="/silent", value=b"x", ephemeral=True), metadata=md)
+        assert await direct.exists("/silent")
+        t0 = time.monotonic()
+        response = await asyncio.wait_for(call.read(), 10)
+        assert response.WhichOneof("kind") == "event" and response.event.type == pb.SESSION_LOST
+        assert 0.3 < time.monotonic() - t0 < 5
+        assert not await direct.exists("/silent")
+        # the dead session can create no more ephemerals
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await put(pb.PutRequest(path="/silent", value=b"x", ephemeral=True), metadata=md)
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert dict(err.value.trailing_metadata())[wire.ERROR_KIND_KEY] == "NoSession"
+        assert not await direct.exists("/silent")
+
+
+async def test_recreate_ephemerals_in_another_store(
+    agent: Any, etcd_url: str, open_stores: Callable[..., Any]
+) -> None:
+    """The agent knows each session's ephemerals (latest values) and can make them in a target."""
+    a: AgentClient = await open_stores(agent.address)
+    b: AgentClient = await open_stores(agent.address)
+    await a.put("/brokers", b"", expected_version=-1)
+    await a.put("/brokers/a", b"a0", ephemeral=True)
+    await a.put("/brokers/a", b"a1")  # a later value of the same ephemeral
+    seq = await b.put("/brokers/b-", b"b", ephemeral=True, sequential=True)
+    await b.put("/brokers/persistent", b"p")
+    target = await open_stores(etcd_url)
+    assert agent.registry.ephemerals() == {"/brokers/a": b"a1", seq.path: b"b"}
+    assert await agent.registry.recreate_in(target) == 2
+    got = await target.get("/brokers/a")
+    assert got is not None and got[0] == b"a1" and got[1].ephemeral
+    got = await target.get(seq.path)
+    assert got is not None and got[0] == b"b" and got[1].ephemeral
+    assert not await target.exists("/brokers/persistent")  # persistent nodes are the copy's business
