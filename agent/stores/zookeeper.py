@@ -28,7 +28,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
 
 from aiozk import exc as zk_exc
@@ -44,13 +44,16 @@ from aiozk.states import SessionStateMachine, States
 from . import errors, paths
 from .base import (
     DeleteOp,
+    GetOp,
     GetResult,
     MetadataStore,
+    NodeInfo,
     Notification,
     NotificationType,
     Op,
     OpResult,
     PutOp,
+    Restore,
     SessionEvent,
     Stat,
 )
@@ -74,6 +77,11 @@ DEFAULT_MAX_VALUE_SIZE = 1024 * 1024 - 4096
 #: Write batches go to the server as ``multi`` requests of at most this many operations and bytes.
 MULTI_MAX_OPS = 128
 MULTI_MAX_BYTES = 256 * 1024
+
+#: Bulk operations: getChildren2 calls in flight and per page of ``walk``; multis in flight.
+_WALK_IN_FLIGHT = 512
+_WALK_PAGE = 2000
+_RESTORE_MULTIS_IN_FLIGHT = 8
 
 #: Longest pause between two rounds of attempts to reach a server.
 MAX_RECONNECT_DELAY = 1.0
@@ -747,6 +755,185 @@ class ZooKeeperStore(MetadataStore):
             _discard(session.conn)
             session.conn = None
         session.started = False
+
+
+    # ---- bulk operations (the copy, its verification, sample data) ------------------------------
+    # Overrides of the generic ``MetadataStore`` implementations, for speed.
+
+    async def walk(
+        self, root: str = paths.SEPARATOR, *, prune: Collection[str] = ()
+    ) -> AsyncIterator[list[NodeInfo]]:
+        """Breadth first with pipelined ``getChildren2``: one call per node gives both its
+        children and its own Stat (version, data length, ephemeral owner), so nothing is read."""
+        paths.validate(root)
+        pruned = set(prune)
+        sem = asyncio.Semaphore(_WALK_IN_FLIGHT)
+
+        async def children2(path: str) -> Any:
+            async with sem:
+                try:
+                    return await self._call(protocol.GetChildren2Request(path=self._full(path), watch=False), path)
+                except errors.NotFound:
+                    return None
+
+        frontier = [root]
+        while frontier:
+            next_frontier: list[str] = []
+            for start in range(0, len(frontier), _WALK_PAGE):
+                chunk = frontier[start : start + _WALK_PAGE]
+                page: list[NodeInfo] = []
+                for path, resp in zip(chunk, await asyncio.gather(*(children2(p) for p in chunk)), strict=True):
+                    if resp is None:
+                        continue
+                    if path != root:
+                        stat = resp.stat
+                        page.append(NodeInfo(path, stat.version, stat.data_length, stat.ephemeral_owner != 0))
+                    for name in resp.children:
+                        child = paths.join(path, name)
+                        if child not in pruned:
+                            next_frontier.append(child)
+                if page:
+                    yield page
+            frontier = next_frontier
+
+    async def restore_many(self, items: Sequence[Restore]) -> list[int | errors.MetadataStoreError]:
+        """Each node's chain (create, then setData at each version, empty values until the last
+        one) goes in ``multi`` requests: ZooKeeper applies the same path many times in one
+        multi. Short chains share multis, pipelined; a chain longer than one multi is sent multi
+        after multi. A multi that fails (a parent missing, a version moved) changed nothing: its
+        nodes are read again and finished by the generic path, which names the culprits."""
+        for item in items:
+            self._check_put(item.path, item.value, None)
+            if not 0 <= item.version or not -1 <= item.current <= item.version:
+                raise ValueError(f"cannot restore {item.path} from version {item.current} to {item.version}")
+        results: list[int | errors.MetadataStoreError] = [0] * len(items)
+        retry: set[int] = set()
+        sem = asyncio.Semaphore(_RESTORE_MULTIS_IN_FLIGHT)
+
+        def chain(item: Restore) -> list[tuple[Any, int]]:
+            full = self._full(item.path)
+            out: list[tuple[Any, int]] = []
+            version = item.current
+            if version == -1:
+                value = item.value if item.version == 0 else b""
+                out.append((self._create_request(full, value, False, False), len(full) + len(value) + 64))
+                version = 0
+            while version < item.version:
+                value = item.value if version + 1 == item.version else b""
+                request = protocol.SetDataRequest(path=full, data=value, version=version)
+                out.append((request, len(full) + len(value) + 64))
+                version += 1
+            return out
+
+        async def send(requests: list[Any], owners: list[int]) -> bool:
+            multi = protocol.TransactionRequest()
+            multi.writes_data = True  # aiozk marks multi as a read: it would re-send it
+            for r in requests:
+                multi.add(r)
+            async with sem:
+                try:
+                    response = await self._call(multi, items[owners[0]].path)
+                except errors.StoreUnavailable as e:
+                    for i in owners:
+                        results[i] = e
+                    return False
+                except errors.MetadataStoreError:
+                    response = None
+            answers = None if response is None else response.responses
+            if answers is None or len(answers) != len(requests) or any(isinstance(a, Exception) for a in answers):
+                retry.update(i for i in owners if not isinstance(results[i], errors.MetadataStoreError))
+                return False
+            return True
+
+        async def long_chain(i: int, ops: list[tuple[Any, int]]) -> None:
+            start = 0
+            while start < len(ops):
+                end, size = start, 0
+                while (
+                    end < len(ops)
+                    and end - start < MULTI_MAX_OPS
+                    and (end == start or size + ops[end][1] <= MULTI_MAX_BYTES)
+                ):
+                    size += ops[end][1]
+                    end += 1
+                if not await send([r for r, _ in ops[start:end]], [i]):
+                    return
+                start = end
+
+        jobs: list[Any] = []
+        batch: list[Any] = []
+        owners: list[int] = []
+        size = 0
+        for i, item in enumerate(items):
+            if item.current >= item.version:
+                continue
+            ops = chain(item)
+            ops_size = sum(n for _, n in ops)
+            if len(ops) > MULTI_MAX_OPS or ops_size > MULTI_MAX_BYTES:
+                jobs.append(long_chain(i, ops))
+                continue
+            if batch and (len(batch) + len(ops) > MULTI_MAX_OPS or size + ops_size > MULTI_MAX_BYTES):
+                jobs.append(send(batch, owners))
+                batch, owners, size = [], [], 0
+            batch.extend(r for r, _ in ops)
+            owners.append(i)
+            size += ops_size
+        if batch:
+            jobs.append(send(batch, owners))
+        await asyncio.gather(*jobs)
+        if retry:
+            order = sorted(retry)
+            fresh = await self.batch([GetOp(items[i].path) for i in order])
+            again: list[Restore] = []
+            for i, got in zip(order, fresh, strict=True):
+                item = items[i]
+                current = got[1].version if isinstance(got, tuple) else -1
+                if isinstance(got, errors.MetadataStoreError):
+                    results[i] = got
+                elif current > item.version:
+                    results[i] = errors.BadVersion(item.path, f"version {current} is past {item.version}")
+                else:
+                    again.append(Restore(item.path, item.value, item.version, current))
+            redone = await MetadataStore.restore_many(self, again)
+            by_path = {r.path: res for r, res in zip(again, redone, strict=True)}
+            for i in order:
+                if items[i].path in by_path:
+                    res = by_path[items[i].path]
+                    ok = not isinstance(res, errors.MetadataStoreError)
+                    results[i] = items[i].version - items[i].current if ok else res
+        for i, item in enumerate(items):
+            if results[i] == 0 and item.current < item.version:
+                results[i] = item.version - item.current
+        return results
+
+    async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
+        """The counter is the parent's cversion, which every child create and delete moves by
+        one: multis of (create, delete) of a throw-away child, pipelined, until it is reached."""
+        paths.validate(parent)
+        counter = await self.sequence_counter(parent)
+        if counter >= at_least:
+            return 0
+        if not await self._exists(parent):
+            await self.put(parent, b"")
+            counter = await self.sequence_counter(parent)
+        probe = self._full(paths.join(parent, "metashift-counter-probe"))
+        pairs = -(-(at_least - counter) // 2)
+        per_multi = MULTI_MAX_OPS // 2
+        sem = asyncio.Semaphore(_RESTORE_MULTIS_IN_FLIGHT)
+
+        async def bump(n: int) -> None:
+            multi = protocol.TransactionRequest()
+            multi.writes_data = True
+            for _ in range(n):
+                multi.add(self._create_request(probe, b"", False, False))
+                multi.add(protocol.DeleteRequest(path=probe, version=-1))
+            async with sem:
+                response = await self._call(multi, parent)
+            if any(isinstance(a, Exception) for a in response.responses):
+                raise errors.MetadataStoreError("could not advance the sequence counter", parent)
+
+        await asyncio.gather(*(bump(min(per_multi, pairs - k)) for k in range(0, pairs, per_multi)))
+        return 2 * pairs
 
 
 def _map_error(e: BaseException, path: str, url: StoreURL) -> errors.MetadataStoreError:
