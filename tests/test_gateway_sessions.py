@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -23,13 +22,13 @@ from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from tests.harness import Gateways
 
 
-async def _eventually(check: Callable[[], Awaitable[bool]], timeout: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
+async def _eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0, what: str = "") -> None:
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if await check():
             return
         await asyncio.sleep(0.05)
-    pytest.fail(f"not within {timeout}s: {what}")
+    pytest.fail(f"not within {within}s: {what}")
 
 
 @pytest.fixture
@@ -114,27 +113,27 @@ asyncio.run(main())
 
 async def test_ephemerals_vanish_when_the_client_process_is_killed(agent: Any, direct: Any) -> None:
     await direct.put("/victim", b"", expected_version=-1)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_CLIENT, agent.address],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", _KILLED_CLIENT, agent.address,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "GRPC_ENABLE_FORK_SUPPORT": "false"},
     )
     try:
-        assert proc.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 30)
-        assert line.strip() == "ready", proc.stderr.read() if proc.stderr else ""
+        assert proc.stdout is not None and proc.stderr is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), 30)
+        assert line.strip() == b"ready", (await proc.stderr.read()).decode()
         assert len(await direct.get_children("/victim")) == 5
         os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        await asyncio.wait_for(proc.wait(), 10)
 
         async def gone() -> bool:
             return await direct.get_children("/victim") == []
 
         await _eventually(gone, what="ephemerals of the killed client deleted")
     finally:
-        if proc.poll() is None:
+        if proc.returncode is None:
             proc.kill()
-            proc.wait()
+            await proc.wait()
 
 
 async def test_agent_restart_client_reattaches_with_session_events(
@@ -184,13 +183,13 @@ async def test_store_session_events_reach_clients(
     async def all_lost() -> bool:
         return all(SessionEvent.CONNECTION_LOST in events for events in seen)
 
-    await _eventually(all_lost, timeout=20, what="ConnectionLost of the agent's store forwarded to every client")
+    await _eventually(all_lost, within=20, what="ConnectionLost of the agent's store forwarded to every client")
     server.start()
 
     async def all_back() -> bool:
         return all(SessionEvent.RECONNECTED in events for events in seen)
 
-    await _eventually(all_back, timeout=30, what="Reconnected forwarded to every client")
+    await _eventually(all_back, within=30, what="Reconnected forwarded to every client")
     for events in seen:
         assert SessionEvent.SESSION_LOST not in events  # the store session survived the short outage
 
