@@ -110,12 +110,150 @@ def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.set_defaults(handler=_agent)
 
 
+# ---- sample data, copy, verify, benchmark -------------------------------------------------------
+
+
+def _progress_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=None,
+        help="progress bars on stderr (default: when stderr is a terminal)",
+    )  # fmt: skip
+
+
+def _rules(args: argparse.Namespace) -> Any:
+    from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_EXCLUDED, Rules
+
+    return Rules(
+        excluded=tuple(DEFAULT_EXCLUDED) + tuple(args.exclude or ()),
+        counters=tuple(args.counter) if args.counter else DEFAULT_COUNTERS,
+    )
+
+
+def _rules_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--exclude", action="append", metavar="PATH", help="another subtree not to copy (repeatable)")
+    p.add_argument(
+        "--counter", action="append", metavar="PATTERN",
+        help="sequence-counter parents ('*' = one segment; repeatable; replaces the defaults "
+        "/ledgers/idgen, /ledgers/idgen-long, /ledgers/idgen-long/*, /counters/*)",
+    )  # fmt: skip
+
+
+async def _generate(args: argparse.Namespace) -> int:
+    import json
+    import signal
+
+    from metashift.agent.stores import open_store
+    from metashift.sample_tree import generate
+
+    store = await open_store(args.target, watch=False)
+    try:
+        tree = await generate(store, args.topics, args.seed, ephemerals=not args.no_ephemerals)
+        if args.json:
+            out = {k: v for k, v in vars(tree).items() if k != "ephemeral_paths"}
+            print(json.dumps(out, indent=2, sort_keys=True), flush=True)
+        else:
+            print(tree.text(), flush=True)
+        if args.hold and tree.ephemeral:
+            print(f"holding {tree.ephemeral} ephemerals until Ctrl-C or SIGTERM", file=sys.stderr, flush=True)
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
+    finally:
+        await store.close()
+    return 0
+
+
+def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("generate", help="write a Pulsar + BookKeeper shaped sample tree into a store")
+    p.add_argument("--target", required=True, metavar="URL", help="store to write into (zk://... or etcd://...)")
+    p.add_argument("--topics", type=int, required=True, help="number of topics (about 6 nodes each)")
+    p.add_argument("--seed", type=int, default=0, help="the same seed gives the same tree (default 0)")
+    p.add_argument("--hold", action="store_true", help="keep the ephemerals alive until Ctrl-C or SIGTERM")
+    p.add_argument("--no-ephemerals", action="store_true", help="write no ephemerals")
+    p.add_argument("--json", action="store_true", help="print what was written as JSON")
+    p.set_defaults(handler=lambda a: _run(_generate(a)))
+
+
+def _copy(args: argparse.Namespace) -> int:
+    from metashift.spark.copy import copy_tree
+    from metashift.spark.report import dumps, make_progress
+
+    report = copy_tree(
+        args.source, args.target, master=args.spark_master, verify=args.verify, rules=_rules(args),
+        progress=make_progress(args.progress),
+    )  # fmt: skip
+    print(dumps(report) if args.json else report.text(), flush=True)
+    return 1 if report.verify is not None and not report.verify.ok else 0
+
+
+def _add_copy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("copy", help="copy every persistent node (exact versions) and the sequence counters, on Spark")
+    p.add_argument("--source", required=True, metavar="URL")
+    p.add_argument("--target", required=True, metavar="URL")
+    p.add_argument("--spark-master", metavar="M", help="Spark master URL (default local[*])")
+    p.add_argument("--verify", action="store_true", help="verify the target afterwards (exit 1 on any mismatch)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _rules_flags(p)
+    _progress_flag(p)
+    p.set_defaults(handler=_copy)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from metashift.spark.report import dumps, make_progress
+    from metashift.spark.verify import verify_tree
+
+    report = verify_tree(
+        args.source, args.target, master=args.spark_master, rules=_rules(args), progress=make_progress(args.progress)
+    )
+    print(dumps(report) if args.json else report.text(), flush=True)
+    return 0 if report.ok else 1
+
+
+def _add_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("verify", help="compare every persistent node and the counters of two stores, on Spark")
+    p.add_argument("--source", required=True, metavar="URL")
+    p.add_argument("--target", required=True, metavar="URL")
+    p.add_argument("--spark-master", metavar="M", help="Spark master URL (default local[*])")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _rules_flags(p)
+    _progress_flag(p)
+    p.set_defaults(handler=_verify)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "bench" / "copy_bench.py"
+    if not script.is_file():
+        print(f"metashift: error: the benchmark lives in the source tree ({script} not found)", file=sys.stderr)
+        return EXIT_USER_ERROR
+    sys.argv = [str(script), *args.bench_args]
+    runpy.run_path(str(script), run_name="__main__")
+    return 0
+
+
+def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("bench", help="benchmarks (from a source checkout)")
+    which = p.add_subparsers(dest="bench", metavar="WHICH")
+    which.required = True
+    c = which.add_parser("copy", help="copy and verify rates against raw store rates and a kazoo baseline")
+    c.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments of bench/copy_bench.py (--topics N, ...)")
+    c.set_defaults(handler=_bench)
+
+
 # ---- main ---------------------------------------------------------------------------------------
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_agent,
     _add_demo,
     _add_servers,
+    _add_generate,
+    _add_copy,
+    _add_verify,
+    _add_bench,
 ]
 
 
