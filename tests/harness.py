@@ -84,8 +84,9 @@ def store_kind(backend: str) -> str:
 
 
 async def open_any(url: str, **client_options: Any) -> MetadataStore:
-    """A store URL opens the store; an agent address (``unix:...``) connects a gateway client."""
-    if url.startswith("unix:"):
+    """A store URL opens the store; an agent address (``unix:...``, ``host:port``) connects a
+    gateway client."""
+    if url.startswith(("unix:", "tcp://")) or "://" not in url:
         from metashift.client import connect
 
         return await connect(url, **client_options)

@@ -1,0 +1,225 @@
+"""The agent process: configuration (file, environment, command line), the ``metashift agent``
+command (unix socket mode, health, metrics, JSON logs, SIGTERM drain) and the generated protos."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import stat
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from metashift import cli
+from metashift.agent.config import ConfigError, build, env_name, load
+from metashift.agent.stores.local_servers import free_port
+from metashift.client import AgentClient
+from tests.harness import Gateways
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# ---- configuration ------------------------------------------------------------------------------
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "agent.toml"
+    path.write_text(text)
+    return path
+
+
+def test_sample_config_loads() -> None:
+    cfg = load(ROOT / "packaging" / "agent.toml", env={})
+    assert cfg.role == "broker" and cfg.listen.kind == "unix" and cfg.socket_mode == 0o660
+    assert cfg.source.scheme == "zk"
+
+
+def test_file_then_environment_then_overrides(tmp_path: Path) -> None:
+    path = _write(tmp_path, """
+node_id = "from-file"
+role = "bookie"
+listen = "unix:/tmp/x.sock"
+metrics = "127.0.0.1:9464"
+[source]
+url = "zk://zk1:2181/pulsar"
+[gate]
+hold_timeout = 12
+""")
+    cfg = load(path, env={})
+    assert (cfg.node_id, cfg.role, cfg.hold_timeout, cfg.metrics) == ("from-file", "bookie", 12.0, "127.0.0.1:9464")
+    env = {env_name("node_id"): "from-env", env_name("source.url"): "etcd://e1:2379",
+           env_name("source.username"): "pulsar", env_name("source.password"): "s3cret",
+           env_name("gate.hold_timeout"): "7.5"}
+    assert env_name("source.url") == "METASHIFT_SOURCE_URL"
+    cfg = load(path, env=env)
+    assert cfg.node_id == "from-env" and cfg.source.scheme == "etcd" and cfg.hold_timeout == 7.5
+    assert cfg.source.username == "pulsar" and cfg.source.password == "s3cret"
+    assert "s3cret" not in repr(cfg)
+    cfg = load(path, env=env, overrides={"node_id": "from-cli", "role": None})
+    assert cfg.node_id == "from-cli" and cfg.role == "bookie"
+
+
+def test_password_file(tmp_path: Path) -> None:
+    secret = tmp_path / "pw"
+    secret.write_text("hunter2\n")
+    cfg = build({"source.url": "zk://h:2181", "source.username": "u", "source.password_file": str(secret)})
+    assert cfg.source.password == "hunter2"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ('nodeid = "x"\n[source]\nurl = "zk://h"', "nodeid"),
+        ('[source]\nurl = "zk://h"\nuri = "zk://h"', "source.uri"),
+        ('[sauce]\nurl = "zk://h"', "sauce.url"),
+        ('role = "proxy"\n[source]\nurl = "zk://h"', "role"),
+        ('node_id = 5\n[source]\nurl = "zk://h"', "node_id"),
+        ('[source]\nurl = "mysql://h"', "source.url"),
+        ('node_id = "a"', "source.url"),
+        ('listen = "tcp://0.0.0.0:7650"\n[source]\nurl = "zk://h"', "listen"),
+        ('listen = "/no/scheme.sock"\n[source]\nurl = "zk://h"', "listen"),
+        ('socket_mode = "rw"\n[source]\nurl = "zk://h"', "socket_mode"),
+        ('metrics = "nowhere"\n[source]\nurl = "zk://h"', "metrics"),
+        ('[source]\nurl = "zk://h"\n[gate]\nhold_timeout = -1', "gate.hold_timeout"),
+        ('[source]\nurl = "zk://h"\n[tls]\ncert = "/no/such.pem"', "tls.cert"),
+        ('[source]\nurl = "zk://h"\npassword = "p"', "source.username"),
+        ('[source\nurl = "zk://h"', "--config"),
+    ],
+)
+def test_bad_config_names_the_key(tmp_path: Path, text: str, key: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        load(_write(tmp_path, text), env={})
+    assert err.value.key == key and key in str(err.value)
+
+
+def test_bad_environment_value_names_the_key() -> None:
+    with pytest.raises(ConfigError) as err:
+        load(None, env={"METASHIFT_SOURCE_URL": "zk://h", "METASHIFT_TLS_ALLOW_INSECURE_TCP": "maybe"})
+    assert err.value.key == "tls.allow_insecure_tcp"
+
+
+def test_cli_bad_config_exits_non_zero_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _write(tmp_path, '[source]\nurl = "zk://h"\n[gate]\nhold_timeout = "soon"')
+    assert cli.main(["agent", "--config", str(path)]) == cli.EXIT_USER_ERROR
+    assert "gate.hold_timeout" in capsys.readouterr().err
+    assert cli.main(["agent", "--config", str(tmp_path / "missing.toml")]) == cli.EXIT_USER_ERROR
+    assert "missing.toml" in capsys.readouterr().err
+    assert cli.main(["agent", "--source", "zk://h", "--listen", "tcp://0.0.0.0:1"]) == cli.EXIT_USER_ERROR
+    assert "config key listen" in capsys.readouterr().err
+
+
+# ---- the process --------------------------------------------------------------------------------
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+async def _wait_for(predicate: Callable[[], bool], within: float, what: str) -> None:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {within}s: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_agent_process_serves_drains_on_sigterm_and_exits_cleanly(
+    zk_url: str, open_stores: Callable[..., Any]
+) -> None:
+    directory = tempfile.mkdtemp(prefix="ms-proc-")
+    sock = f"{directory}/agent.sock"
+    metrics_port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "metashift.cli", "agent", "--source", zk_url, "--listen", f"unix:{sock}",
+        "--node-id", "broker-7", "--role", "broker", "--metrics", f"127.0.0.1:{metrics_port}",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "METASHIFT_GATE_DRAIN_TIMEOUT": "5"},
+    )
+    try:
+        await _wait_for(lambda: os.path.exists(sock) and stat.S_IMODE(os.stat(sock).st_mode) == 0o660, 30,
+                        "agent socket with mode 0660")
+        async with grpc.aio.insecure_channel(f"unix:{sock}") as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            for service in ("", "metashift.v1.MetadataStore", "metashift.v1.Session"):
+                reply = await health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+                assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        client: AgentClient = await open_stores(f"unix:{sock}", name="test")
+        assert client.node_id == "broker-7"
+        await client.put("/proc", b"x", expected_version=-1)
+        await client.put("/proc-eph", b"x", ephemeral=True)
+        got = await client.get("/proc")
+        assert got is not None and got[0] == b"x"
+        direct = await open_stores(zk_url)
+
+        text = await asyncio.to_thread(
+            lambda: urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).read().decode()
+        )
+        assert 'metashift_agent_requests_total{method="Put",status="OK"} 2.0' in text
+        assert "metashift_agent_request_seconds_bucket" in text and "metashift_agent_sessions 1.0" in text
+        assert "metashift_agent_held_writes 0.0" in text and "metashift_agent_migration_phase" in text
+
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 20) == 0
+        assert not _exists(sock)
+        assert not await direct.exists("/proc-eph")  # the session ended with the agent
+        assert await direct.exists("/proc")
+        assert proc.stderr is not None
+        lines = (await proc.stderr.read()).decode().splitlines()
+        records = [json.loads(line) for line in lines if line.strip()]
+        assert any(r["msg"] == "agent started" and r["node_id"] == "broker-7" for r in records)
+        assert any(r["msg"] == "agent stopped" for r in records)
+        assert all({"ts", "level", "logger", "msg"} <= r.keys() for r in records)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+
+
+async def test_agent_exits_non_zero_when_the_source_is_unreachable() -> None:
+    directory = tempfile.mkdtemp(prefix="ms-proc-")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "metashift.cli", "agent", "--source", f"zk://127.0.0.1:{free_port()}?timeout=1",
+        "--listen", f"unix:{directory}/a.sock",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == cli.EXIT_USER_ERROR
+    assert b"metashift: error" in err
+
+
+async def test_stop_drains_calls_in_flight(gateways: Gateways, zk_url: str, open_stores: Callable[..., Any]) -> None:
+    from tests.test_gateway_gate import _SlowStore
+
+    direct = await open_stores(zk_url)
+    agent = await gateways.start(zk_url, source=_SlowStore(direct, 0.5))
+    client: AgentClient = await open_stores(agent.address, timeout=10)
+    writes = [asyncio.create_task(client.put(f"/inflight{i}", b"x")) for i in range(4)]
+    await _wait_for(lambda: agent.gate.in_flight == 4, 5, "writes in flight")
+    await agent.stop(grace=5)
+    stats = await asyncio.gather(*writes)  # every call in flight completed, none was cut
+    assert all(s.version == 0 for s in stats)
+    for i in range(4):
+        assert await direct.exists(f"/inflight{i}")
+
+
+# ---- generated code -----------------------------------------------------------------------------
+
+
+def test_generated_proto_code_is_up_to_date(tmp_path: Path) -> None:
+    from metashift.proto import generate  # proto/generate.py, what `make proto` runs
+
+    names = generate.generate(tmp_path)
+    assert names, "no .proto sources found"
+    for name in names:
+        fresh = (tmp_path / "metashift" / "proto" / name).read_bytes()
+        committed = (ROOT / "proto" / name).read_bytes()
+        assert fresh == committed, f"proto/{name} is stale: run `make proto` and commit the result"
