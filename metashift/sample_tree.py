@@ -8,7 +8,7 @@
   whose versions run from 0 into the thousands, and one to three cursors per topic (binary, a few
   of tens of KB);
 - ledger metadata in the hierarchical layout (``/ledgers/00/0000/L0002``), 200 B - 2 KB, small
-  versions; ids spaced the way BookKeeper's ZooKeeper id generator spaces them;
+  versions; ids below the id generator's counter;
 - schemas, bundle data, resource quotas, bookie cookies, ``/ledgers/LAYOUT`` and ``INSTANCEID``;
 - the id-generator parents ``/ledgers/idgen``, ``/ledgers/idgen-long/HOB-0000000001`` and
   ``/counters/producer-name``, their counters moved past every id in the tree the way BookKeeper
@@ -166,12 +166,12 @@ def plan_tree(topics: int, seed: int) -> tuple[list[Spec], list[tuple[str, str]]
                 add(ml, "managed-ledger", rng.randint(60, 600))
                 for _ in range(rng.randint(1, 2)):
                     add(ledger_path(ledger_id), "ledger", rng.randint(200, 2000))
-                    ledger_id += 2  # ZooKeeper's id generator: create + delete = 2 per id
+                    ledger_id += 1
                 for c in range(rng.randint(1, 3)):
                     add(f"{ml}/sub-{c}", "cursor", _cursor_size(rng))
                     if rng.random() < 0.5:
                         add(ledger_path(ledger_id), "ledger", rng.randint(200, 2000))
-                        ledger_id += 2
+                        ledger_id += 1
             topic += 1
             done += partitions
     add("/ledgers/idgen", "dir", 0, 0)

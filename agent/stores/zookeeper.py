@@ -906,9 +906,18 @@ class ZooKeeperStore(MetadataStore):
                 results[i] = item.version - item.current
         return results
 
+    async def sequence_counter(self, parent: str) -> int:
+        """ZooKeeper names a sequential child after the parent's count of child *creations*
+        (its internal cversion). The cversion it reports counts creations and deletions
+        (``2 * creations - live children``), so the count is ``(cversion + children) / 2``."""
+        zstat = await self._exists_stat(paths.validate(parent))
+        if zstat is None:
+            return 0
+        return (int(zstat.child_version) + int(zstat.num_children)) // 2
+
     async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
-        """The counter is the parent's cversion, which every child create and delete moves by
-        one: multis of (create, delete) of a throw-away child, pipelined, until it is reached."""
+        """Every child creation moves the counter by one: multis of (create, delete) of a
+        throw-away child, pipelined, until it is reached."""
         paths.validate(parent)
         counter = await self.sequence_counter(parent)
         if counter >= at_least:
@@ -917,7 +926,7 @@ class ZooKeeperStore(MetadataStore):
             await self.put(parent, b"")
             counter = await self.sequence_counter(parent)
         probe = self._full(paths.join(parent, "metashift-counter-probe"))
-        pairs = -(-(at_least - counter) // 2)
+        pairs = at_least - counter
         per_multi = MULTI_MAX_OPS // 2
         sem = asyncio.Semaphore(_RESTORE_MULTIS_IN_FLIGHT)
 
