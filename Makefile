@@ -42,5 +42,9 @@ demo: setup
 bench: setup
 	$(BIN)/python bench/store_latency.py
 
+# regenerate the Python code of proto/ (committed; tests/test_agent.py fails when it is stale)
+proto: setup
+	$(BIN)/python proto/generate.py
+
 clean:
 	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache *.egg-info
