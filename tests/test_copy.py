@@ -1,0 +1,216 @@
+"""The bulk copy and its verification, on real servers and real Spark (local mode), for every
+pair of stores: bytes and versions equal, ephemerals and excluded subtrees left out, counters
+carried, idempotent, resumable after a kill, conflicts and hand-made changes caught."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+
+from metashift.agent.stores import MetadataStore, Restore, open_store
+from metashift.sample_tree import generate
+from metashift.spark.copy import copy_tree
+from metashift.spark.report import CopyConflict
+from metashift.spark.rules import Rules
+from metashift.spark.session import get_session, stop_session
+from metashift.spark.verify import verify_tree
+
+PAIRS = [("zk", "etcd"), ("etcd", "zk"), ("zk", "zk"), ("etcd", "etcd")]
+TOPICS = 25
+RULES = Rules()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    session = get_session("local[2]")
+    yield session
+    stop_session()
+
+
+def url_of(request: pytest.FixtureRequest, backend: str, namespace: str, side: str) -> str:
+    server = request.getfixturevalue(f"{backend}_server")
+    return f"{server.url}{namespace}-{side}"
+
+
+async def snapshot(store: MetadataStore) -> dict[str, tuple[bytes, int, bool]]:
+    """Every node under the store's root: value, version, ephemeral."""
+    out: dict[str, tuple[bytes, int, bool]] = {}
+    async for page in store.walk():
+        for node in page:
+            got = await store.get(node.path)
+            if got is not None:
+                out[node.path] = (got[0], got[1].version, got[1].ephemeral)
+    return out
+
+
+async def fill(store: MetadataStore) -> None:
+    """A small Pulsar tree with live ephemerals, plus what the copy must leave out and a few
+    nodes with high versions and a large value."""
+    await generate(store, TOPICS, seed=7)
+    await store.restore("/pulsar/migration-coordinator/migration", b'{"phase":"COPYING"}', 3)
+    await store.put("/pulsar/migration-coordinator/participants/id-", b"me", ephemeral=True, sequential=True)
+    await store.restore("/zookeeper/quota", b"q", 1)
+    await store.restore("/managed-ledgers/hot", os.urandom(50_000), 300)
+    await store.restore("/counters/other", b"", 0)
+    await store.advance_sequence_counter("/counters/other", 37)
+
+
+@pytest.fixture
+async def pair(request: pytest.FixtureRequest, namespace: str) -> AsyncIterator[tuple[str, str, MetadataStore]]:
+    """(source URL, target URL, the open source store holding the ephemerals)."""
+    src_backend, tgt_backend = request.param
+    source_url = url_of(request, src_backend, namespace, "src")
+    target_url = url_of(request, tgt_backend, namespace, "dst")
+    source = await open_store(source_url)
+    await fill(source)
+    yield source_url, target_url, source
+    await source.close()
+
+
+def _ids(p: tuple[str, str]) -> str:
+    return f"{p[0]}-to-{p[1]}"
+
+
+async def check_copied(source: MetadataStore, target_url: str) -> None:
+    src = await snapshot(source)
+    async with await open_store(target_url) as target:
+        dst = await snapshot(target)
+        for path, (value, version, ephemeral) in src.items():
+            if ephemeral or RULES.is_excluded(path):
+                assert path not in dst, path
+                continue
+            assert path in dst, path
+            if RULES.is_counter(path):
+                assert dst[path][0] == value and dst[path][1] >= version, path
+            else:
+                assert dst[path][:2] == (value, version), path
+        for path in dst:
+            assert not RULES.is_excluded(path), path
+            assert not dst[path][2], f"ephemeral {path} in the target"
+        assert "/pulsar/migration-coordinator/migration" not in dst
+        assert "/zookeeper/quota" not in dst
+        assert not any(p.startswith("/loadbalance/brokers/") for p in dst)
+        # counters: the next sequential id in the target is past every id the source issued
+        for parent in ("/ledgers/idgen", "/counters/other", "/counters/producer-name"):
+            issued = await source.sequence_counter(parent)
+            assert issued > 0
+            assert await target.sequence_counter(parent) >= issued
+            made = await target.put(parent + "/ID-", b"", ephemeral=True, sequential=True)
+            assert int(made.path.rsplit("ID-", 1)[1]) >= issued
+            await target.delete(made.path)
+
+
+@pytest.mark.parametrize("pair", PAIRS, indirect=True, ids=_ids)
+async def test_copy_is_exact_idempotent_and_verified(pair: tuple[str, str, MetadataStore], spark: Any) -> None:
+    source_url, target_url, source = pair
+    before = await snapshot(source)
+    report = await asyncio.to_thread(copy_tree, source_url, target_url, verify=True, spark=spark)
+    assert report.verify is not None and report.verify.ok, report.verify.text() if report.verify else None
+    assert report.written == report.nodes > 100
+    assert report.ephemerals_skipped >= 10
+    assert report.write_amplification > 1
+    await check_copied(source, target_url)
+    assert await snapshot(source) == before, "the copy changed the source"
+
+    again = await asyncio.to_thread(copy_tree, source_url, target_url, spark=spark)
+    assert again.written == 0 and again.write_ops == 0
+    assert again.unchanged == report.nodes
+
+
+@pytest.mark.parametrize("pair", [("zk", "etcd"), ("etcd", "zk")], indirect=True, ids=_ids)
+async def test_conflict_fails_and_names_the_path(pair: tuple[str, str, MetadataStore], spark: Any) -> None:
+    source_url, target_url, _ = pair
+    await asyncio.to_thread(copy_tree, source_url, target_url, spark=spark)
+    path = "/admin/clusters/us-east"
+    async with await open_store(target_url) as target:
+        got = await target.get(path)
+        assert got is not None
+        await target.put(path, got[0], expected_version=got[1].version)  # now ahead of the source
+    with pytest.raises(CopyConflict) as info:
+        await asyncio.to_thread(copy_tree, source_url, target_url, spark=spark)
+    assert info.value.path == path
+    assert path in str(info.value) and "ahead" in str(info.value)
+
+
+@pytest.mark.parametrize("pair", [("zk", "etcd"), ("etcd", "zk")], indirect=True, ids=_ids)
+async def test_verify_catches_changes_made_by_hand(pair: tuple[str, str, MetadataStore], spark: Any) -> None:
+    source_url, target_url, _ = pair
+    await asyncio.to_thread(copy_tree, source_url, target_url, spark=spark)
+    value_path, version_path, gone_path = "/admin/configuration", "/ledgers/LAYOUT", "/admin/clusters/us-west"
+    async with await open_store(target_url) as target:
+        got = await target.get(value_path)
+        assert got is not None
+        await target.delete(value_path)  # same version, other bytes
+        await target.restore(value_path, got[0] + b" ", got[1].version)
+        got = await target.get(version_path)
+        assert got is not None
+        await target.put(version_path, got[0])  # same bytes, version + 1
+        await target.delete(gone_path + "/failureDomain/domain-a")
+        await target.put("/admin/extra", b"only here")
+    report = await asyncio.to_thread(verify_tree, source_url, target_url, spark=spark)
+    assert not report.ok
+    kinds = {(m.path, m.kind) for m in report.mismatches}
+    assert kinds == {
+        (value_path, "value"),
+        (version_path, "version"),
+        (gone_path + "/failureDomain/domain-a", "missing"),
+        ("/admin/extra", "extra"),
+    }, report.text()
+
+
+@pytest.mark.parametrize("pair", [("zk", "etcd"), ("etcd", "zk")], indirect=True, ids=_ids)
+async def test_killed_half_way_then_run_again_ends_equal(pair: tuple[str, str, MetadataStore], spark: Any) -> None:
+    source_url, target_url, source = pair
+    await generate_more(source)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    cmd = [sys.executable, "-m", "metashift.cli", "copy", "--source", source_url, "--target", target_url, "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    landed = 0
+    try:
+        async with await open_store(target_url) as target:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and proc.poll() is None:
+                landed = sum([len(page) async for page in target.walk()])
+                if landed >= 200:
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        still_running = proc.poll() is None
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    assert still_running and landed >= 200, "the copy ended before it could be killed half-way"
+    partial = await asyncio.to_thread(verify_tree, source_url, target_url, spark=spark)
+    assert not partial.ok  # the kill left the target incomplete
+    report = await asyncio.to_thread(copy_tree, source_url, target_url, verify=True, spark=spark)
+    assert report.verify is not None and report.verify.ok, report.verify.text() if report.verify else None
+    assert 0 < report.written < report.nodes
+    await check_copied(source, target_url)
+
+
+async def generate_more(store: MetadataStore) -> None:
+    """More nodes with long version chains, so that a copy takes long enough to be killed."""
+    items = [Restore(f"/managed-ledgers/bulk/n-{i:05d}", b"v" * 100, 40) for i in range(1500)]
+    await store.put("/managed-ledgers/bulk", b"", -1)
+    for i in range(0, len(items), 500):
+        await store.restore_many(items[i : i + 500])
+
+
+@pytest.mark.parametrize("pair", [("zk", "etcd")], indirect=True, ids=_ids)
+async def test_tight_etcd_limits(
+    pair: tuple[str, str, MetadataStore], spark: Any, fresh_servers: Any, namespace: str
+) -> None:
+    """A target etcd with far lower txn-op and request-size limits than the defaults."""
+    source_url, _, source = pair
+    etcd = fresh_servers.etcd(max_txn_ops=5, max_request_bytes=200_000)
+    target_url = etcd.url + namespace
+    report = await asyncio.to_thread(copy_tree, source_url, target_url, verify=True, spark=spark)
+    assert report.verify is not None and report.verify.ok, report.verify.text() if report.verify else None
+    await check_copied(source, target_url)
