@@ -11,10 +11,14 @@ Prints JSON.
 
 from __future__ import annotations
 
+import os
+
+# set before gRPC loads: local servers are started (fork + exec) by this process
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -152,7 +156,6 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     import uvloop
 
     sys.exit(uvloop.run(main()))
