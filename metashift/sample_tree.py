@@ -145,8 +145,8 @@ def plan_tree(topics: int, seed: int) -> tuple[list[Spec], list[tuple[str, str]]
             add(f"/admin/policies/{tenant}", "policies", 250)
         add(f"/admin/policies/{tenant}/{ns}", "policies", rng.randint(1500, 4000))
         add(f"/admin/local-policies/{tenant}/{ns}", "local-policies", 300)
-        for b in range(BUNDLES_PER_NAMESPACE):
-            lo, hi = b * (1 << 32) // BUNDLES_PER_NAMESPACE, (b + 1) * (1 << 32) // BUNDLES_PER_NAMESPACE
+        for k in range(BUNDLES_PER_NAMESPACE):
+            lo, hi = k * (1 << 32) // BUNDLES_PER_NAMESPACE, (k + 1) * (1 << 32) // BUNDLES_PER_NAMESPACE
             bundle = f"0x{lo:08x}_0x{min(hi, 0xFFFFFFFF):08x}"
             add(f"/loadbalance/bundle-data/{tenant}/{ns}/{bundle}", "bundle-data", 400)
             ephemerals.append((f"/namespace/{tenant}/{ns}/{bundle}", "ownership"))
@@ -167,8 +167,8 @@ def plan_tree(topics: int, seed: int) -> tuple[list[Spec], list[tuple[str, str]]
                 for _ in range(rng.randint(1, 2)):
                     add(ledger_path(ledger_id), "ledger", rng.randint(200, 2000))
                     ledger_id += 1
-                for c in range(rng.randint(1, 3)):
-                    add(f"{ml}/sub-{c}", "cursor", _cursor_size(rng))
+                for sub in range(rng.randint(1, 3)):
+                    add(f"{ml}/sub-{sub}", "cursor", _cursor_size(rng))
                     if rng.random() < 0.5:
                         add(ledger_path(ledger_id), "ledger", rng.randint(200, 2000))
                         ledger_id += 1
@@ -251,9 +251,9 @@ async def generate(
         out.counters[parent] = await store.sequence_counter(parent)
     if ephemerals:
         for path, kind in ephemeral_specs:
-            parent = paths.parent(path)
-            if parent and parent != paths.SEPARATOR and not await store.exists(parent):
-                await store.put(parent, b"")
+            holder = paths.parent(path)
+            if holder and holder != paths.SEPARATOR and not await store.exists(holder):
+                await store.put(holder, b"")
             await store.put(path, value_of(path, kind, 200, seed), ephemeral=True)
             out.ephemeral_paths.append(path)
         out.ephemeral = len(out.ephemeral_paths)

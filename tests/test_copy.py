@@ -172,20 +172,22 @@ async def test_killed_half_way_then_run_again_ends_equal(pair: tuple[str, str, M
     await generate_more(source)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     cmd = [sys.executable, "-m", "metashift.cli", "copy", "--source", source_url, "--target", target_url, "--json"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, start_new_session=True)
+    proc = await asyncio.create_subprocess_exec(
+        *cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True
+    )
     landed = 0
     try:
         async with await open_store(target_url) as target:
             deadline = time.monotonic() + 120
-            while time.monotonic() < deadline and proc.poll() is None:
+            while time.monotonic() < deadline and proc.returncode is None:
                 landed = sum([len(page) async for page in target.walk()])
                 if landed >= 200:
                     break
                 await asyncio.sleep(0.05)
     finally:
-        still_running = proc.poll() is None
+        still_running = proc.returncode is None
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
+        await asyncio.wait_for(proc.wait(), 30)
     assert still_running and landed >= 200, "the copy ended before it could be killed half-way"
     partial = await asyncio.to_thread(verify_tree, source_url, target_url, spark=spark)
     assert not partial.ok  # the kill left the target incomplete
