@@ -4,6 +4,13 @@ The names a user script needs are here: ``await metashift.open_store("zk://127.0
 and the store errors.
 """
 
+import os
+
+# gRPC's fork handlers crash children forked while its threads run (local servers, Spark
+# launched from the agent); metashift never uses gRPC across a fork, so turn them off before
+# grpc is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from metashift.agent.stores import (
     AlreadyExists,
     AuthFailed,

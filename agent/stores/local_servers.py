@@ -8,8 +8,6 @@ it ends. ``start()`` returns only once the server really serves.
 from __future__ import annotations
 
 import atexit
-import ctypes
-import ctypes.util
 import json
 import os
 import shutil
@@ -33,14 +31,13 @@ class ServerStartError(RuntimeError):
     pass
 
 
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGKILL when the process that started us dies, even by
-    SIGKILL (Linux prctl PR_SET_PDEATHSIG), so that a killed test run leaves no server behind."""
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # not Linux: atexit and finalizers still stop the servers
-        pass
+def _die_with_parent(command: list[str]) -> list[str]:
+    """Prefix ``command`` so that it gets SIGKILL when the process that started it dies, even by
+    SIGKILL (Linux PR_SET_PDEATHSIG, set by util-linux's ``setpriv`` before it execs the server),
+    so that a killed test run leaves no server behind. ``setpriv`` rather than a ``preexec_fn``:
+    no Python runs in the forked child, which is unsafe once gRPC's threads are running."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
 
 
 def free_port() -> int:
@@ -89,8 +86,8 @@ class _LocalServer:
         with open(self.log_path, "ab") as log:
             # own process group: a Ctrl-C in a test run reaches us, not the server, and we stop it
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.data_dir, preexec_fn=_die_with_parent,
+                _die_with_parent(command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=self.data_dir,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
