@@ -916,11 +916,18 @@ class EtcdStore(MetadataStore):
             return 0
         current = await self.get(parent)
         value = current[0] if current is not None else b""
-        failed: dict[int, MetadataStoreError] = {}
-        await self._blind_puts([(self._key(parent), value, at_least - counter, 0)], failed)
-        if failed:
-            raise failed[0]
-        return at_least - counter
+        put = rpc.PutRequest(key=self._key(parent), value=value)
+        need = at_least - counter
+        sem = asyncio.Semaphore(_COUNTER_PUTS_IN_FLIGHT)
+
+        async def one() -> None:
+            async with sem:
+                await self._call(parent, lambda md: self._kv.Put(put, timeout=self._timeout, metadata=md))
+
+        # one put per step, all in flight together: etcd commits concurrent proposals in batches
+        for start in range(0, need, 4 * _COUNTER_PUTS_IN_FLIGHT):
+            await asyncio.gather(*(one() for _ in range(min(4 * _COUNTER_PUTS_IN_FLIGHT, need - start))))
+        return need
 
     async def compact_history(self) -> None:
         """Compact etcd's history up to now (it is global: every key's old revisions go), and
@@ -975,32 +982,31 @@ class EtcdStore(MetadataStore):
         per_op = max(len(k) + len(v) + _OP_OVERHEAD for k, v, _, _ in wanted)
         per_txn = max(1, min(self._txn_ops, self._txn_bytes // per_op))
         n_txns = max(longest, -(-total // per_txn))
-        txns: list[list[tuple[bytes, bytes, int]]] = [[] for _ in range(n_txns)]
+        txns: list[list[tuple[bytes, bytes, int, Any]]] = [[] for _ in range(n_txns)]
         slot = 0
         for key, value, count, tag in sorted(wanted, key=lambda w: -w[2]):
+            op = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))  # one message, reused
             for k in range(count):  # count <= n_txns: the txns it lands in are distinct
-                txns[(slot + k) % n_txns].append((key, value, tag))
+                txns[(slot + k) % n_txns].append((key, value, tag, op))
             slot += count
         sem = asyncio.Semaphore(_BULK_TXNS_IN_FLIGHT)
 
-        async def send(ops: list[tuple[bytes, bytes, int]]) -> None:
-            if not ops or all(tag in failed for _, _, tag in ops):
+        async def send(ops: list[tuple[bytes, bytes, int, Any]]) -> None:
+            if not ops or all(op[2] in failed for op in ops):
                 return
             async with sem:
-                request = rpc.TxnRequest(
-                    success=[rpc.RequestOp(request_put=rpc.PutRequest(key=k, value=v)) for k, v, _ in ops], failure=[]
-                )
+                request = rpc.TxnRequest(success=[op[3] for op in ops], failure=[])
                 try:
                     await self._txn(request)
                     return
                 except _TxnTooBig:
                     if len(ops) == 1:
-                        key, value, tag = ops[0]
+                        key, value, tag, _ = ops[0]
                         failed[tag] = ValueTooLarge(self._path_of(key) or "?", len(value), self._txn_bytes)
                         return
                 except MetadataStoreError as e:  # unavailable, full, ...: whether applied is unknown
-                    for _, _, tag in ops:
-                        failed.setdefault(tag, e)
+                    for op in ops:
+                        failed.setdefault(op[2], e)
                     return
             half = len(ops) // 2
             await asyncio.gather(send(ops[:half]), send(ops[half:]))
@@ -1015,4 +1021,6 @@ class _TxnTooBig(Exception):
 #: Keys per page of ``walk`` (values included).
 WALK_PAGE_KEYS = 1000
 #: Txns a bulk write keeps in flight.
-_BULK_TXNS_IN_FLIGHT = 16
+_BULK_TXNS_IN_FLIGHT = 32
+#: Puts ``advance_sequence_counter`` keeps in flight (one key: one put per txn).
+_COUNTER_PUTS_IN_FLIGHT = 256
