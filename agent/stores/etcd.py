@@ -930,10 +930,10 @@ class EtcdStore(MetadataStore):
         return need
 
     async def compact_history(self) -> None:
-        """Compact etcd's history up to now (it is global: every key's old revisions go), and
-        wait until the space is really freed for new writes."""
+        """Compact etcd's history up to now (it is global: every key's old revisions go). etcd
+        frees the space in the background; a defragmentation returns it to the file system."""
         resp = await self._range(None, rpc.RangeRequest(key=self._key(paths.SEPARATOR), count_only=True))
-        request = rpc.CompactionRequest(revision=resp.header.revision, physical=True)
+        request = rpc.CompactionRequest(revision=resp.header.revision, physical=False)
         timeout = max(self._timeout, 120.0)
         try:
             await self._call(None, lambda md: self._kv.Compact(request, timeout=timeout, metadata=md))
