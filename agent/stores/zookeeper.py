@@ -369,6 +369,8 @@ class ZooKeeperStore(MetadataStore):
     the creator-all ACL, so other users can neither read nor write it.
     """
 
+    max_version = 2**31 - 1  # ZooKeeper versions are 32-bit
+
     def __init__(self, url: StoreURL, *, max_value_size: int = DEFAULT_MAX_VALUE_SIZE, watch: bool = True):
         super().__init__(url)
         self.max_value_size = max_value_size
@@ -377,6 +379,8 @@ class ZooKeeperStore(MetadataStore):
         self._closed = False
         self._connected_once = False
         self._session_id_seen: int | None = None
+        self._lost_timer: asyncio.TimerHandle | None = None
+        self._declared_lost = False
         self._tasks: set[asyncio.Task[Any]] = set()
         auth = None
         if url.username is not None:
@@ -689,27 +693,56 @@ class ZooKeeperStore(MetadataStore):
                 self._notify(Notification(NotificationType.CHILDREN_CHANGED, parent))
 
     def _on_transition(self, old: str, new: str) -> None:
-        """Map aiozk's session states onto Pulsar's session events (called inside aiozk)."""
+        """Map aiozk's session states onto Pulsar's session events (called inside aiozk).
+
+        Like Pulsar's ZKSessionWatcher, a connection lost for 5/6 of the session timeout is
+        declared SessionLost without waiting for a server to say so (none may be reachable):
+        past that point our ephemerals may be gone and another node may own what they claimed.
+        """
         if self._closed:
             return
-        event: SessionEvent | None = None
+        events: list[SessionEvent] = []
         sid = self._session.session_id
+        loop = asyncio.get_running_loop()
         if new == States.SUSPENDED:
-            event = SessionEvent.CONNECTION_LOST
+            events.append(SessionEvent.CONNECTION_LOST)
+            if self._lost_timer is None:
+                self._lost_timer = loop.call_later(self.url.session_timeout * 5 / 6, self._declare_session_lost)
         elif new == States.LOST and old != States.LOST:
-            event = SessionEvent.SESSION_LOST
+            self._cancel_lost_timer()
+            if not self._declared_lost:
+                events.append(SessionEvent.SESSION_LOST)
+            self._declared_lost = True
         elif new == States.CONNECTED:
+            self._cancel_lost_timer()
             if not self._connected_once:
                 self._connected_once = True
+            elif self._declared_lost:
+                if sid == self._session_id_seen:  # the server kept it after all
+                    events.append(SessionEvent.RECONNECTED)
+                events.append(SessionEvent.SESSION_REESTABLISHED)
             elif old == States.SUSPENDED and sid == self._session_id_seen:
-                event = SessionEvent.RECONNECTED
+                events.append(SessionEvent.RECONNECTED)
             else:
-                event = SessionEvent.SESSION_REESTABLISHED
+                events.append(SessionEvent.SESSION_REESTABLISHED)
+            self._declared_lost = False
             self._session_id_seen = sid
-            if self._watch and event is not None:
+            if self._watch and events:
                 self._spawn(self._rewatch())
-        if event is not None:
-            asyncio.get_running_loop().call_soon(self._session_event, event)
+        for event in events:
+            loop.call_soon(self._session_event, event)
+
+    def _declare_session_lost(self) -> None:
+        self._lost_timer = None
+        if self._closed or self._declared_lost:
+            return
+        self._declared_lost = True
+        self._session_event(SessionEvent.SESSION_LOST)
+
+    def _cancel_lost_timer(self) -> None:
+        if self._lost_timer is not None:
+            self._lost_timer.cancel()
+            self._lost_timer = None
 
     async def _rewatch(self) -> None:
         try:
@@ -731,6 +764,7 @@ class ZooKeeperStore(MetadataStore):
 
     async def _shutdown(self, send_close: bool) -> None:
         self._closed = True
+        self._cancel_lost_timer()
         session = self._session
         session.closing = True  # from here on, a dropped connection is not repaired
         if send_close and session.state == States.CONNECTED and session.conn is not None:
