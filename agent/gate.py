@@ -25,12 +25,14 @@ log = logging.getLogger(__name__)
 
 
 class _Ticket:
-    __slots__ = ("done", "go", "since")
+    __slots__ = ("admitted", "done", "go", "since")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.go: asyncio.Future[None] = loop.create_future()
         self.done = asyncio.Event()
         self.since = time.monotonic()
+        self.admitted = False
+        """Released and counted in flight (by the releaser, before the writer has even resumed)."""
 
 
 class WriteGate:
@@ -81,17 +83,32 @@ class WriteGate:
         still wait (its deadline); ``None`` means ``hold_timeout``."""
         ticket: _Ticket | None = None
         if not self._open or self._releasing or self._held:
-            ticket = await self._hold(wait)
-        self._in_flight += 1
-        self._idle.clear()
+            ticket = await self._hold(wait)  # returns admitted: already counted in flight
+        else:
+            self._enter()
         try:
             yield self.router.active
         finally:
-            self._in_flight -= 1
-            if self._in_flight == 0:
-                self._idle.set()
+            self._leave()
             if ticket is not None:
                 ticket.done.set()
+
+    def _enter(self) -> None:
+        self._in_flight += 1
+        self._idle.clear()
+
+    def _leave(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+
+    def _admit(self, ticket: _Ticket) -> None:
+        """Give a held write its turn. It counts as in flight from this moment, not from when its
+        coroutine resumes, so that a ``close`` in between drains it instead of letting it slip
+        through to the store after ``close`` returned."""
+        ticket.admitted = True
+        self._enter()
+        ticket.go.set_result(None)
 
     async def _hold(self, wait: float | None) -> _Ticket:
         ticket = _Ticket(asyncio.get_running_loop())
@@ -111,7 +128,11 @@ class WriteGate:
                 f"write held for migration for {time.monotonic() - ticket.since:.3f}s, past the caller's deadline"
             ) from None
         except asyncio.CancelledError:
-            self._forget(ticket)
+            if ticket.admitted:  # released, then cancelled before it could run: it leaves the flight
+                self._leave()
+                ticket.done.set()
+            else:
+                self._forget(ticket)
             raise
         finally:
             self._changed()
@@ -171,14 +192,14 @@ class WriteGate:
                 ticket = self._held.popleft()
                 if ticket.go.done():
                     continue
-                ticket.go.set_result(None)
+                self._admit(ticket)
                 released += 1
                 await ticket.done.wait()
             if self._open:  # the rest (arrived while releasing) flow concurrently, still in order
                 while self._held:
                     ticket = self._held.popleft()
                     if not ticket.go.done():
-                        ticket.go.set_result(None)
+                        self._admit(ticket)
                         released += 1
             log.info("write gate open towards %s; released %d held write(s)", self.router.active_name, released)
             return released

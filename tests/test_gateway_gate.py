@@ -277,3 +277,30 @@ async def test_gate_unit_hold_release_and_expiry() -> None:
     await _until(lambda: gate.held == 0)
     assert await gate.open() == 0
 
+
+
+async def test_a_released_write_that_has_not_resumed_yet_is_drained_by_a_close(
+    agent: Any, direct: Any, open_stores: Callable[..., Any]
+) -> None:
+    """The gate opens and hands a held write its turn; the gate closes again before that write's
+    coroutine has run. The write must count as in flight: ``close`` drains it (returns after it is
+    written), so nothing reaches the store once ``close`` has returned."""
+    client: AgentClient = await open_stores(agent.address)
+    await client.put("/slip", b"before", expected_version=-1)
+    await agent.gate.close()
+    held = asyncio.create_task(client.put("/slip", b"held"))
+    await _until(_held_is(agent.gate, 1))
+    opener = asyncio.create_task(agent.gate.open())
+    for _ in range(10_000):  # the release hands out the turn in one step; catch the very next one
+        if not agent.gate._held:
+            break
+        await asyncio.sleep(0)
+    drained = await agent.gate.close()
+    at_close = await direct.get("/slip")
+    await asyncio.wait([held], timeout=5)
+    after = await direct.get("/slip")
+    assert after == at_close, "a write reached the store after close() returned"
+    assert drained == 1
+    await opener
+    await agent.gate.open()
+    assert (await held).version == 1
