@@ -14,14 +14,17 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from typing import TypeVar
 
 from metashift.agent.router import Router
 from metashift.agent.stores import MetadataStore
 from metashift.agent.stores.errors import HeldForMigration
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class _Ticket:
@@ -52,6 +55,7 @@ class WriteGate:
         self._idle = asyncio.Event()
         self._idle.set()
         self._release_task: asyncio.Task[int] | None = None
+        self._runs: set[asyncio.Task[object]] = set()
         self._on_change = on_change
         self.drained_total = 0
         self.held_total = 0
@@ -92,6 +96,32 @@ class WriteGate:
             self._leave()
             if ticket is not None:
                 ticket.done.set()
+
+    async def run(self, fn: Callable[[MetadataStore], Awaitable[T]], wait: float | None = None) -> T:
+        """Admit one write as ``write`` does (a caller that goes away while held leaves the line and
+        writes nothing), then run ``fn(store)`` to its end in a task of its own: once admitted, a
+        write is not cut short by its caller going away (deadline passed, stream cancelled) — the
+        store may already have applied it — so what follows it (bookkeeping of ephemerals) still
+        happens, and the gate counts it in flight until it has really finished."""
+        ticket: _Ticket | None = None
+        if not self._open or self._releasing or self._held:
+            ticket = await self._hold(wait)
+        else:
+            self._enter()
+        store = self.router.active
+
+        async def admitted() -> T:
+            try:
+                return await fn(store)
+            finally:
+                self._leave()
+                if ticket is not None:
+                    ticket.done.set()
+
+        task = asyncio.get_running_loop().create_task(admitted())
+        self._runs.add(task)
+        task.add_done_callback(self._runs.discard)
+        return await asyncio.shield(task)
 
     def _enter(self) -> None:
         self._in_flight += 1

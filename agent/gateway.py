@@ -291,16 +291,23 @@ class Gateway:
     async def _put(self, req: pb.PutRequest, context: grpc.aio.ServicerContext) -> pb.PutResponse:
         expected = self._check_put(req, self.router.active)
         session = self._require_session(context, req.path) if req.ephemeral else self._session_of(context)
-        async with self.gate.write(self._hold_budget(context)) as store:
+
+        async def apply(store: MetadataStore) -> Stat:
             stat = await store.put(req.path, req.value, expected, ephemeral=req.ephemeral, sequential=req.sequential)
             await self._after_put(session, req, stat, store)
+            return stat
+
+        stat = await self.gate.run(apply, self._hold_budget(context))
         return pb.PutResponse(stat=self._stat(stat, session))
 
     async def _delete(self, req: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:
         expected = self._check_delete(req)
-        async with self.gate.write(self._hold_budget(context)) as store:
+
+        async def apply(store: MetadataStore) -> None:
             await store.delete(req.path, expected)
             self.registry.record_delete(req.path)
+
+        await self.gate.run(apply, self._hold_budget(context))
         return pb.DeleteResponse()
 
     async def _batch(self, req: pb.BatchRequest, context: grpc.aio.ServicerContext) -> pb.BatchResponse:
@@ -330,7 +337,8 @@ class Gateway:
             else:
                 raise InvalidArgument(f"batch operation {i} is empty")
         if writes:
-            async with self.gate.write(self._hold_budget(context)) as store:
+
+            async def apply(store: MetadataStore) -> list[OpResult]:
                 results = await store.batch(ops)
                 for op, result in zip(ops, results, strict=True):
                     if isinstance(op, PutOp) and isinstance(result, Stat):
@@ -338,6 +346,9 @@ class Gateway:
                         await self._after_put(session, req_put, result, store)
                     elif isinstance(op, DeleteOp) and result is None:
                         self.registry.record_delete(op.path)
+                return results
+
+            results = await self.gate.run(apply, self._hold_budget(context))
         else:
             results = await self.router.active.batch(ops)
         return pb.BatchResponse(results=[self._result(op, r, session) for op, r in zip(ops, results, strict=True)])

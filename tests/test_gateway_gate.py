@@ -304,3 +304,37 @@ async def test_a_released_write_that_has_not_resumed_yet_is_drained_by_a_close(
     await opener
     await agent.gate.open()
     assert (await held).version == 1
+
+
+class _SentStore(_SlowStore):
+    """A store whose put, once called, is on its way: it lands ``delay`` seconds later even if the
+    caller stops waiting (a request already written to the server's socket)."""
+
+    async def _put(
+        self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
+    ) -> Stat:
+        async def send() -> Stat:
+            await asyncio.sleep(self.delay)
+            return await self.inner.put(path, value, expected_version, ephemeral=ephemeral, sequential=sequential)
+
+        return await asyncio.shield(asyncio.ensure_future(send()))
+
+
+async def test_a_write_whose_caller_gave_up_is_still_drained_by_close(
+    gateways: Gateways, zk_url: str, direct: Any, open_stores: Callable[..., Any]
+) -> None:
+    """The client's deadline passes while its write is in the store: the client hears
+    StoreUnavailable, but the write is still on its way. ``close`` must wait for it (and count it),
+    or it lands in the store after the gate closed."""
+    from metashift import StoreUnavailable
+
+    agent = await gateways.start(zk_url, source=_SentStore(direct, 1.0))
+    client: AgentClient = await open_stores(agent.address)
+    with pytest.raises(StoreUnavailable):
+        await client.put("/gave-up", b"x", timeout=0.3)
+    drained = await agent.gate.close()
+    at_close = await direct.exists("/gave-up")
+    await asyncio.sleep(1.5)  # let a write that escaped the drain land
+    assert await direct.exists("/gave-up") == at_close, "a write reached the store after close() returned"
+    assert drained == 1 and at_close
+    await agent.gate.open()

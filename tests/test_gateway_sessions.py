@@ -237,3 +237,34 @@ async def test_recreate_ephemerals_in_another_store(
     got = await target.get(seq.path)
     assert got is not None and got[0] == b"b" and got[1].ephemeral
     assert not await target.exists("/brokers/persistent")  # persistent nodes are the copy's business
+
+
+async def test_ephemeral_put_whose_caller_gave_up_is_still_tracked_and_deleted_with_the_session(
+    gateways: Gateways, direct: Any, zk_url: str, open_stores: Callable[..., Any]
+) -> None:
+    """The store applied an ephemeral put but its answer came after the client's deadline: the
+    client gets StoreUnavailable (outcome unknown), and the agent must still know the ephemeral,
+    so that it goes when the client's session ends rather than living on with the agent."""
+    from tests.test_gateway_gate import _SlowStore
+
+    class _SlowAnswer(_SlowStore):
+        """Applies a put at once, answers ``delay`` seconds later (a slow network back)."""
+
+        async def _put(
+            self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
+        ) -> Any:
+            stat = await self.inner.put(path, value, expected_version, ephemeral=ephemeral, sequential=sequential)
+            await asyncio.sleep(self.delay)
+            return stat
+
+    agent = await gateways.start(zk_url, source=_SlowAnswer(direct, 1.0))
+    client: AgentClient = await open_stores(agent.address)
+    with pytest.raises(StoreUnavailable):
+        await client.put("/late-eph", b"x", ephemeral=True, timeout=0.3)
+    assert await direct.exists("/late-eph")  # applied: the outcome was only unknown to the client
+    await client.close()
+
+    async def gone() -> bool:
+        return not await direct.exists("/late-eph")
+
+    await _eventually(gone, what="the ephemeral of the ended session deleted")
