@@ -455,7 +455,7 @@ class Gateway:
                     if session.expires_in() > 0:
                         continue
                     reason = "keep-alive timed out"
-                    await self.registry.end(session, reason)
+                    await self._end(session, reason)
                     await context.write(pb.SessionResponse(event=pb.SessionEvent(type=pb.SESSION_LOST)))
                     return
                 kind = item[0]
@@ -466,7 +466,7 @@ class Gateway:
                     await context.write(pb.SessionResponse(event=event))
                 elif kind == "close":
                     reason = "closed by the client"
-                    await self.registry.end(session, reason)
+                    await self._end(session, reason)
                     await context.write(pb.SessionResponse(closed=pb.SessionClosed()))
                     return
                 elif kind == "eof":
@@ -477,7 +477,7 @@ class Gateway:
                     return
                 elif kind == "bad":
                     reason = "malformed request"
-                    await self.registry.end(session, reason)
+                    await self._end(session, reason)
                     await self._abort(context, InvalidArgument(item[1]))
                     return
         finally:
@@ -486,6 +486,11 @@ class Gateway:
             if not session.ended:
                 self.registry.end_soon(session, reason)
             self.metrics.sessions.set(len(self.registry))
+
+    async def _end(self, session: ClientSession, reason: str) -> None:
+        """End ``session`` in a task of its own: a client that goes away meanwhile (its stream
+        cancelled) must not cut the deletion of its ephemerals short."""
+        await asyncio.shield(self.registry.end_soon(session, reason))
 
     async def _session_reader(
         self, context: grpc.aio.ServicerContext, session: ClientSession, out: asyncio.Queue[tuple[Any, ...]]

@@ -20,6 +20,7 @@ from metashift.client import AgentClient
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from tests.harness import Gateways
+from tests.test_gateway_gate import _SlowStore
 
 
 async def _eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0, what: str = "") -> None:
@@ -245,8 +246,6 @@ async def test_ephemeral_put_whose_caller_gave_up_is_still_tracked_and_deleted_w
     """The store applied an ephemeral put but its answer came after the client's deadline: the
     client gets StoreUnavailable (outcome unknown), and the agent must still know the ephemeral,
     so that it goes when the client's session ends rather than living on with the agent."""
-    from tests.test_gateway_gate import _SlowStore
-
     class _SlowAnswer(_SlowStore):
         """Applies a put at once, answers ``delay`` seconds later (a slow network back)."""
 
@@ -268,3 +267,42 @@ async def test_ephemeral_put_whose_caller_gave_up_is_still_tracked_and_deleted_w
         return not await direct.exists("/late-eph")
 
     await _eventually(gone, what="the ephemeral of the ended session deleted")
+
+
+async def test_session_closed_then_stream_cancelled_still_deletes_every_ephemeral(
+    gateways: Gateways, direct: Any, zk_url: str
+) -> None:
+    """A client sends CloseSession and goes away (cancels the stream) while the agent is still
+    deleting its ephemerals: the deletion must go on to the last one."""
+    class _SlowDelete(_SlowStore):
+        async def _put(
+            self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
+        ) -> Any:
+            return await self.inner.put(path, value, expected_version, ephemeral=ephemeral, sequential=sequential)
+
+        async def _delete(self, path: str, expected_version: int | None) -> None:
+            await asyncio.sleep(self.delay)
+            await self.inner.delete(path, expected_version)
+
+    agent = await gateways.start(zk_url, source=_SlowDelete(direct, 0.5))
+    await direct.put("/going", b"", expected_version=-1)
+    async with grpc.aio.insecure_channel(agent.address) as channel:
+        call = pb_grpc.SessionStub(channel).Open()
+        await call.write(pb.SessionRequest(hello=pb.Hello(client_name="leaver")))
+        started = await call.read()
+        md = ((wire.SESSION_KEY, started.started.session_id),)
+        put = pb_grpc.MetadataStoreStub(channel).Put
+        for i in range(4):
+            await put(pb.PutRequest(path=f"/going/e{i}", value=b"x", ephemeral=True), metadata=md)
+        await call.write(pb.SessionRequest(close=pb.CloseSession()))
+
+        async def deleting() -> bool:
+            return len(await direct.get_children("/going")) < 4
+
+        await _eventually(deleting, what="the agent started deleting")
+        call.cancel()
+
+    async def all_gone() -> bool:
+        return await direct.get_children("/going") == []
+
+    await _eventually(all_gone, what="every ephemeral of the closed session deleted")
