@@ -56,6 +56,7 @@ class WriteGate:
         self._idle.set()
         self._release_task: asyncio.Task[int] | None = None
         self._runs: set[asyncio.Task[object]] = set()
+        self._failing = False
         self._on_change = on_change
         self.drained_total = 0
         self.held_total = 0
@@ -66,6 +67,11 @@ class WriteGate:
     @property
     def is_open(self) -> bool:
         return self._open
+
+    @property
+    def shutting_down(self) -> bool:
+        """``shutdown`` was called: writes that would wait fail at once."""
+        return self._failing
 
     @property
     def held(self) -> int:
@@ -141,6 +147,8 @@ class WriteGate:
         ticket.go.set_result(None)
 
     async def _hold(self, wait: float | None) -> _Ticket:
+        if self._failing:
+            raise HeldForMigration("the write gate is closed and the agent is shutting down")
         ticket = _Ticket(asyncio.get_running_loop())
         self._held.append(ticket)
         self.held_total += 1
@@ -237,8 +245,14 @@ class WriteGate:
             self._releasing = False
             self._changed()
 
+    def shutdown(self) -> int:
+        """The agent is going away: fail every held write now, and from now on every write that
+        would have to wait. Returns how many held writes failed."""
+        self._failing = True
+        return self.fail_held()
+
     def fail_held(self) -> int:
-        """Fail every held write now (the agent is shutting down)."""
+        """Fail every held write now."""
         failed = 0
         while self._held:
             ticket = self._held.popleft()

@@ -524,7 +524,7 @@ class Gateway:
     def shutdown(self) -> None:
         """End every session stream and watch; fail held writes (the agent is going away)."""
         self._closing = True
-        self.gate.fail_held()
+        self.gate.shutdown()
         for out in list(self._streams):
             out.put_nowait(("shutdown",))
         self.hub.close()

@@ -146,7 +146,10 @@ class Agent:
         if self._server is not None:
             self.gateway.shutdown()
             await self._server.stop(grace)
-            await self.registry.wait_cleanups()
+            try:  # deleting the ephemerals of the sessions; what is left goes with the store session
+                await asyncio.wait_for(self.registry.wait_cleanups(), max(grace, 1.0))
+            except TimeoutError:
+                log.warning("stopped deleting client ephemerals: they go with the store session")
         for store in {id(s): s for s in (self.router.target, self.source) if s is not None}.values():
             if store is self._given_source:
                 continue

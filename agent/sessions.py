@@ -21,7 +21,13 @@ from dataclasses import dataclass, field
 
 from metashift.agent.gate import WriteGate
 from metashift.agent.stores import MetadataStore, SessionEvent, Stat
-from metashift.agent.stores.errors import BadVersion, MetadataStoreError, NotFound, StoreUnavailable
+from metashift.agent.stores.errors import (
+    BadVersion,
+    HeldForMigration,
+    MetadataStoreError,
+    NotFound,
+    StoreUnavailable,
+)
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +118,11 @@ class SessionRegistry:
                     return True
             except (NotFound, BadVersion):
                 return False
+            except HeldForMigration:
+                if self.gate.shutting_down:  # the gate stays closed: the store session takes it
+                    log.info("not deleting ephemeral %s: the write gate is closed and the agent stops", path)
+                    return False
+                log.info("deleting ephemeral %s waits for the write gate", path)
             except StoreUnavailable as e:
                 log.warning("cannot delete ephemeral %s yet (%s); retrying", path, e)
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))

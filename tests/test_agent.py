@@ -223,3 +223,28 @@ def test_generated_proto_code_is_up_to_date(tmp_path: Path) -> None:
         fresh = (tmp_path / "metashift" / "proto" / name).read_bytes()
         committed = (ROOT / "proto" / name).read_bytes()
         assert fresh == committed, f"proto/{name} is stale: run `make proto` and commit the result"
+
+
+async def test_stop_with_the_gate_closed_does_not_wait_for_the_gate(
+    gateways: Gateways, zk_url: str, open_stores: Callable[..., Any]
+) -> None:
+    """SIGTERM while a migration holds the gate closed: the agent fails the held writes, ends the
+    sessions and stops within its drain budget; the ephemerals of its sessions are not deleted
+    through the closed gate (no write reaches the store after the gate closed) but go with the
+    store session."""
+    from metashift import StoreUnavailable
+
+    direct = await open_stores(zk_url)
+    agent = await gateways.start(zk_url, {"gate.hold_timeout": 120})
+    client: AgentClient = await open_stores(agent.address, timeout=60)
+    await client.put("/eph-at-stop", b"x", ephemeral=True)
+    await agent.gate.close()
+    held = asyncio.create_task(client.put("/held-at-stop", b"x"))
+    await _wait_for(lambda: agent.gate.held == 1, 10, "a held write")
+    stopping = asyncio.create_task(agent.stop(grace=1.0))
+    done, _ = await asyncio.wait([stopping], timeout=30)
+    assert stopping in done, "stop() waited on the closed gate"
+    with pytest.raises(StoreUnavailable):  # HeldForMigration: the agent is going away
+        await held
+    assert not await direct.exists("/held-at-stop")
+    assert not await direct.exists("/eph-at-stop")  # the agent's store session closed
