@@ -90,7 +90,7 @@ class WriteGate:
     @asynccontextmanager
     async def write(self, wait: float | None = None) -> AsyncIterator[MetadataStore]:
         """Admit one write; yields the store to write to. ``wait``: the seconds the caller can
-        still wait (its deadline); ``None`` means ``hold_timeout``."""
+        still wait (its deadline), however long; ``None`` (no deadline) means ``hold_timeout``."""
         ticket: _Ticket | None = None
         if not self._open or self._releasing or self._held:
             ticket = await self._hold(wait)  # returns admitted: already counted in flight
@@ -153,7 +153,7 @@ class WriteGate:
         self._held.append(ticket)
         self.held_total += 1
         self._changed()
-        limit = self.hold_timeout if wait is None else min(wait, self.hold_timeout)
+        limit = self.hold_timeout if wait is None else wait  # the caller's deadline, when it set one
         try:
             await asyncio.wait_for(asyncio.shield(ticket.go), max(limit, 0.0))
             return ticket

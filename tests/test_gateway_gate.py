@@ -338,3 +338,19 @@ async def test_a_write_whose_caller_gave_up_is_still_drained_by_close(
     assert await direct.exists("/gave-up") == at_close, "a write reached the store after close() returned"
     assert drained == 1 and at_close
     await agent.gate.open()
+
+
+async def test_a_caller_deadline_longer_than_hold_timeout_is_honoured(
+    gateways: Gateways, zk_url: str, direct: Any, open_stores: Callable[..., Any]
+) -> None:
+    """``gate.hold_timeout`` bounds a held write whose caller set no deadline; a caller that set
+    one waits until its own deadline, and its write completes when the gate opens before that."""
+    agent = await gateways.start(zk_url, {"gate.hold_timeout": 0.5})
+    client: AgentClient = await open_stores(agent.address)
+    await agent.gate.close()
+    held = asyncio.create_task(client.put("/patient", b"x", timeout=30))
+    await _until(_held_is(agent.gate, 1))
+    await asyncio.sleep(1.5)  # well past hold_timeout, well before the caller's deadline
+    await agent.gate.open()
+    assert (await held).version == 0
+    assert await direct.exists("/patient")
