@@ -207,6 +207,17 @@ class WriteGate:
         if towards is not None:
             self.router.switch(towards)
         self._open = True
+        running = self._release_task
+        if running is not None and not running.done():
+            # already releasing: that release hands the held writes out one after another; a
+            # second loop beside it would let them run side by side, out of order
+            self._changed()
+            try:
+                return await asyncio.shield(running)
+            except asyncio.CancelledError:
+                if running.cancelled():
+                    return 0
+                raise
         if not self._held:
             self._changed()
             return 0

@@ -354,3 +354,38 @@ async def test_a_caller_deadline_longer_than_hold_timeout_is_honoured(
     await agent.gate.open()
     assert (await held).version == 0
     assert await direct.exists("/patient")
+
+
+class _CountingStore(_SlowStore):
+    """Records how many puts were in the store at once."""
+
+    def __init__(self, inner: MetadataStore, delay: float) -> None:
+        super().__init__(inner, delay)
+        self.now = 0
+        self.most = 0
+
+    async def _put(
+        self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
+    ) -> Stat:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            return await super()._put(path, value, expected_version, ephemeral, sequential)
+        finally:
+            self.now -= 1
+
+
+async def test_opening_twice_still_releases_held_writes_one_after_another(
+    gateways: Gateways, zk_url: str, direct: Any, open_stores: Callable[..., Any]
+) -> None:
+    """Two open() calls at once (the migration reacting twice) must not start two release loops
+    that hand out held writes side by side: they are applied one after another, in arrival order."""
+    store = _CountingStore(direct, 0.05)
+    agent = await gateways.start(zk_url, source=store)
+    client: AgentClient = await open_stores(agent.address)
+    await agent.gate.close()
+    tasks = await _held_in_order(client, agent, "/twice", 6)
+    await asyncio.gather(agent.gate.open(), agent.gate.open())
+    stats = await asyncio.gather(*tasks)
+    assert store.most == 1, "held writes released side by side"
+    assert [s.version for s in stats] == list(range(6))
