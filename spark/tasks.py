@@ -9,6 +9,7 @@ or wrap them): they come back in the dict, named, and the driver raises them.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -29,6 +30,9 @@ T = TypeVar("T")
 
 #: Nodes read (from each side) per batch; the next batch is read while this one is written.
 READ_CHUNK = 500
+#: A partition that failed because a store did not answer is run again (the copy resumes where
+#: it stopped: it reads the target first), after 2 s, then 4 s.
+RETRIES = 2
 
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
@@ -99,9 +103,27 @@ async def _read_pairs(
 # ---- the copy -------------------------------------------------------------------------------------
 
 
+def _with_retries(attempt: Callable[[], dict]) -> dict:
+    """Run ``attempt`` again while it fails with ``StoreUnavailable`` (not ``StoreFull``), up to
+    ``RETRIES`` times; the writes of failed attempts are kept in the count."""
+    result = attempt()
+    writes = 0
+    for n in range(RETRIES):
+        error = result["error"]
+        if error is None or error["type"] != "StoreUnavailable":
+            break
+        writes += result.get("write_ops", 0)
+        time.sleep(2 ** (n + 1))
+        result = attempt()
+        result["retries"] = n + 1
+    if "write_ops" in result:
+        result["write_ops"] += writes
+    return result
+
+
 def copy_partition(items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
     """Copy one partition; ``progress`` is an optional pair of Spark accumulators (nodes, bytes)."""
-    result = _run(_copy(items, source_url, target_url, rules))
+    result = _with_retries(lambda: _run(_copy(items, source_url, target_url, rules)))
     if progress is not None:
         progress[0].add(len(items))
         progress[1].add(result["bytes"])
@@ -156,7 +178,7 @@ async def _copy(items: list[Item], source_url: str, target_url: str, rules: Rule
 
 
 def verify_partition(items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
-    result = _run(_verify(items, source_url, target_url, rules))
+    result = _with_retries(lambda: _run(_verify(items, source_url, target_url, rules)))
     if progress is not None:
         progress[0].add(len(items))
         progress[1].add(result["bytes"])

@@ -930,10 +930,11 @@ class EtcdStore(MetadataStore):
         return need
 
     async def compact_history(self) -> None:
-        """Compact etcd's history up to now (it is global: every key's old revisions go). etcd
-        frees the space in the background; a defragmentation returns it to the file system."""
+        """Compact etcd's history up to now (it is global: every key's old revisions go), and
+        wait until it is done: a compaction left running in the background stalls the server
+        for the next job (a verification opening its connections timed out behind one)."""
         resp = await self._range(None, rpc.RangeRequest(key=self._key(paths.SEPARATOR), count_only=True))
-        request = rpc.CompactionRequest(revision=resp.header.revision, physical=False)
+        request = rpc.CompactionRequest(revision=resp.header.revision, physical=True)
         timeout = max(self._timeout, 120.0)
         try:
             await self._call(None, lambda md: self._kv.Compact(request, timeout=timeout, metadata=md))
