@@ -340,12 +340,18 @@ class Gateway:
 
             async def apply(store: MetadataStore) -> list[OpResult]:
                 results = await store.batch(ops)
+                ended: NoSession | None = None
                 for op, result in zip(ops, results, strict=True):
                     if isinstance(op, PutOp) and isinstance(result, Stat):
                         req_put = pb.PutRequest(path=op.path, value=op.value, ephemeral=op.ephemeral)
-                        await self._after_put(session, req_put, result, store)
+                        try:
+                            await self._after_put(session, req_put, result, store)
+                        except NoSession as err:  # go on: every ephemeral of the ended session goes
+                            ended = ended or err
                     elif isinstance(op, DeleteOp) and result is None:
                         self.registry.record_delete(op.path)
+                if ended is not None:
+                    raise ended
                 return results
 
             results = await self.gate.run(apply, self._hold_budget(context))

@@ -306,3 +306,36 @@ async def test_session_closed_then_stream_cancelled_still_deletes_every_ephemera
         return await direct.get_children("/going") == []
 
     await _eventually(all_gone, what="every ephemeral of the closed session deleted")
+
+
+async def test_batch_of_ephemerals_in_flight_when_the_session_ends_leaves_none_behind(
+    gateways: Gateways, direct: Any, zk_url: str
+) -> None:
+    """A batch of several ephemeral puts is in the store when its session ends: every one of them
+    must go, not only the first."""
+    agent = await gateways.start(zk_url, source=_SlowStore(direct, 0.5))
+    await direct.put("/bat", b"", expected_version=-1)
+    async with grpc.aio.insecure_channel(agent.address) as channel:
+        call = pb_grpc.SessionStub(channel).Open()
+        await call.write(pb.SessionRequest(hello=pb.Hello(client_name="batcher")))
+        started = await call.read()
+        md = ((wire.SESSION_KEY, started.started.session_id),)
+        ops = [pb.Op(put=pb.PutRequest(path=f"/bat/e{i}", value=b"x", ephemeral=True)) for i in range(3)]
+        batch = pb_grpc.MetadataStoreStub(channel).Batch(pb.BatchRequest(ops=ops), metadata=md)
+        await _eventually(lambda: _true(agent.gate.in_flight == 1), what="the batch in the store")
+        await call.write(pb.SessionRequest(close=pb.CloseSession()))
+        closed = await call.read()
+        assert closed.WhichOneof("kind") == "closed"
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await batch
+        assert dict(err.value.trailing_metadata())[wire.ERROR_KIND_KEY] == "NoSession"
+
+    async def all_gone() -> bool:
+        return await direct.get_children("/bat") == []
+
+    await _eventually(all_gone, what="every ephemeral of the batch deleted")
+    assert agent.registry.ephemerals() == {}
+
+
+async def _true(value: bool) -> bool:
+    return value
