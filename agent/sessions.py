@@ -146,6 +146,8 @@ class SessionRegistry:
                 owner.ephemerals.pop(path, None)
             self._owner[path] = session
             session.ephemerals[path] = value
+        elif owner is not None and not stat.ephemeral:
+            self.record_delete(path)  # deleted behind our back and made persistent: no one's ephemeral
         elif owner is not None:
             owner.ephemerals[path] = value  # a new value for a tracked ephemeral
 
@@ -163,9 +165,22 @@ class SessionRegistry:
 
     async def recreate_in(self, store: MetadataStore) -> int:
         """Create every tracked ephemeral in ``store`` (ephemeral on ``store``'s session), with its
-        latest value, at its real path. Returns how many were created."""
+        latest value, at its real path. Returns how many were created.
+
+        Each one is read from the active store first (the gate is closed: nothing changes there
+        meanwhile): one that is gone, or is no longer an ephemeral of the agent's session there
+        (deleted behind the agent's back, replaced by a persistent node), is forgotten instead of
+        being re-created."""
         made = 0
+        active = self.gate.router.active
         for path, value in self.ephemerals().items():
+            if active is not store:
+                got = await active.get(path)
+                if got is None or not got[1].ephemeral or not got[1].created_by_self:
+                    log.info("not re-creating ephemeral %s: it is no longer ours in %s", path, active.url)
+                    self.record_delete(path)
+                    continue
+                value = got[0]
             await store.put(path, value, ephemeral=True)
             made += 1
         log.info("re-created %d ephemeral(s) in %s", made, store.url)

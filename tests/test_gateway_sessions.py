@@ -339,3 +339,28 @@ async def test_batch_of_ephemerals_in_flight_when_the_session_ends_leaves_none_b
 
 async def _true(value: bool) -> bool:
     return value
+
+
+async def test_recreate_skips_ephemerals_that_are_gone_or_no_longer_ephemeral(
+    agent: Any, direct: Any, etcd_url: str, open_stores: Callable[..., Any]
+) -> None:
+    """Ephemerals deleted behind the agent's back (another agent, an operator), or replaced by a
+    persistent node, are not re-created in the target: a ghost ephemeral there would be a node
+    the source no longer has, and a persistent node turned ephemeral would vanish with the agent."""
+    a: AgentClient = await open_stores(agent.address)
+    b: AgentClient = await open_stores(agent.address)
+    await a.put("/r", b"", expected_version=-1)
+    await a.put("/r/a", b"a", ephemeral=True)
+    await b.put("/r/b", b"b", ephemeral=True)
+    await a.put("/r/c", b"c", ephemeral=True)
+    await direct.delete("/r/b")
+    await direct.delete("/r/c")
+    await b.put("/r/b", b"persistent now")  # through the agent, no longer ephemeral
+    got = await direct.get("/r/b")
+    assert got is not None and not got[1].ephemeral
+    target = await open_stores(etcd_url)
+    await agent.gate.close()
+    assert await agent.registry.recreate_in(target) == 1
+    await agent.gate.open(towards=target)
+    assert await target.get_children("/r") == ["a"]
+    assert agent.registry.ephemerals() == {"/r/a": b"a"}
