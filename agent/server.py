@@ -63,6 +63,22 @@ class Agent:
         config = self.config
         if self.source is None:
             self.source = await open_store(config.source)
+        try:
+            await self._start()
+        except BaseException:
+            if self._server is not None:
+                await self._server.stop(None)
+                if self.config.listen.kind == "unix":
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self.config.listen.address)
+            if self.source is not self._given_source:
+                with contextlib.suppress(Exception):
+                    await self.source.close()
+            raise
+
+    async def _start(self) -> None:
+        config = self.config
+        assert self.source is not None
         self.router = Router(self.source)
         self.gate = WriteGate(self.router, hold_timeout=config.hold_timeout, on_change=self._gate_changed)
         self.registry = SessionRegistry(self.gate, on_change=self.metrics.sessions.set)
@@ -76,14 +92,17 @@ class Agent:
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         self.address = self._bind(server)
-        await server.start()
         self._server = server
+        await server.start()
         if config.listen.kind == "unix":
             os.chmod(config.listen.address, config.socket_mode)
         for service in ("", STORE_SERVICE, SESSION_SERVICE):
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
         if config.metrics:
-            self.metrics.serve(config.metrics)
+            try:
+                self.metrics.serve(config.metrics)
+            except OSError as e:
+                raise ConfigError("metrics", f"cannot serve metrics on {config.metrics}: {e.strerror or e}") from None
         log.info(
             "agent started",
             extra={"fields": {"node_id": config.node_id, "role": config.role, "listen": self.address,
@@ -94,11 +113,14 @@ class Agent:
         listen, tls = self.config.listen, self.config.tls
         if listen.kind == "unix":
             path = Path(listen.address)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            if path.exists() or path.is_symlink():
-                if not stat.S_ISSOCK(path.lstat().st_mode):
-                    raise ConfigError("listen", f"{path} exists and is not a socket")
-                path.unlink()  # a stale socket of a previous run
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if path.exists() or path.is_symlink():
+                    if not stat.S_ISSOCK(path.lstat().st_mode):
+                        raise ConfigError("listen", f"{path} exists and is not a socket")
+                    path.unlink()  # a stale socket of a previous run
+            except OSError as e:
+                raise ConfigError("listen", f"cannot make the socket {path}: {e.strerror or e}") from None
             old_umask = os.umask(0o177)  # never world-accessible, even for an instant
             try:
                 server.add_insecure_port(f"unix:{path}")
@@ -203,7 +225,12 @@ def setup_logging(level: str) -> None:
 async def serve(config: AgentConfig) -> int:
     """Run an agent until SIGTERM or SIGINT; then drain and exit 0."""
     agent = Agent(config)
-    await agent.start()
+    try:
+        await agent.start()
+    except ConfigError as e:  # a setting that fails only when used (listen path, metrics port)
+        log.error("cannot start: %s", e, extra={"fields": {"key": e.key}})
+        print(f"metashift: error: {e}", file=sys.stderr)
+        return 2
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -248,3 +248,31 @@ async def test_stop_with_the_gate_closed_does_not_wait_for_the_gate(
         await held
     assert not await direct.exists("/held-at-stop")
     assert not await direct.exists("/eph-at-stop")  # the agent's store session closed
+
+
+async def test_agent_exits_2_naming_the_key_when_it_cannot_listen_or_serve_metrics(zk_url: str) -> None:
+    """Settings that only fail when used (a listen path that is a regular file, a metrics port in
+    use) are bad config too: exit status 2 and the key named, no traceback."""
+    import socket
+
+    directory = tempfile.mkdtemp(prefix="ms-proc-")
+    not_a_socket = Path(directory) / "file.sock"
+    not_a_socket.write_text("")
+    busy = socket.socket()
+    busy.bind(("127.0.0.1", 0))
+    busy.listen()
+    try:
+        for extra, key in (
+            (["--listen", f"unix:{not_a_socket}"], "config key listen"),
+            (["--listen", f"unix:{directory}/a.sock", "--metrics", f"127.0.0.1:{busy.getsockname()[1]}"],
+             "config key metrics"),
+        ):
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "metashift.cli", "agent", "--source", zk_url, *extra,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )
+            _, err = await asyncio.wait_for(proc.communicate(), 60)
+            assert proc.returncode == cli.EXIT_USER_ERROR, err.decode()
+            assert key in err.decode() and "Traceback" not in err.decode()
+    finally:
+        busy.close()
