@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import stat
 import sys
 import time
@@ -118,6 +119,8 @@ class Agent:
                 if path.exists() or path.is_symlink():
                     if not stat.S_ISSOCK(path.lstat().st_mode):
                         raise ConfigError("listen", f"{path} exists and is not a socket")
+                    if _listening(path):
+                        raise ConfigError("listen", f"another process (an agent?) is listening on {path}")
                     path.unlink()  # a stale socket of a previous run
             except OSError as e:
                 raise ConfigError("listen", f"cannot make the socket {path}: {e.strerror or e}") from None
@@ -191,6 +194,17 @@ class Agent:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop(grace=1.0)
+
+
+def _listening(path: Path) -> bool:
+    """True when something accepts connections on the unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            return False
+        return True
 
 
 # ---- the process ------------------------------------------------------------------------------

@@ -276,3 +276,17 @@ async def test_agent_exits_2_naming_the_key_when_it_cannot_listen_or_serve_metri
             assert key in err.decode() and "Traceback" not in err.decode()
     finally:
         busy.close()
+
+
+async def test_second_agent_on_a_live_socket_is_refused(
+    gateways: Gateways, zk_url: str, open_stores: Callable[..., Any]
+) -> None:
+    """A stale socket of a previous run is replaced, but the socket of an agent that is running is
+    not taken over: two agents on one node would each have a write gate of their own."""
+    first = await gateways.start(zk_url)
+    with pytest.raises(ConfigError) as err:
+        await gateways.start(zk_url, {"listen": first.address})
+    assert err.value.key == "listen"
+    client: AgentClient = await open_stores(first.address, timeout=5)
+    await client.put("/still-first", b"x")
+    assert client.node_id == "test-agent"
