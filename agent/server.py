@@ -83,6 +83,7 @@ class Agent:
         self.router = Router(self.source)
         self.gate = WriteGate(self.router, hold_timeout=config.hold_timeout, on_change=self._gate_changed)
         self.registry = SessionRegistry(self.gate, on_change=self.metrics.sessions.set)
+        self.metrics.ephemerals.set_function(lambda: self.registry.ephemeral_count)
         self.gateway = Gateway(
             self.router, self.gate, self.registry, self.metrics,
             node_id=config.node_id, role=config.role,

@@ -65,6 +65,11 @@ class SessionRegistry:
     def __len__(self) -> int:
         return len(self.sessions)
 
+    @property
+    def ephemeral_count(self) -> int:
+        """Ephemerals tracked for client sessions, all sessions together."""
+        return len(self._owner)
+
     # ---- life cycle -----------------------------------------------------------------------------
 
     def open(self, name: str, timeout: float, sink: EventSink) -> ClientSession:

@@ -298,11 +298,11 @@ class AgentClient(MetadataStore):
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 
-    async def _ready(self) -> None:
+    async def _ready(self, within: float) -> None:
         ready = self._watch_ready
         if ready is not None and not ready.done():
             try:
-                await asyncio.wait_for(asyncio.shield(ready), self._timeout())
+                await asyncio.wait_for(asyncio.shield(ready), within)
             except TimeoutError:
                 raise StoreUnavailable(f"the metashift agent at {self.target} did not open the watch") from None
 
@@ -330,10 +330,13 @@ class AgentClient(MetadataStore):
         return MetadataStoreError(f"metashift agent at {self.target}: {code.name}: {details}", path)
 
     async def _call(self, rpc: Any, request: Any, path: str | None) -> Any:
+        # one deadline for the whole call: waiting for the watch uses up part of it
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout()
         if self._watch_ready is not None:
-            await self._ready()
+            await self._ready(self._timeout())
         try:
-            return await rpc(request, timeout=self._timeout(), metadata=self._metadata)
+            return await rpc(request, timeout=max(0.0, deadline - loop.time()), metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
             raise self._error(err, path) from None
 

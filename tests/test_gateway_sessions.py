@@ -54,6 +54,7 @@ async def test_many_sessions_each_ephemeral_lives_as_long_as_its_own_session(
     )
     seq = await asyncio.gather(*(c.put("/live/s-", b"", ephemeral=True, sequential=True) for c in clients))
     assert len(await direct.get_children("/live")) == 4 * n
+    assert agent.metrics.registry.get_sample_value("metashift_agent_ephemerals") == 4 * n
     # ownership is per client session, not per agent
     own = await clients[1].get("/live/c1-0")
     other = await clients[2].get("/live/c1-0")
@@ -66,6 +67,7 @@ async def test_many_sessions_each_ephemeral_lives_as_long_as_its_own_session(
         s.path.rsplit("/", 1)[1] for s in seq[1::2]
     }
     assert left == expected
+    assert agent.metrics.registry.get_sample_value("metashift_agent_ephemerals") == len(expected)
     assert await direct.exists("/live")  # persistent nodes stay
     # the odd ones' sessions are untouched: they can still update their ephemerals
     await clients[1].put("/live/c1-0", b"still mine", expected_version=0)
