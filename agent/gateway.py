@@ -195,15 +195,7 @@ class Gateway:
             detail, code = wire.error_to_pb(error)
             latency.observe(time.perf_counter() - start)
             requests.labels(method, code.name).inc()
-            await context.abort(
-                code,
-                str(error),
-                trailing_metadata=(
-                    (wire.ERROR_DETAIL_KEY, detail.SerializeToString()),
-                    (wire.ERROR_KIND_KEY, wire.kind_name(detail.kind)),
-                    (wire.ERROR_PATH_KEY, _ascii(detail.path)),
-                ),
-            )
+            await self._abort(context, error, (detail, code))
 
         return handler
 
@@ -406,14 +398,22 @@ class Gateway:
             self.hub.unsubscribe(queue)
             self.metrics.watchers.set(len(self.hub))
 
-    async def _abort(self, context: grpc.aio.ServicerContext, error: MetadataStoreError) -> None:
-        detail, code = wire.error_to_pb(error)
+    async def _abort(
+        self,
+        context: grpc.aio.ServicerContext,
+        error: MetadataStoreError,
+        encoded: tuple[pb.Error, grpc.StatusCode] | None = None,
+    ) -> None:
+        """End the call with ``error``'s status code and its machine-readable details
+        (``encoded``: ``wire.error_to_pb(error)`` when the caller has it already)."""
+        detail, code = encoded or wire.error_to_pb(error)
         await context.abort(
             code,
             str(error),
             trailing_metadata=(
                 (wire.ERROR_DETAIL_KEY, detail.SerializeToString()),
                 (wire.ERROR_KIND_KEY, wire.kind_name(detail.kind)),
+                (wire.ERROR_PATH_KEY, _ascii(detail.path)),
             ),
         )
 

@@ -141,6 +141,18 @@ async def gateways() -> AsyncIterator[Gateways]:
 
 
 @pytest.fixture
+async def agent(gateways: Gateways, zk_url: str) -> Any:
+    """An in-process agent in front of this test's ZooKeeper namespace."""
+    return await gateways.start(zk_url)
+
+
+@pytest.fixture
+async def direct(zk_url: str, open_stores: Callable[..., Any]) -> Any:
+    """The same ZooKeeper namespace as ``agent``'s, opened directly (not through the agent)."""
+    return await open_stores(zk_url)
+
+
+@pytest.fixture
 async def store_url(backend: str, request: pytest.FixtureRequest, gateways: Gateways) -> str:
     """The URL of an isolated namespace on the backend under test; for a gateway backend, the
     address of an agent in front of that namespace."""

@@ -22,16 +22,6 @@ from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from tests.harness import Gateways
 
 
-@pytest.fixture
-async def agent(gateways: Gateways, zk_url: str) -> Any:
-    return await gateways.start(zk_url)
-
-
-@pytest.fixture
-async def direct(zk_url: str, open_stores: Callable[..., Any]) -> Any:
-    return await open_stores(zk_url)
-
-
 async def _until(predicate: Callable[[], bool], within: float = 10.0) -> None:
     deadline = time.monotonic() + within
     while not predicate():

@@ -22,16 +22,6 @@ from tests.harness import Gateways
 
 
 @pytest.fixture
-async def agent(gateways: Gateways, zk_url: str) -> Any:
-    return await gateways.start(zk_url)
-
-
-@pytest.fixture
-async def direct(zk_url: str, open_stores: Callable[..., Any]) -> Any:
-    return await open_stores(zk_url)
-
-
-@pytest.fixture
 async def channel(agent: Any) -> Any:
     async with grpc.aio.insecure_channel(agent.address) as ch:
         yield ch

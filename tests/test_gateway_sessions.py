@@ -32,16 +32,6 @@ async def _eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0
     pytest.fail(f"not within {within}s: {what}")
 
 
-@pytest.fixture
-async def agent(gateways: Gateways, zk_url: str) -> Any:
-    return await gateways.start(zk_url)
-
-
-@pytest.fixture
-async def direct(zk_url: str, open_stores: Callable[..., Any]) -> Any:
-    return await open_stores(zk_url)
-
-
 async def test_many_sessions_each_ephemeral_lives_as_long_as_its_own_session(
     agent: Any, direct: Any, open_stores: Callable[..., Any]
 ) -> None:
