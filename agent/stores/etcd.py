@@ -1019,8 +1019,9 @@ class _TxnTooBig(Exception):
     """The server refused a txn for its number of operations or its size."""
 
 
-#: Keys per page of ``walk`` (values included).
-WALK_PAGE_KEYS = 1000
+#: Keys per page of ``walk`` (values included). etcd 3.4 walks the whole rest of the range for every
+#: limited page, so few large pages beat many small ones (200k keys: 1.3 s at 10k, 3.4 s at 1k).
+WALK_PAGE_KEYS = 10_000
 #: Txns a bulk write keeps in flight.
 _BULK_TXNS_IN_FLIGHT = 32
 #: Puts ``advance_sequence_counter`` keeps in flight (one key: one put per txn).
