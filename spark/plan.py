@@ -71,7 +71,12 @@ async def make_plan(
     counters: dict[str, int] = {}
     for path, _, _ in nodes:
         if rules.is_counter(path):
-            counters[path] = await store.sequence_counter(path)
+            # The exact next suffix would keep the promise; the parent's children_version (on
+            # ZooKeeper the cversion, which also counts deletions) is the larger and is the number
+            # operators and the issue compare with, so the target's counter reaches that. The
+            # ids skipped cost nothing.
+            exact = await store.sequence_counter(path)
+            counters[path] = max(exact, await store.children_version(path) or 0)
     return Plan(nodes, ephemerals, counters, time.monotonic() - start)
 
 

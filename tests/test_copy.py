@@ -103,6 +103,9 @@ async def check_copied(source: MetadataStore, target_url: str) -> None:
             issued = await source.sequence_counter(parent)
             assert issued > 0
             assert await target.sequence_counter(parent) >= issued
+            # the words: on etcd the parent's version is the counter, and it must reach the
+            # source's cversion (which on ZooKeeper also counts deletions, so it is the larger bound)
+            assert await target.sequence_counter(parent) >= (await source.children_version(parent) or 0)
             made = await target.put(parent + "/ID-", b"", ephemeral=True, sequential=True)
             assert int(made.path.rsplit("ID-", 1)[1]) >= issued
             await target.delete(made.path)

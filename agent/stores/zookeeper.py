@@ -518,8 +518,8 @@ class ZooKeeperStore(MetadataStore):
 
     async def children_version(self, path: str) -> int | None:
         """The ``cversion`` of ``path`` (its count of child creations and deletions), or ``None``
-        when it does not exist. ZooKeeper names the next sequential child of ``path`` after this
-        number (``%010d``), so the bulk copy reads it to carry sequential counters over."""
+        when it does not exist. It bounds the next sequential suffix from above: ZooKeeper names
+        a sequential child after the count of creations only (see ``sequence_counter``)."""
         zstat = await self._exists_stat(paths.validate(path))
         return None if zstat is None else int(zstat.child_version)
 
