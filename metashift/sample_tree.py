@@ -158,17 +158,22 @@ def plan_tree(topics: int, seed: int) -> tuple[list[Spec], list[tuple[str, str]]
             name = f"topic-{topic}"
             names = [name] if partitions == 1 else [f"{name}-partition-{i}" for i in range(partitions)]
             if partitions > 1:
-                add(f"/admin/partitioned-topics/{tenant}/{ns}/persistent/{name}", "partitioned-topic", 20)
+                # for this kind the "size" is the partition count: the value is Pulsar's metadata
+                add(f"/admin/partitioned-topics/{tenant}/{ns}/persistent/{name}", "partitioned-topic", partitions)
             if rng.random() < 0.1:
                 add(f"/schemas/{tenant}/{ns}/{name}", "schema", rng.randint(200, 2000), 0)
             for t in names:
                 ml = f"/managed-ledgers/{tenant}/{ns}/persistent/{t}"
-                add(ml, "managed-ledger", rng.randint(60, 600))
+                # the very first topic carries the tree's extremes, so that even a small tree has
+                # a version in the thousands and a cursor of tens of KB
+                first = ml not in specs and topic == 0 and t == names[0]
+                add(ml, "managed-ledger", rng.randint(60, 600), rng.randint(1000, 3000) if first else None)
                 for _ in range(rng.randint(1, 2)):
                     add(ledger_path(ledger_id), "ledger", rng.randint(200, 2000))
                     ledger_id += 1
                 for sub in range(rng.randint(1, 3)):
-                    add(f"{ml}/sub-{sub}", "cursor", _cursor_size(rng))
+                    size = rng.randint(10_000, 60_000) if first and sub == 0 else _cursor_size(rng)
+                    add(f"{ml}/sub-{sub}", "cursor", size)
                     if rng.random() < 0.5:
                         add(ledger_path(ledger_id), "ledger", rng.randint(200, 2000))
                         ledger_id += 1
@@ -197,6 +202,8 @@ def value_of(path: str, kind: str, size: int, seed: int) -> bytes:
     if kind == "ledger":
         body = f"bookkeeperProtoVersion: 3\nquorumSize: 2\nensembleSize: 3\nlength: {rng.randint(0, 1 << 30)}\n"
         return (body + "x" * max(0, size - len(body))).encode()
+    if kind == "partitioned-topic":  # Pulsar's PartitionedTopicMetadata
+        return json.dumps({"partitions": size, "deleted": False}).encode()
     doc = {"kind": kind, "path": path, "serial": rng.randint(0, 1 << 31)}
     text = json.dumps(doc)
     pad = max(0, size - len(text) - 12)
@@ -254,6 +261,7 @@ async def generate(
             holder = paths.parent(path)
             if holder and holder != paths.SEPARATOR and not await store.exists(holder):
                 await store.put(holder, b"")
+                out.persistent += 1
             await store.put(path, value_of(path, kind, 200, seed), ephemeral=True)
             out.ephemeral_paths.append(path)
         out.ephemeral = len(out.ephemeral_paths)
