@@ -121,13 +121,22 @@ def _with_retries(attempt: Callable[[], dict]) -> dict:
     return result
 
 
-def copy_partition(items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
-    """Copy one partition; ``progress`` is an optional pair of Spark accumulators (nodes, bytes)."""
-    result = _with_retries(lambda: _run(_copy(items, source_url, target_url, rules)))
+def _partition(
+    work: Callable[[list[Item], str, str, Rules], Coroutine[Any, Any, dict]],
+    items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any,
+) -> dict:
+    """Run ``work`` on one partition with retries; ``progress`` is an optional pair of Spark
+    accumulators (nodes, bytes)."""
+    result = _with_retries(lambda: _run(work(items, source_url, target_url, rules)))
     if progress is not None:
         progress[0].add(len(items))
         progress[1].add(result["bytes"])
     return result
+
+
+def copy_partition(items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
+    """Copy one partition (executor side)."""
+    return _partition(_copy, items, source_url, target_url, rules, progress)
 
 
 async def _copy(items: list[Item], source_url: str, target_url: str, rules: Rules) -> dict:
@@ -178,11 +187,8 @@ async def _copy(items: list[Item], source_url: str, target_url: str, rules: Rule
 
 
 def verify_partition(items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
-    result = _with_retries(lambda: _run(_verify(items, source_url, target_url, rules)))
-    if progress is not None:
-        progress[0].add(len(items))
-        progress[1].add(result["bytes"])
-    return result
+    """Verify one partition (executor side)."""
+    return _partition(_verify, items, source_url, target_url, rules, progress)
 
 
 async def _verify(items: list[Item], source_url: str, target_url: str, rules: Rules) -> dict:
