@@ -94,6 +94,8 @@ class AgentConfig:
     drain_timeout: float = 30.0
     session_timeout: float = 10.0
     session_max_timeout: float = 60.0
+    auth_token_file: Path | None = None
+    """Callers must present this file's token as ``authorization: Bearer <token>``."""
 
 
 # key -> (kind, default) ; kind drives parsing of strings from the environment / command line
@@ -112,6 +114,7 @@ _SCHEMA: dict[str, str] = {
     "tls.key": "str",
     "tls.client_ca": "str",
     "tls.allow_insecure_tcp": "bool",
+    "auth.token_file": "str",
     "gate.hold_timeout": "float",
     "gate.drain_timeout": "float",
     "session.timeout": "float",
@@ -251,6 +254,11 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
     if tls.client_ca is not None and tls.cert is None:
         raise ConfigError("tls.client_ca", "mutual TLS needs tls.cert and tls.key too")
     kwargs["tls"] = tls
+    token_file = _file(values, "auth.token_file")
+    if token_file is not None:
+        if not token_file.read_text().strip():
+            raise ConfigError("auth.token_file", f"{str(token_file)!r} holds no token")
+        kwargs["auth_token_file"] = token_file
     if "listen" in values:
         kwargs["listen"] = _listen(values["listen"], tls)
     elif tls.cert is not None:

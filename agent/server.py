@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from metashift.agent.auth import TokenAuth, read_token
 from metashift.agent.config import AgentConfig, ConfigError
 from metashift.agent.gate import WriteGate
 from metashift.agent.gateway import SESSION_SERVICE, STORE_SERVICE, Gateway
@@ -89,7 +90,10 @@ class Agent:
             node_id=config.node_id, role=config.role,
             session_timeout=config.session_timeout, session_max_timeout=config.session_max_timeout,
         )
-        server = grpc.aio.server(options=GRPC_OPTIONS)
+        interceptors = []
+        if config.auth_token_file is not None:
+            interceptors.append(TokenAuth(read_token(config.auth_token_file)))
+        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors)
         server.add_generic_rpc_handlers(tuple(self.gateway.handlers()))
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

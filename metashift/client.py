@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 
 from metashift.agent import wire
+from metashift.agent.auth import bearer
 from metashift.agent.stores import (
     DeleteOp,
     ExistsOp,
@@ -86,9 +87,12 @@ class AgentClient(MetadataStore):
         ca: str | Path | None = None,
         cert: str | Path | None = None,
         key: str | Path | None = None,
+        token: str | None = None,
     ) -> None:
         super().__init__(StoreURL("agent", (), "/"))
         self.target = target
+        # presented on every call when the agent requires a bearer token (auth.token_file)
+        self._auth: tuple[tuple[str, str], ...] = bearer(token) if token else ()
         self.timeout = timeout
         self.session_timeout = session_timeout
         self.name = name
@@ -123,7 +127,7 @@ class AgentClient(MetadataStore):
         self._rpc_batch = stub.Batch
         self._rpc_watch = stub.Watch
         self._rpc_session = pb_grpc.SessionStub(self._channel).Open
-        self._metadata: tuple[tuple[str, str], ...] = ()
+        self._metadata: tuple[tuple[str, str], ...] = self._auth
         self._session_call: Any = None
         self._session_task: asyncio.Task[None] | None = None
         self._keepalive_task: asyncio.Task[None] | None = None
@@ -152,7 +156,7 @@ class AgentClient(MetadataStore):
         return self
 
     async def _attach(self, *, wait_for_ready: bool) -> tuple[Any, pb.SessionStarted]:
-        call = self._rpc_session(wait_for_ready=wait_for_ready)
+        call = self._rpc_session(wait_for_ready=wait_for_ready, metadata=self._auth)
         try:
             hello = pb.Hello(timeout_ms=int(self.session_timeout * 1000), client_name=self.name)
             await call.write(pb.SessionRequest(hello=hello))
@@ -171,7 +175,7 @@ class AgentClient(MetadataStore):
         self.node_id = started.node_id
         self.max_value_size = started.max_value_size
         self.session_timeout = started.timeout_ms / 1000
-        self._metadata = ((wire.SESSION_KEY, started.session_id),)
+        self._metadata = (*self._auth, (wire.SESSION_KEY, started.session_id))
 
     async def close(self) -> None:
         """End the session (the agent deletes its ephemerals before this returns) and the channel."""
@@ -282,7 +286,7 @@ class AgentClient(MetadataStore):
     async def _watch_loop(self) -> None:
         delay = 0.05
         while not self._closing:
-            call = self._rpc_watch(pb.WatchRequest(path_prefix="/"), wait_for_ready=True)
+            call = self._rpc_watch(pb.WatchRequest(path_prefix="/"), wait_for_ready=True, metadata=self._auth)
             try:
                 async for response in call:
                     if response.WhichOneof("kind") == "ready":
@@ -464,27 +468,18 @@ def _result_from_pb(op: Op, result: pb.OpResult) -> OpResult:
 
 class connect:
     """Open a session with the metashift agent at ``target`` (``unix:/path/to.sock``, or
-    ``host:port`` / ``tcp://host:port`` with ``ca`` and, for mutual TLS, ``cert`` and ``key``).
+    ``host:port`` / ``tcp://host:port``); use as ``async with connect(...) as client`` or
+    ``client = await connect(...)``.
 
-    ``timeout``: default deadline of each call, seconds; ``session_timeout``: how long the agent
-    keeps the session without keep-alives (the client sends them every third of it).
-    Raises ``StoreUnavailable`` when no agent answers.
+    ``options`` are ``AgentClient``'s: ``timeout`` (default deadline of each call, seconds),
+    ``session_timeout`` (how long the agent keeps the session without keep-alives; the client
+    sends them every third of it), ``name``, ``ca`` and, for mutual TLS, ``cert`` and ``key``
+    (TLS files), ``token`` (when the agent requires a bearer token). Raises ``StoreUnavailable``
+    when no agent answers, ``AuthFailed`` when it refuses us.
     """
 
-    def __init__(
-        self,
-        target: str,
-        *,
-        timeout: float = DEFAULT_TIMEOUT,
-        session_timeout: float = DEFAULT_SESSION_TIMEOUT,
-        name: str = "",
-        ca: str | Path | None = None,
-        cert: str | Path | None = None,
-        key: str | Path | None = None,
-    ) -> None:
-        self._kwargs: dict[str, Any] = dict(
-            timeout=timeout, session_timeout=session_timeout, name=name, ca=ca, cert=cert, key=key
-        )
+    def __init__(self, target: str, **options: Any) -> None:
+        self._kwargs = options
         self._target = target
         self._client: AgentClient | None = None
 

@@ -185,3 +185,51 @@ async def test_server_only_tls(gateways: Gateways, zk_url: str, certs: Certifica
     await client.put("/tls", b"x")
     got = await client.get("/tls")
     assert got is not None and got[0] == b"x"
+
+
+async def test_bearer_token_is_required_when_configured(
+    gateways: Gateways, zk_url: str, direct: Any, certs: Certificates, tmp_path: Any,
+    open_stores: Callable[..., Any],
+) -> None:
+    """With auth.token_file, callers without the token get UNAUTHENTICATED on every method and
+    write nothing; health checks stay open; TCP with server-only TLS is then authenticated."""
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    from metashift import AuthFailed
+
+    token = tmp_path / "token"
+    token.write_text("s3cret-token\n")
+    agent = await gateways.start(zk_url, {
+        "listen": f"tcp://127.0.0.1:{free_port()}", "tls.cert": str(certs.server_cert),
+        "tls.key": str(certs.server_key), "auth.token_file": str(token),
+    })
+    good: AgentClient = await open_stores(agent.address, ca=certs.ca, token="s3cret-token")
+    await good.put("/token-ok", b"x", expected_version=-1, ephemeral=True)
+    assert await direct.exists("/token-ok")
+    for wrong in (None, "wrong-token"):
+        with pytest.raises(AuthFailed):
+            await open_stores(agent.address, ca=certs.ca, token=wrong, timeout=3)
+    creds = grpc.ssl_channel_credentials(root_certificates=certs.ca.read_bytes())
+    async with grpc.aio.secure_channel(agent.address, creds) as ch:
+        store = pb_grpc.MetadataStoreStub(ch)
+        await _fails(store.Put(pb.PutRequest(path="/token-anon", value=b"x"), timeout=3),
+                     grpc.StatusCode.UNAUTHENTICATED)
+        await _fails(store.Put(pb.PutRequest(path="/token-anon", value=b"x"), timeout=3,
+                               metadata=(("authorization", "Bearer wrong"),)), grpc.StatusCode.UNAUTHENTICATED)
+        await _fails(store.Get(pb.GetRequest(path="/token-ok"), timeout=3), grpc.StatusCode.UNAUTHENTICATED)
+        watch = store.Watch(pb.WatchRequest(path_prefix="/"), timeout=3)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            async for _ in watch:
+                pass
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        health = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=3)
+        assert health.status == health_pb2.HealthCheckResponse.SERVING
+    assert not await direct.exists("/token-anon")
+
+
+def test_empty_token_file_is_a_config_error(zk_url: str, tmp_path: Any) -> None:
+    token = tmp_path / "token"
+    token.write_text("  \n")
+    with pytest.raises(ConfigError) as err:
+        build({"source.url": zk_url, "auth.token_file": str(token)})
+    assert err.value.key == "auth.token_file"
