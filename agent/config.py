@@ -316,6 +316,8 @@ def _host_port(key: str, text: str) -> tuple[str, int]:
 
 
 def _listen(text: str, tls: TLSConfig) -> Listen:
+    if text.startswith("/"):  # a bare absolute path can only mean a unix socket
+        text = "unix:" + text
     if text.startswith("unix:"):
         path = text[len("unix:") :]
         if path.startswith("//"):
@@ -329,4 +331,4 @@ def _listen(text: str, tls: TLSConfig) -> Listen:
         if tls.cert is None and not tls.allow_insecure_tcp:
             raise ConfigError("listen", "a tcp:// address needs TLS: set tls.cert and tls.key (and tls.client_ca)")
         return Listen("tcp", address)
-    raise ConfigError("listen", f"must be unix:/path/to.sock or tcp://host:port, not {text!r}")
+    raise ConfigError("listen", f"must be unix:/path/to.sock (or /path/to.sock) or tcp://host:port, not {text!r}")

@@ -86,7 +86,7 @@ def test_password_file(tmp_path: Path) -> None:
         ('[source]\nurl = "mysql://h"', "source.url"),
         ('node_id = "a"', "source.url"),
         ('listen = "tcp://0.0.0.0:7650"\n[source]\nurl = "zk://h"', "listen"),
-        ('listen = "/no/scheme.sock"\n[source]\nurl = "zk://h"', "listen"),
+        ('listen = "no/scheme.sock"\n[source]\nurl = "zk://h"', "listen"),
         ('socket_mode = "rw"\n[source]\nurl = "zk://h"', "socket_mode"),
         ('metrics = "nowhere"\n[source]\nurl = "zk://h"', "metrics"),
         ('[source]\nurl = "zk://h"\n[gate]\nhold_timeout = -1', "gate.hold_timeout"),
@@ -290,3 +290,16 @@ async def test_second_agent_on_a_live_socket_is_refused(
     client: AgentClient = await open_stores(first.address, timeout=5)
     await client.put("/still-first", b"x")
     assert client.node_id == "test-agent"
+
+
+@pytest.mark.parametrize("text", ["/run/metashift/agent.sock", "unix:/run/metashift/agent.sock"])
+def test_listen_takes_a_bare_socket_path(text: str) -> None:
+    config = build({"source.url": "zk://127.0.0.1:2181", "listen": text})
+    assert config.listen.kind == "unix" and config.listen.address == "/run/metashift/agent.sock"
+
+
+@pytest.mark.parametrize("text", ["relative.sock", "unix:relative.sock", "127.0.0.1:9000", "http://h:1"])
+def test_listen_refuses_what_is_neither_a_socket_path_nor_tcp(text: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        build({"source.url": "zk://127.0.0.1:2181", "listen": text})
+    assert err.value.key == "listen"
