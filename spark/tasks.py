@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 from metashift.agent.stores import (
@@ -24,7 +24,10 @@ from metashift.agent.stores import (
 )
 
 from .plan import Item
-from .rules import Rules, Side, Verdict, judge
+from .rules import Judgement, Rules, Side, Verdict, judge
+
+#: A path and what the source and the target hold there (None: nothing).
+Pair = tuple[str, Side | None, Side | None]
 
 T = TypeVar("T")
 
@@ -73,11 +76,11 @@ async def _with_stores(
 
 async def _read_pairs(
     source: MetadataStore, target: MetadataStore, items: list[Item]
-) -> Callable[[], Awaitable[list[tuple[str, Side | None, Side | None]]]]:
+) -> Callable[[], Awaitable[list[Pair]]]:
     """Read ``items`` from both sides, ``READ_CHUNK`` at a time, one chunk ahead of the caller."""
     chunks = [items[i : i + READ_CHUNK] for i in range(0, len(items), READ_CHUNK)]
 
-    async def read(chunk: list[Item]) -> list[tuple[str, Side | None, Side | None]]:
+    async def read(chunk: list[Item]) -> list[Pair]:
         ops = [GetOp(path) for path, _, _ in chunk]
         got_source, got_target = await asyncio.gather(source.batch(ops), target.batch(ops))
         return [
@@ -87,7 +90,7 @@ async def _read_pairs(
     tasks = [asyncio.ensure_future(read(chunks[0]))] if chunks else []
     index = 0
 
-    async def next_chunk() -> list[tuple[str, Side | None, Side | None]]:
+    async def next_chunk() -> list[Pair]:
         nonlocal index
         if index >= len(chunks):
             return []
@@ -134,6 +137,22 @@ def _partition(
     return result
 
 
+def _judged(pairs: list[Pair], rules: Rules, out: dict[str, Any]) -> Iterator[tuple[str, Side, Side | None, Judgement]]:
+    """The persistent source nodes of ``pairs`` with the judgement of their target side; nodes
+    that vanished from the source and ephemerals are only counted (``out``), as are the nodes
+    and bytes judged. Copy and verify see the tree through this one filter."""
+    for path, src, tgt in pairs:
+        if src is None:
+            out["vanished"] += 1
+            continue
+        if src.ephemeral:
+            out["ephemerals"] += 1
+            continue
+        out["nodes"] += 1
+        out["bytes"] += len(src.value)
+        yield path, src, tgt, judge(src, tgt, counter=rules.is_counter(path))
+
+
 def copy_partition(items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
     """Copy one partition (executor side)."""
     return _partition(_copy, items, source_url, target_url, rules, progress)
@@ -149,16 +168,7 @@ async def _copy(items: list[Item], source_url: str, target_url: str, rules: Rule
         next_chunk = await _read_pairs(source, target, items)
         while pairs := await next_chunk():
             restores: list[Restore] = []
-            for path, src, tgt in pairs:
-                if src is None:
-                    out["vanished"] += 1
-                    continue
-                if src.ephemeral:
-                    out["ephemerals"] += 1
-                    continue
-                out["nodes"] += 1
-                out["bytes"] += len(src.value)
-                j = judge(src, tgt, counter=rules.is_counter(path))
+            for path, src, tgt, j in _judged(pairs, rules, out):
                 if j.verdict is Verdict.EQUAL:
                     out["unchanged"] += 1
                 elif j.verdict is Verdict.CONFLICT:
@@ -197,16 +207,7 @@ async def _verify(items: list[Item], source_url: str, target_url: str, rules: Ru
     async def body(source: MetadataStore, target: MetadataStore) -> None:
         next_chunk = await _read_pairs(source, target, items)
         while pairs := await next_chunk():
-            for path, src, tgt in pairs:
-                if src is None:
-                    out["vanished"] += 1
-                    continue
-                if src.ephemeral:
-                    out["ephemerals"] += 1
-                    continue
-                out["nodes"] += 1
-                out["bytes"] += len(src.value)
-                j = judge(src, tgt, counter=rules.is_counter(path))
+            for path, _, _, j in _judged(pairs, rules, out):
                 if j.verdict is not Verdict.EQUAL:
                     out["mismatches"].append((path, j.kind, j.detail))
 
