@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEBS := zookeeper etcd-server etcd-client default-jre-headless
+DEBS := zookeeper etcd-server etcd-client default-jre-headless openssl util-linux
 PYTEST_ARGS ?=
 
 .PHONY: setup test lint pytest demo bench proto clean
