@@ -170,7 +170,7 @@ class SessionRegistry:
 
     async def recreate_in(self, store: MetadataStore) -> int:
         """Create every tracked ephemeral in ``store`` (ephemeral on ``store``'s session), with its
-        latest value, at its real path. Returns how many were created.
+        latest value and version, at its real path. Returns how many were created.
 
         Each one is read from the active store first (the gate is closed: nothing changes there
         meanwhile): one that is gone, or is no longer an ephemeral of the agent's session there
@@ -179,14 +179,20 @@ class SessionRegistry:
         made = 0
         active = self.gate.router.active
         for path, value in self.ephemerals().items():
+            version = 0
             if active is not store:
                 got = await active.get(path)
                 if got is None or not got[1].ephemeral or not got[1].created_by_self:
                     log.info("not re-creating ephemeral %s: it is no longer ours in %s", path, active.url)
                     self.record_delete(path)
                     continue
-                value = got[0]
-            await store.put(path, value, ephemeral=True)
+                value, version = got[0], got[1].version
+            # Keep its version too: a broker's compare-and-set on its own ephemeral (Pulsar's
+            # ResourceLock) uses the version it read before the switch. Every put names the node
+            # ephemeral: on etcd a put without the lease would make it persistent.
+            stat = await store.put(path, value, ephemeral=True)
+            while stat.version < version:
+                stat = await store.put(path, value, expected_version=stat.version, ephemeral=True)
             made += 1
         log.info("re-created %d ephemeral(s) in %s", made, store.url)
         return made

@@ -219,16 +219,20 @@ async def test_recreate_ephemerals_in_another_store(
     b: AgentClient = await open_stores(agent.address)
     await a.put("/brokers", b"", expected_version=-1)
     await a.put("/brokers/a", b"a0", ephemeral=True)
-    await a.put("/brokers/a", b"a1")  # a later value of the same ephemeral
+    await a.put("/brokers/a", b"a1")  # later values of the same ephemeral
+    await a.put("/brokers/a", b"a2", expected_version=1)
     seq = await b.put("/brokers/b-", b"b", ephemeral=True, sequential=True)
     await b.put("/brokers/persistent", b"p")
     target = await open_stores(etcd_url)
-    assert agent.registry.ephemerals() == {"/brokers/a": b"a1", seq.path: b"b"}
+    assert agent.registry.ephemerals() == {"/brokers/a": b"a2", seq.path: b"b"}
     assert await agent.registry.recreate_in(target) == 2
     got = await target.get("/brokers/a")
-    assert got is not None and got[0] == b"a1" and got[1].ephemeral
+    # the same version too: a broker's compare-and-set on its own ephemeral (Pulsar's ResourceLock)
+    # made with the version it read before the switch must still work after it
+    assert got is not None and got[0] == b"a2" and got[1].ephemeral and got[1].version == 2
+    assert (await target.put("/brokers/a", b"a3", expected_version=2, ephemeral=True)).version == 3
     got = await target.get(seq.path)
-    assert got is not None and got[0] == b"b" and got[1].ephemeral
+    assert got is not None and got[0] == b"b" and got[1].ephemeral and got[1].version == 0
     assert not await target.exists("/brokers/persistent")  # persistent nodes are the copy's business
 
 
