@@ -43,6 +43,10 @@ log = logging.getLogger(__name__)
 STORE_SERVICE = "metashift.v1.MetadataStore"
 SESSION_SERVICE = "metashift.v1.Session"
 WATCH_QUEUE_LIMIT = 100_000
+#: Queued for a Watch stream whose reader fell WATCH_QUEUE_LIMIT notifications behind.
+WATCH_OVERFLOW = "overflow"
+#: What a Watch stream's queue carries: a notification, None (the agent closes), or WATCH_OVERFLOW.
+WatchItem = Notification | None | str
 HELLO_TIMEOUT = 10.0
 MAX_BATCH_OPS = 10_000
 
@@ -68,7 +72,7 @@ class NotificationHub:
     """Fans the active store's notifications out to the Watch streams."""
 
     def __init__(self, router: Router) -> None:
-        self._queues: dict[asyncio.Queue[Notification | None], str] = {}
+        self._queues: dict[asyncio.Queue[WatchItem], str] = {}
         self._router = router
         self._remove = router.active.add_listener(self._publish)
         router.on_switch(self._switched)
@@ -82,17 +86,19 @@ class NotificationHub:
             if prefix and not paths.is_under(notification.path, prefix):
                 continue
             if queue.qsize() >= WATCH_QUEUE_LIMIT:
-                queue.put_nowait(None)  # too slow a reader: end its stream rather than grow forever
+                # too slow a reader: end its stream with an error (it has missed notifications
+                # and must re-read what it caches) rather than let the queue grow forever
+                queue.put_nowait(WATCH_OVERFLOW)
                 self._queues.pop(queue, None)
                 continue
             queue.put_nowait(notification)
 
-    def subscribe(self, prefix: str) -> asyncio.Queue[Notification | None]:
-        queue: asyncio.Queue[Notification | None] = asyncio.Queue()
+    def subscribe(self, prefix: str) -> asyncio.Queue[WatchItem]:
+        queue: asyncio.Queue[WatchItem] = asyncio.Queue()
         self._queues[queue] = "" if prefix == paths.SEPARATOR else prefix
         return queue
 
-    def unsubscribe(self, queue: asyncio.Queue[Notification | None]) -> None:
+    def unsubscribe(self, queue: asyncio.Queue[WatchItem]) -> None:
         self._queues.pop(queue, None)
 
     def close(self) -> None:
@@ -386,6 +392,13 @@ class Gateway:
             while True:
                 notification = await queue.get()
                 if notification is None:
+                    return
+                if isinstance(notification, str):  # WATCH_OVERFLOW
+                    await context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"this watch fell {WATCH_QUEUE_LIMIT} notifications behind and was ended: "
+                        "notifications were lost, re-read what you cache",
+                    )
                     return
                 await context.write(
                     pb.WatchResponse(

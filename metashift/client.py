@@ -285,6 +285,7 @@ class AgentClient(MetadataStore):
 
     async def _watch_loop(self) -> None:
         delay = 0.05
+        missed = False
         while not self._closing:
             call = self._rpc_watch(pb.WatchRequest(path_prefix="/"), wait_for_ready=True, metadata=self._auth)
             try:
@@ -293,12 +294,20 @@ class AgentClient(MetadataStore):
                         delay = 0.05
                         if self._watch_ready is not None and not self._watch_ready.done():
                             self._watch_ready.set_result(None)
+                        if missed:  # watching again: listeners re-read what they cache
+                            missed = False
+                            self._session_event(SessionEvent.RECONNECTED)
                         continue
                     notification = wire.notification_from_pb(response.notification)
                     if notification is not None:
                         self._notify(notification)
             except grpc.aio.AioRpcError as err:
                 log.debug("watch stream ended: %s", err)
+                if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and not missed:
+                    # we read too slowly and the agent dropped notifications for us: say so the
+                    # way a store says it after a lost connection
+                    missed = True
+                    self._session_event(SessionEvent.CONNECTION_LOST)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
 

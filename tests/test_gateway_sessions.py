@@ -360,3 +360,43 @@ async def test_recreate_skips_ephemerals_that_are_gone_or_no_longer_ephemeral(
     await agent.gate.open(towards=target)
     assert await target.get_children("/r") == ["a"]
     assert agent.registry.ephemerals() == {"/r/a": b"a"}
+
+
+async def test_a_watcher_that_falls_behind_is_told_it_missed_notifications(
+    agent: Any, direct: Any, open_stores: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Watch reader that falls WATCH_QUEUE_LIMIT notifications behind loses notifications: its
+    stream ends with RESOURCE_EXHAUSTED (not a normal end it could take for a clean close), and
+    the client reports it as ConnectionLost, then Reconnected once it watches again."""
+    from metashift import Notification, NotificationType
+    from metashift.agent import gateway
+
+    monkeypatch.setattr(gateway, "WATCH_QUEUE_LIMIT", 20)
+
+    def burst(tag: str) -> None:
+        # delivered by the agent's store in one go: no reader can drain a queue in between
+        for i in range(50):
+            agent.router.active._notify(Notification(NotificationType.CREATED, f"/burst-{tag}/{i}"))
+
+    async with grpc.aio.insecure_channel(agent.address) as ch:
+        call = pb_grpc.MetadataStoreStub(ch).Watch(pb.WatchRequest(path_prefix="/"))
+        assert (await call.read()).WhichOneof("kind") == "ready"
+        burst("raw")
+        received = 0
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            while (await call.read()) is not grpc.aio.EOF:
+                received += 1
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert received == 20
+
+    client: AgentClient = await open_stores(agent.address)
+    events: list[SessionEvent] = []
+    seen: list[str] = []
+    client.add_session_listener(events.append)
+    client.add_listener(lambda n: seen.append(n.path))
+    await client.exists("/")  # waits until the agent registered the watch
+    burst("client")
+    await _eventually(lambda: _true(SessionEvent.RECONNECTED in events), what="Reconnected after the overflow")
+    assert events[events.index(SessionEvent.RECONNECTED) - 1] == SessionEvent.CONNECTION_LOST
+    await direct.put("/after-overflow", b"x", expected_version=-1)
+    await _eventually(lambda: _true("/after-overflow" in seen), what="notifications flow again")
