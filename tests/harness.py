@@ -16,17 +16,47 @@ import os
 # only needed by children that keep using gRPC, which ours never do. Set before gRPC loads.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
+import asyncio
+import inspect
 import itertools
 import re
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
 
-from metashift.agent.stores import MetadataStore, open_store
+from metashift.agent.stores import MetadataStore, StoreUnavailable, open_store
 from metashift.agent.stores.local_servers import LocalEtcd, LocalZooKeeper
+
+
+async def eventually(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0, what: str = "") -> None:
+    """Poll ``check`` (plain or async) until it holds; fail the test after ``within`` seconds.
+    A bound that turns a hang into a failure, never a timing assertion."""
+    deadline = time.monotonic() + within
+    while True:
+        result = check()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            pytest.fail(f"not within {within}s: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def retry_while_unavailable(call: Callable[[], Awaitable[Any]], attempts: int, delay: float) -> Any:
+    """``call()`` until it stops raising ``StoreUnavailable`` (a server coming back); the last
+    attempt's error, if any, fails the test."""
+    for _ in range(attempts - 1):
+        try:
+            return await call()
+        except StoreUnavailable:
+            await asyncio.sleep(delay)
+    return await call()
+
 
 BACKENDS = ("zk", "etcd")
 GATEWAY = "gateway-"

@@ -10,7 +10,6 @@ import signal
 import stat
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +23,7 @@ from metashift import cli
 from metashift.agent.config import ConfigError, build, env_name, load
 from metashift.agent.stores.local_servers import free_port
 from metashift.client import AgentClient
-from tests.harness import Gateways
+from tests.harness import Gateways, eventually
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -124,14 +123,6 @@ def _exists(path: str) -> bool:
     return os.path.exists(path)
 
 
-async def _wait_for(predicate: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {within}s: {what}")
-        await asyncio.sleep(0.05)
-
-
 async def test_agent_process_serves_drains_on_sigterm_and_exits_cleanly(
     zk_url: str, open_stores: Callable[..., Any]
 ) -> None:
@@ -145,7 +136,7 @@ async def test_agent_process_serves_drains_on_sigterm_and_exits_cleanly(
         env={**os.environ, "METASHIFT_GATE_DRAIN_TIMEOUT": "5"},
     )
     try:
-        await _wait_for(lambda: os.path.exists(sock) and stat.S_IMODE(os.stat(sock).st_mode) == 0o660, 30,
+        await eventually(lambda: os.path.exists(sock) and stat.S_IMODE(os.stat(sock).st_mode) == 0o660, 30,
                         "agent socket with mode 0660")
         async with grpc.aio.insecure_channel(f"unix:{sock}") as ch:
             health = health_pb2_grpc.HealthStub(ch)
@@ -203,7 +194,7 @@ async def test_stop_drains_calls_in_flight(gateways: Gateways, zk_url: str, open
     agent = await gateways.start(zk_url, source=_SlowStore(direct, 0.5))
     client: AgentClient = await open_stores(agent.address, timeout=10)
     writes = [asyncio.create_task(client.put(f"/inflight{i}", b"x")) for i in range(4)]
-    await _wait_for(lambda: agent.gate.in_flight == 4, 5, "writes in flight")
+    await eventually(lambda: agent.gate.in_flight == 4, 5, "writes in flight")
     await agent.stop(grace=5)
     stats = await asyncio.gather(*writes)  # every call in flight completed, none was cut
     assert all(s.version == 0 for s in stats)
@@ -240,7 +231,7 @@ async def test_stop_with_the_gate_closed_does_not_wait_for_the_gate(
     await client.put("/eph-at-stop", b"x", ephemeral=True)
     await agent.gate.close()
     held = asyncio.create_task(client.put("/held-at-stop", b"x"))
-    await _wait_for(lambda: agent.gate.held == 1, 10, "a held write")
+    await eventually(lambda: agent.gate.held == 1, 10, "a held write")
     stopping = asyncio.create_task(agent.stop(grace=1.0))
     done, _ = await asyncio.wait([stopping], timeout=30)
     assert stopping in done, "stop() waited on the closed gate"

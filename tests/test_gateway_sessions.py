@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -19,17 +19,8 @@ from metashift.agent import wire
 from metashift.client import AgentClient
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
-from tests.harness import Gateways
+from tests.harness import Gateways, eventually
 from tests.test_gateway_gate import _SlowStore
-
-
-async def _eventually(check: Callable[[], Awaitable[bool]], within: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    pytest.fail(f"not within {within}s: {what}")
 
 
 async def test_many_sessions_each_ephemeral_lives_as_long_as_its_own_session(
@@ -76,12 +67,12 @@ async def test_broken_stream_ends_the_session_and_the_client_reattaches(
     async def gone() -> bool:
         return not await direct.exists("/mine")
 
-    await _eventually(gone, what="ephemeral of the broken session deleted")
+    await eventually(gone, what="ephemeral of the broken session deleted")
 
     async def reattached() -> bool:
         return SessionEvent.SESSION_REESTABLISHED in events
 
-    await _eventually(reattached, what="client re-attached")
+    await eventually(reattached, what="client re-attached")
     assert events[:3] == [SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST, SessionEvent.SESSION_REESTABLISHED]
     assert client.session_id != first_session
     await client.put("/mine", b"again", ephemeral=True)
@@ -122,7 +113,7 @@ async def test_ephemerals_vanish_when_the_client_process_is_killed(agent: Any, d
         async def gone() -> bool:
             return await direct.get_children("/victim") == []
 
-        await _eventually(gone, what="ephemerals of the killed client deleted")
+        await eventually(gone, what="ephemerals of the killed client deleted")
     finally:
         if proc.returncode is None:
             proc.kill()
@@ -145,7 +136,7 @@ async def test_agent_restart_client_reattaches_with_session_events(
     async def lost() -> bool:
         return SessionEvent.CONNECTION_LOST in events
 
-    await _eventually(lost, what="ConnectionLost")
+    await eventually(lost, what="ConnectionLost")
     with pytest.raises(StoreUnavailable):
         await client.get("/persistent")  # no agent: a typed error, fast
 
@@ -154,7 +145,7 @@ async def test_agent_restart_client_reattaches_with_session_events(
     async def back() -> bool:
         return SessionEvent.SESSION_REESTABLISHED in events
 
-    await _eventually(back, what="SessionReestablished after the agent came back")
+    await eventually(back, what="SessionReestablished after the agent came back")
     assert events == [SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST, SessionEvent.SESSION_REESTABLISHED]
     got = await client.get("/persistent")
     assert got is not None and got[0] == b"p"
@@ -176,13 +167,13 @@ async def test_store_session_events_reach_clients(
     async def all_lost() -> bool:
         return all(SessionEvent.CONNECTION_LOST in events for events in seen)
 
-    await _eventually(all_lost, within=20, what="ConnectionLost of the agent's store forwarded to every client")
+    await eventually(all_lost, within=20, what="ConnectionLost of the agent's store forwarded to every client")
     server.start()
 
     async def all_back() -> bool:
         return all(SessionEvent.RECONNECTED in events for events in seen)
 
-    await _eventually(all_back, within=30, what="Reconnected forwarded to every client")
+    await eventually(all_back, within=30, what="Reconnected forwarded to every client")
     for events in seen:
         assert SessionEvent.SESSION_LOST not in events  # the store session survived the short outage
 
@@ -262,7 +253,7 @@ async def test_ephemeral_put_whose_caller_gave_up_is_still_tracked_and_deleted_w
     async def gone() -> bool:
         return not await direct.exists("/late-eph")
 
-    await _eventually(gone, what="the ephemeral of the ended session deleted")
+    await eventually(gone, what="the ephemeral of the ended session deleted")
 
 
 async def test_session_closed_then_stream_cancelled_still_deletes_every_ephemeral(
@@ -295,13 +286,13 @@ async def test_session_closed_then_stream_cancelled_still_deletes_every_ephemera
         async def deleting() -> bool:
             return len(await direct.get_children("/going")) < 4
 
-        await _eventually(deleting, what="the agent started deleting")
+        await eventually(deleting, what="the agent started deleting")
         call.cancel()
 
     async def all_gone() -> bool:
         return await direct.get_children("/going") == []
 
-    await _eventually(all_gone, what="every ephemeral of the closed session deleted")
+    await eventually(all_gone, what="every ephemeral of the closed session deleted")
 
 
 async def test_batch_of_ephemerals_in_flight_when_the_session_ends_leaves_none_behind(
@@ -318,7 +309,7 @@ async def test_batch_of_ephemerals_in_flight_when_the_session_ends_leaves_none_b
         md = ((wire.SESSION_KEY, started.started.session_id),)
         ops = [pb.Op(put=pb.PutRequest(path=f"/bat/e{i}", value=b"x", ephemeral=True)) for i in range(3)]
         batch = pb_grpc.MetadataStoreStub(channel).Batch(pb.BatchRequest(ops=ops), metadata=md)
-        await _eventually(lambda: _true(agent.gate.in_flight == 1), what="the batch in the store")
+        await eventually(lambda: _true(agent.gate.in_flight == 1), what="the batch in the store")
         await call.write(pb.SessionRequest(close=pb.CloseSession()))
         closed = await call.read()
         assert closed.WhichOneof("kind") == "closed"
@@ -329,7 +320,7 @@ async def test_batch_of_ephemerals_in_flight_when_the_session_ends_leaves_none_b
     async def all_gone() -> bool:
         return await direct.get_children("/bat") == []
 
-    await _eventually(all_gone, what="every ephemeral of the batch deleted")
+    await eventually(all_gone, what="every ephemeral of the batch deleted")
     assert agent.registry.ephemerals() == {}
 
 
@@ -396,7 +387,7 @@ async def test_a_watcher_that_falls_behind_is_told_it_missed_notifications(
     client.add_listener(lambda n: seen.append(n.path))
     await client.exists("/")  # waits until the agent registered the watch
     burst("client")
-    await _eventually(lambda: _true(SessionEvent.RECONNECTED in events), what="Reconnected after the overflow")
+    await eventually(lambda: _true(SessionEvent.RECONNECTED in events), what="Reconnected after the overflow")
     assert events[events.index(SessionEvent.RECONNECTED) - 1] == SessionEvent.CONNECTION_LOST
     await direct.put("/after-overflow", b"x", expected_version=-1)
-    await _eventually(lambda: _true("/after-overflow" in seen), what="notifications flow again")
+    await eventually(lambda: _true("/after-overflow" in seen), what="notifications flow again")

@@ -21,7 +21,7 @@ from metashift import (
     ValueTooLarge,
 )
 from metashift.agent.stores import DeleteOp, ExistsOp, GetChildrenOp, GetOp, PutOp
-from tests.harness import BACKENDS, GATEWAY, GATEWAY_BACKENDS, store_kind
+from tests.harness import BACKENDS, GATEWAY, GATEWAY_BACKENDS, retry_while_unavailable, store_kind
 
 
 @pytest.fixture(params=BACKENDS + GATEWAY_BACKENDS)
@@ -279,21 +279,12 @@ async def test_server_stopped_and_restarted(backend: str, fresh_servers: Any, op
         with pytest.raises(StoreUnavailable):
             await store.put("/during", b"x")
         server.start()
-        got = await _retry_until_available(lambda: store.get("/survives"))
+        got = await retry_while_unavailable(lambda: store.get("/survives"), attempts=60, delay=0.5)
         assert got is not None and got[0] == b"before"
         stat = await store.put("/survives", b"after", expected_version=0)
         assert stat.version == 1
     finally:
         await store.close()
-
-
-async def _retry_until_available(call: Callable[[], Any], attempts: int = 60) -> Any:
-    for _ in range(attempts):
-        try:
-            return await call()
-        except StoreUnavailable:
-            await asyncio.sleep(0.5)
-    pytest.fail("the store did not come back after the server restarted")
 
 
 async def test_unreachable_server_is_store_unavailable(backend: str) -> None:

@@ -24,6 +24,7 @@ from metashift import (
 )
 from metashift.agent.stores import DeleteOp, PutOp, parse_url
 from metashift.agent.stores.local_servers import LocalZooKeeper
+from tests.harness import retry_while_unavailable
 
 
 async def _wait_for(predicate: Callable[[], bool], bound: float = 20.0) -> bool:
@@ -346,20 +347,13 @@ async def test_session_lost_reported_while_the_server_stays_down(kind: str, fres
         lost = events.index(SessionEvent.SESSION_LOST)
         assert events.index(SessionEvent.CONNECTION_LOST) < lost < events.index(SessionEvent.SESSION_REESTABLISHED)
         # a new session: ephemerals can be made again, and they are ours
-        stat = await _retry(lambda: store.put("/eph-again", b"", ephemeral=True))
+        stat = await retry_while_unavailable(
+            lambda: store.put("/eph-again", b"", ephemeral=True), attempts=41, delay=0.25
+        )
         got = await store.get("/eph-again")
         assert stat.ephemeral and got is not None and got[1].created_by_self
     finally:
         await store.close()
-
-
-async def _retry(call: Callable[[], Any], attempts: int = 40) -> Any:
-    for _ in range(attempts):
-        try:
-            return await call()
-        except StoreUnavailable:
-            await asyncio.sleep(0.25)
-    return await call()
 
 
 @pytest.mark.parametrize("kind", ["zk", "etcd"])
@@ -376,7 +370,7 @@ async def test_notifications_resume_after_a_server_restart(kind: str, fresh_serv
         assert await _wait_for(lambda: Notification(NotificationType.CREATED, "/before") in seen)
         server.stop()
         server.start()
-        assert await _retry(lambda: store.get("/before")) is not None
+        assert await retry_while_unavailable(lambda: store.get("/before"), attempts=41, delay=0.25) is not None
         writer = await metashift.open_store(url)
         try:
             # the watch comes back (ZooKeeper: re-added once reconnected; etcd: resumed): probe until it does
