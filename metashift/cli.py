@@ -165,6 +165,16 @@ async def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _spark_job_flags(p: argparse.ArgumentParser) -> None:
+    """What copy and verify both take: the two stores, the Spark master, output, rules, progress."""
+    p.add_argument("--source", required=True, metavar="URL")
+    p.add_argument("--target", required=True, metavar="URL")
+    p.add_argument("--spark-master", metavar="M", help="Spark master URL (default local[*])")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    _rules_flags(p)
+    _progress_flag(p)
+
+
 def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("generate", help="write a Pulsar + BookKeeper shaped sample tree into a store")
     p.add_argument("--target", required=True, metavar="URL", help="store to write into (zk://... or etcd://...)")
@@ -190,13 +200,8 @@ def _copy(args: argparse.Namespace) -> int:
 
 def _add_copy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("copy", help="copy every persistent node (exact versions) and the sequence counters, on Spark")
-    p.add_argument("--source", required=True, metavar="URL")
-    p.add_argument("--target", required=True, metavar="URL")
-    p.add_argument("--spark-master", metavar="M", help="Spark master URL (default local[*])")
+    _spark_job_flags(p)
     p.add_argument("--verify", action="store_true", help="verify the target afterwards (exit 1 on any mismatch)")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    _rules_flags(p)
-    _progress_flag(p)
     p.set_defaults(handler=_copy)
 
 
@@ -213,12 +218,7 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _add_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("verify", help="compare every persistent node and the counters of two stores, on Spark")
-    p.add_argument("--source", required=True, metavar="URL")
-    p.add_argument("--target", required=True, metavar="URL")
-    p.add_argument("--spark-master", metavar="M", help="Spark master URL (default local[*])")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    _rules_flags(p)
-    _progress_flag(p)
+    _spark_job_flags(p)
     p.set_defaults(handler=_verify)
 
 
