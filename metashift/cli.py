@@ -58,7 +58,10 @@ def _servers(args: argparse.Namespace) -> int:
         print("Ctrl-C stops both.", flush=True)
         import signal
 
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        # blocked, so that sigwait (not the default handlers) receives them and cleanup runs
+        stop = {signal.SIGINT, signal.SIGTERM}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
+        signal.sigwait(stop)
     except KeyboardInterrupt:
         pass
     finally:
