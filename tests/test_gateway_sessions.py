@@ -23,6 +23,15 @@ from tests.harness import Gateways, eventually
 from tests.test_gateway_gate import _SlowStore
 
 
+async def _raw_session(channel: grpc.aio.Channel, hello: pb.Hello) -> tuple[Any, Any, tuple[tuple[str, str], ...]]:
+    """A Session stream opened by hand, without the client library: the call, the agent's first
+    answer, and the call metadata that names the session."""
+    call = pb_grpc.SessionStub(channel).Open()
+    await call.write(pb.SessionRequest(hello=hello))
+    started = await call.read()
+    return call, started, ((wire.SESSION_KEY, started.started.session_id),)
+
+
 async def test_many_sessions_each_ephemeral_lives_as_long_as_its_own_session(
     agent: Any, direct: Any, open_stores: Callable[..., Any]
 ) -> None:
@@ -181,12 +190,9 @@ async def test_store_session_events_reach_clients(
 async def test_keepalive_timeout_ends_the_session(agent: Any, direct: Any) -> None:
     """A client that stops sending keep-alives (hung, not dead) loses its session and ephemerals."""
     async with grpc.aio.insecure_channel(agent.address) as channel:
-        call = pb_grpc.SessionStub(channel).Open()
-        await call.write(pb.SessionRequest(hello=pb.Hello(timeout_ms=700, client_name="silent")))
-        started = await call.read()
+        call, started, md = await _raw_session(channel, pb.Hello(timeout_ms=700, client_name="silent"))
         assert started.WhichOneof("kind") == "started" and started.started.timeout_ms == 700
         put = pb_grpc.MetadataStoreStub(channel).Put
-        md = ((wire.SESSION_KEY, started.started.session_id),)
         await put(pb.PutRequest(path="/silent", value=b"x", ephemeral=True), metadata=md)
         assert await direct.exists("/silent")
         t0 = time.monotonic()
@@ -274,10 +280,7 @@ async def test_session_closed_then_stream_cancelled_still_deletes_every_ephemera
     agent = await gateways.start(zk_url, source=_SlowDelete(direct, 0.5))
     await direct.put("/going", b"", expected_version=-1)
     async with grpc.aio.insecure_channel(agent.address) as channel:
-        call = pb_grpc.SessionStub(channel).Open()
-        await call.write(pb.SessionRequest(hello=pb.Hello(client_name="leaver")))
-        started = await call.read()
-        md = ((wire.SESSION_KEY, started.started.session_id),)
+        call, _, md = await _raw_session(channel, pb.Hello(client_name="leaver"))
         put = pb_grpc.MetadataStoreStub(channel).Put
         for i in range(4):
             await put(pb.PutRequest(path=f"/going/e{i}", value=b"x", ephemeral=True), metadata=md)
@@ -303,10 +306,7 @@ async def test_batch_of_ephemerals_in_flight_when_the_session_ends_leaves_none_b
     agent = await gateways.start(zk_url, source=_SlowStore(direct, 0.5))
     await direct.put("/bat", b"", expected_version=-1)
     async with grpc.aio.insecure_channel(agent.address) as channel:
-        call = pb_grpc.SessionStub(channel).Open()
-        await call.write(pb.SessionRequest(hello=pb.Hello(client_name="batcher")))
-        started = await call.read()
-        md = ((wire.SESSION_KEY, started.started.session_id),)
+        call, _, md = await _raw_session(channel, pb.Hello(client_name="batcher"))
         ops = [pb.Op(put=pb.PutRequest(path=f"/bat/e{i}", value=b"x", ephemeral=True)) for i in range(3)]
         batch = pb_grpc.MetadataStoreStub(channel).Batch(pb.BatchRequest(ops=ops), metadata=md)
         await eventually(lambda: _true(agent.gate.in_flight == 1), what="the batch in the store")
