@@ -68,9 +68,6 @@ class Listen:
     address: str
     """Socket path for unix; host:port for tcp."""
 
-    def grpc_target(self) -> str:
-        return f"unix:{self.address}" if self.kind == "unix" else self.address
-
 
 @dataclass(frozen=True)
 class TLSConfig:

@@ -27,10 +27,6 @@ class Router:
     def active_name(self) -> str:
         return "source" if self.active is self.source else "target"
 
-    def set_target(self, target: MetadataStore | None) -> None:
-        """Remember the second store (opened by the migration); does not route to it."""
-        self.target = target
-
     def switch(self, store: MetadataStore) -> None:
         """Route reads and writes to ``store`` (the source or the target) from now on."""
         if store is not self.source and store is not self.target:

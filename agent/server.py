@@ -190,9 +190,6 @@ class Agent:
                 os.unlink(self.config.listen.address)
         log.info("agent stopped")
 
-    async def wait_stopped(self) -> None:
-        await self._stopped.wait()
-
     async def __aenter__(self) -> Agent:
         await self.start()
         return self

@@ -48,9 +48,6 @@ class StoreURL:
     def host_string(self) -> str:
         return ",".join(f"{h}:{p}" for h, p in self.hosts)
 
-    def with_root(self, root: str) -> StoreURL:
-        return StoreURL(self.scheme, self.hosts, root, self.username, self.password, dict(self.options))
-
     def redacted(self) -> str:
         """The URL with the password hidden, for logs and error messages."""
         cred = f"{self.username}:***@" if self.username else ""
