@@ -47,8 +47,16 @@ def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _servers(args: argparse.Namespace) -> int:
+    import signal
+
     from metashift.agent.stores.local_servers import LocalEtcd, LocalZooKeeper
 
+    def _interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    # Installed before anything is printed: a caller may send SIGTERM as soon as it reads the URLs.
+    # A handler (not a blocked mask) because children inherit masks but not handlers across exec.
+    signal.signal(signal.SIGTERM, _interrupt)
     zk, etcd = LocalZooKeeper(), LocalEtcd()
     try:
         zk.start()
@@ -56,15 +64,13 @@ def _servers(args: argparse.Namespace) -> int:
         print(f"zookeeper: {zk.url}  (data {zk.data_dir})")
         print(f"etcd:      {etcd.url}  (data {etcd.data_dir})")
         print("Ctrl-C stops both.", flush=True)
-        import signal
-
-        # blocked, so that sigwait (not the default handlers) receives them and cleanup runs
-        stop = {signal.SIGINT, signal.SIGTERM}
-        signal.pthread_sigmask(signal.SIG_BLOCK, stop)
-        signal.sigwait(stop)
+        while True:
+            signal.pause()
     except KeyboardInterrupt:
         pass
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         zk.cleanup()
         etcd.cleanup()
     return 0
