@@ -162,13 +162,13 @@ class Gateway:
             "Delete": unary("Delete", self._delete, pb.DeleteRequest, pb.DeleteResponse),
             "Batch": unary("Batch", self._batch, pb.BatchRequest, pb.BatchResponse),
             "Watch": grpc.unary_stream_rpc_method_handler(
-                self._watch, request_deserializer=_decoder(pb.WatchRequest),
+                self._counted_stream("Watch", self._watch), request_deserializer=_decoder(pb.WatchRequest),
                 response_serializer=pb.WatchResponse.SerializeToString,
             ),
         }
         session = {
             "Open": grpc.stream_stream_rpc_method_handler(
-                self._session, request_deserializer=_decoder(pb.SessionRequest),
+                self._counted_stream("Session", self._session), request_deserializer=_decoder(pb.SessionRequest),
                 response_serializer=pb.SessionResponse.SerializeToString,
             ),
         }
@@ -194,6 +194,11 @@ class Gateway:
                 error = err
             except (TypeError, ValueError) as err:  # argument checks of the store layer
                 error = InvalidArgument(str(err))
+            except grpc.aio.AbortError:  # the handler ended the call itself
+                raise
+            except Exception as err:  # a bug: say so (INTERNAL, counted, logged), not gRPC's bare UNKNOWN
+                log.exception("%s failed unexpectedly", method)
+                error = MetadataStoreError(f"internal error in the agent ({type(err).__name__}: {err})")
             else:
                 latency.observe(time.perf_counter() - start)
                 ok_counter.inc()
@@ -202,6 +207,34 @@ class Gateway:
             latency.observe(time.perf_counter() - start)
             requests.labels(method, code.name).inc()
             await self._abort(context, error, (detail, code))
+
+        return handler
+
+    def _counted_stream(
+        self, method: str, fn: Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
+    ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]:
+        """Count a streaming call by the status it ended with, once it ends (its duration is the
+        stream's life, so no latency is observed)."""
+        requests = self.metrics.requests
+
+        async def handler(request: Any, context: grpc.aio.ServicerContext) -> None:
+            status = "OK"
+            try:
+                await fn(request, context)
+            except grpc.aio.AbortError:
+                code = context.code()
+                status = code.name if isinstance(code, grpc.StatusCode) else "UNKNOWN"
+                raise
+            except asyncio.CancelledError:
+                status = "CANCELLED"
+                raise
+            except Exception as err:
+                log.exception("%s failed unexpectedly", method)
+                status = "INTERNAL"
+                error = MetadataStoreError(f"internal error in the agent ({type(err).__name__}: {err})")
+                await self._abort(context, error)
+            finally:
+                requests.labels(method, status).inc()
 
         return handler
 

@@ -14,11 +14,11 @@ from metashift import StoreUnavailable
 from metashift.agent import wire
 from metashift.agent.config import ConfigError, build
 from metashift.agent.stores.local_servers import free_port
-from metashift.client import AgentClient
+from metashift.client import AgentClient, connect
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from tests.certs import Certificates, make_certificates
-from tests.harness import Gateways
+from tests.harness import Gateways, eventually
 
 
 @pytest.fixture
@@ -233,3 +233,43 @@ def test_empty_token_file_is_a_config_error(zk_url: str, tmp_path: Any) -> None:
     with pytest.raises(ConfigError) as err:
         build({"source.url": zk_url, "auth.token_file": str(token)})
     assert err.value.key == "auth.token_file"
+
+
+async def test_an_unexpected_failure_is_internal_counted_and_logged(
+    channel: Any, agent: Any, direct: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug below the gateway (here: the store raising something no store should) reaches the
+    client as INTERNAL with the Internal detail, is counted, and is logged with its traceback; the
+    agent goes on serving."""
+    await direct.put("/ok", b"v")
+    store = agent.router.active
+
+    async def broken(path: str) -> Any:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(store, "_get", broken)
+    s = pb_grpc.MetadataStoreStub(channel)
+    detail = await _fails(s.Get(pb.GetRequest(path="/ok")), grpc.StatusCode.INTERNAL, "Internal")
+    assert detail is not None and "RuntimeError: boom" in detail.message
+    assert agent.metrics.requests.labels("Get", "INTERNAL")._value.get() == 1
+    assert any("Get failed unexpectedly" in r.getMessage() and r.exc_info for r in caplog.records)
+    monkeypatch.undo()
+    assert (await s.Get(pb.GetRequest(path="/ok"))).value == b"v"
+
+
+async def test_streaming_calls_are_counted_by_how_they_ended(channel: Any, agent: Any) -> None:
+    """Watch and Session streams show in the request counter once they end, with their status."""
+    requests = agent.metrics.requests
+    s = pb_grpc.MetadataStoreStub(channel)
+    await _fails(s.Watch(pb.WatchRequest(path_prefix="relative")).read(), INVALID, "InvalidPath")
+    assert requests.labels("Watch", "INVALID_ARGUMENT")._value.get() == 1
+
+    session = pb_grpc.SessionStub(channel).Open()
+    await session.write(pb.SessionRequest(keep_alive=pb.KeepAlive(seq=1)))  # not a Hello
+    await _fails(session.read(), INVALID, "InvalidArgument")
+    assert requests.labels("Session", "INVALID_ARGUMENT")._value.get() == 1
+
+    async with connect(agent.address) as client:
+        await client.exists("/")
+    # the agent counts the session once it has seen the stream end
+    await eventually(lambda: requests.labels("Session", "OK")._value.get() == 1)
