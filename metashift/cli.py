@@ -54,9 +54,11 @@ def _servers(args: argparse.Namespace) -> int:
     def _interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    # Installed before anything is printed: a caller may send SIGTERM as soon as it reads the URLs.
-    # A handler (not a blocked mask) because children inherit masks but not handlers across exec.
+    # Installed before anything is printed: a caller may signal as soon as it reads the URLs. Both
+    # set explicitly: a parent that ignores SIGINT (a background job) passes SIG_IGN on to us. A
+    # handler, not a blocked mask, because children inherit masks but not handlers across exec.
     signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, _interrupt)
     zk, etcd = LocalZooKeeper(), LocalEtcd()
     try:
         zk.start()
