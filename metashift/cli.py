@@ -250,9 +250,13 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p = sub.add_parser("bench", help="benchmarks (from a source checkout)")
     which = p.add_subparsers(dest="bench", metavar="WHICH")
     which.required = True
-    c = which.add_parser("copy", help="copy and verify rates against raw store rates and a kazoo baseline")
-    c.add_argument("bench_args", nargs=argparse.REMAINDER, help="arguments of bench/copy_bench.py (--topics N, ...)")
-    c.set_defaults(handler=_bench)
+    c = which.add_parser(
+        "copy", help="copy and verify rates against raw store rates and a kazoo baseline",
+        description="Arguments are those of bench/copy_bench.py: --topics N, --seed S, --baseline-seconds T, "
+        "--spark-master M (see its --help).",
+    )  # fmt: skip
+    # its own flags (--topics N, --seed S, ...) are the script's: main() passes on what it does not know
+    c.set_defaults(handler=_bench, bench_args=[], passes_unknown=True)
 
 
 # ---- main ---------------------------------------------------------------------------------------
@@ -282,7 +286,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        if not getattr(args, "passes_unknown", False):
+            parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+        args.bench_args = unknown
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
