@@ -11,7 +11,9 @@
    are restored to the source's value and version (``MetadataStore.restore_many``), and nodes
    the target has ahead of the source are conflicts: the copy stops and names them;
 4. the counters: each target counter is advanced past the source's;
-5. the target's history is compacted (etcd) when anything was written;
+5. the target's history is compacted (etcd) when anything was written, and also during the copy
+   every ``compact_every`` writes, so that the history the replayed versions leave never grows
+   past that much (etcd counts it against its quota until compacted);
 6. with ``verify=True``, the verification job (``verify.verify_tree``).
 
 A second run finds everything equal and writes nothing; a run killed half-way leaves nodes
@@ -27,10 +29,14 @@ from metashift.agent.stores import open_store
 
 from . import tasks
 from .job import check_urls, run, run_partitions
-from .plan import Plan, make_plan
+from .plan import Item, Plan, make_plan
 from .report import CopyConflict, CopyReport, CounterReport, NoProgress, Progress, raise_task_error
 from .rules import Rules
 from .session import get_session
+
+#: Target writes between two compactions of its history during the copy (the groups of
+#: partitions run between compactions are cut at about this many writes).
+COMPACT_EVERY_WRITES = 1_000_000
 
 #: Order in which executor errors are raised when several partitions failed: the most telling first.
 _ERROR_ORDER = ("StoreFull", "ValueTooLarge", "AuthFailed", "StoreUnavailable")
@@ -45,6 +51,7 @@ def copy_tree(
     rules: Rules | None = None,
     progress: Progress | None = None,
     spark: Any = None,
+    compact_every: int = COMPACT_EVERY_WRITES,
 ) -> CopyReport:
     """Copy every persistent node of ``source`` to ``target`` (module doc). Raises the store's
     error (``InvalidStoreURL``, ``StoreUnavailable``, ``StoreFull``, ...) or ``CopyConflict``;
@@ -60,10 +67,11 @@ def copy_tree(
         report.ephemerals_skipped = plan.ephemerals
         spark = spark or get_session(master)
         copy_started = time.monotonic()
-        _copy_nodes(spark, plan, source, target, rules, progress, report)
+        compacted_at = _copy_nodes(spark, plan, source, target, rules, progress, report, compact_every)
         report.copy_seconds = time.monotonic() - copy_started
         counters_started = time.monotonic()
-        report.compacted = run(_finish(target, plan, report))
+        if run(_finish(target, plan, report, compacted_at)):
+            report.compactions += 1
         report.counters_seconds = time.monotonic() - counters_started
     finally:
         progress.finish()
@@ -92,31 +100,66 @@ async def _prepare(source: str, target: str, rules: Rules, progress: Progress) -
 
 
 def _copy_nodes(
-    spark: Any, plan: Plan, source: str, target: str, rules: Rules, progress: Progress, report: CopyReport
-) -> None:
+    spark: Any,
+    plan: Plan,
+    source: str,
+    target: str,
+    rules: Rules,
+    progress: Progress,
+    report: CopyReport,
+    compact_every: int,
+) -> int:
+    """Run the copy's stages; returns ``report.write_ops`` as of the last compaction."""
     stages = plan.stages(spark.sparkContext.defaultParallelism)
     progress.start("copying", len(plan.nodes), plan.total_bytes)
     done = (0, 0)
-    for parts in stages:
-        report.partitions += len(parts)
-        results = run_partitions(spark, parts, tasks.copy_partition, source, target, rules, progress, done)
-        errors = [r["error"] for r in results if r["error"]]
-        conflicts = [c for r in results for c in r["conflicts"]]
-        for r in results:
-            for key in ("nodes", "bytes", "written", "unchanged", "vanished", "write_ops"):
-                setattr(report, key, getattr(report, key) + r[key])
-            report.ephemerals_skipped += r["ephemerals"]
-        done = (done[0] + sum(len(p) for p in parts), report.bytes)
-        if errors:
-            errors.sort(key=lambda e: _ERROR_ORDER.index(e["type"]) if e["type"] in _ERROR_ORDER else 99)
-            raise_task_error(errors[0])
-        if conflicts:
-            # deeper stages would write children under nodes the copy could not bring over
-            raise CopyConflict([(p, why) for p, why in conflicts])
+    compacted_at = 0
+    for stage in stages:
+        for parts in _groups(stage, compact_every):
+            report.partitions += len(parts)
+            results = run_partitions(spark, parts, tasks.copy_partition, source, target, rules, progress, done)
+            errors = [r["error"] for r in results if r["error"]]
+            conflicts = [c for r in results for c in r["conflicts"]]
+            for r in results:
+                for key in ("nodes", "bytes", "written", "unchanged", "vanished", "write_ops"):
+                    setattr(report, key, getattr(report, key) + r[key])
+                report.ephemerals_skipped += r["ephemerals"]
+            done = (done[0] + sum(len(p) for p in parts), report.bytes)
+            if errors:
+                errors.sort(key=lambda e: _ERROR_ORDER.index(e["type"]) if e["type"] in _ERROR_ORDER else 99)
+                raise_task_error(errors[0])
+            if conflicts:
+                # deeper stages would write children under nodes the copy could not bring over
+                raise CopyConflict([(p, why) for p, why in conflicts])
+            if report.write_ops - compacted_at >= compact_every:
+                run(_compact(target))
+                report.compactions += 1
+                compacted_at = report.write_ops
+    return compacted_at
 
 
-async def _finish(target: str, plan: Plan, report: CopyReport) -> bool:
-    """Carry the counters over, then compact the target's history if anything was written."""
+def _groups(parts: list[list[Item]], max_work: int) -> list[list[list[Item]]]:
+    """Consecutive runs of ``parts`` of at most ``max_work`` writes each (at least one part)."""
+    groups: list[list[list[Item]]] = [[]]
+    work = 0
+    for part in parts:
+        cost = sum(version + 1 for _, version, _ in part)
+        if groups[-1] and work + cost > max_work:
+            groups.append([])
+            work = 0
+        groups[-1].append(part)
+        work += cost
+    return groups
+
+
+async def _compact(target: str) -> None:
+    async with await open_store(target, watch=False) as store:
+        await store.compact_history()
+
+
+async def _finish(target: str, plan: Plan, report: CopyReport, compacted_at: int) -> bool:
+    """Carry the counters over, then compact the target's history if anything was written since
+    the last compaction; True when it compacted."""
     async with await open_store(target, watch=False) as store:
         for parent, counter in sorted(plan.counters.items()):
             before = await store.sequence_counter(parent)
@@ -126,7 +169,7 @@ async def _finish(target: str, plan: Plan, report: CopyReport) -> bool:
             after = await store.sequence_counter(parent) if writes else before
             report.counters[parent] = CounterReport(counter, before, after, writes)
             report.write_ops += writes
-        if report.write_ops:
+        if report.write_ops > compacted_at:
             await store.compact_history()
             return True
     return False

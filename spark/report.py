@@ -118,7 +118,9 @@ class CopyReport:
     listing_seconds: float = 0.0
     copy_seconds: float = 0.0
     counters_seconds: float = 0.0
-    compacted: bool = False
+    compactions: int = 0
+    """Compactions of the target's history: during the copy (every ``compact_every`` writes) and
+    after it. Stores without a history (ZooKeeper) count them too; for them they cost nothing."""
     partitions: int = 0
     verify: VerifyReport | None = None
 
