@@ -45,6 +45,7 @@ from metashift.agent.stores import (
     Stat,
     StoreURL,
 )
+from metashift.agent.stores.aio import cancel_and_wait
 from metashift.agent.stores.base import GetResult, NotificationListener
 from metashift.agent.stores.errors import (
     AuthFailed,
@@ -184,22 +185,18 @@ class AgentClient(MetadataStore):
         self._closing = True
         call = self._session_call
         if call is not None and self._session_task is not None and not self._session_task.done():
-            try:
-                await call.write(pb.SessionRequest(close=pb.CloseSession()))
-                await call.done_writing()
-                await asyncio.wait_for(self._closed_ack.wait(), self.timeout)
+            try:  # bounded as a whole: an agent that stopped reading must not hold our close
+                await asyncio.wait_for(self._say_goodbye(call), self.timeout)
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError, grpc.aio.UsageError):
                 pass
-        for task in (self._keepalive_task, self._watch_task, self._session_task):
-            if task is not None:
-                task.cancel()
-        for task in (self._keepalive_task, self._watch_task, self._session_task):
-            if task is not None:
-                try:
-                    await task
-                except (asyncio.CancelledError, Exception):
-                    pass
+        await cancel_and_wait((self._keepalive_task, self._watch_task, self._session_task), f"client of {self.target}")
         await self._channel.close()
+
+    async def _say_goodbye(self, call: Any) -> None:
+        """Close the session on the agent and wait for its answer: its ephemerals are gone then."""
+        await call.write(pb.SessionRequest(close=pb.CloseSession()))
+        await call.done_writing()
+        await self._closed_ack.wait()
 
     async def __aenter__(self) -> AgentClient:
         return self

@@ -18,6 +18,7 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import asyncio
 import inspect
+import io
 import itertools
 import re
 import shutil
@@ -163,11 +164,27 @@ class Gateways:
             shutil.rmtree(directory, ignore_errors=True)
 
 
+#: A fixture's teardown (closing stores and clients, stopping agents) that takes longer than this
+#: is a bug: it fails with every asyncio task's stack instead of hanging.
+TEARDOWN_LIMIT = 60.0
+
+
+async def bounded_teardown(what: str, teardown: Awaitable[Any]) -> None:
+    try:
+        await asyncio.wait_for(teardown, TEARDOWN_LIMIT)
+    except TimeoutError:
+        stacks = io.StringIO()
+        for task in asyncio.all_tasks():
+            print(f"--- {task!r}", file=stacks)
+            task.print_stack(file=stacks)
+        pytest.fail(f"teardown of {what} did not end within {TEARDOWN_LIMIT}s; tasks:\n{stacks.getvalue()}")
+
+
 @pytest.fixture
 async def gateways() -> AsyncIterator[Gateways]:
     g = Gateways()
     yield g
-    await g.stop_all()
+    await bounded_teardown("the agents", g.stop_all())
 
 
 @pytest.fixture
@@ -206,7 +223,7 @@ async def open_stores() -> AsyncIterator[Callable[..., object]]:
 
     yield _open
     for store in opened:
-        await store.close()
+        await bounded_teardown(f"store {store.url}", store.close())
 
 
 @pytest.fixture
@@ -227,7 +244,7 @@ async def open_backend(backend: str, gateways: Gateways, open_stores: Callable[.
 async def store(store_url: str) -> AsyncIterator[MetadataStore]:
     s = await open_any(store_url)
     yield s
-    await s.close()
+    await bounded_teardown(f"store {store_url}", s.close())
 
 
 class FreshServers:

@@ -47,6 +47,7 @@ from aetcd import rpc
 from aetcd import watcher as aetcd_watcher
 
 from . import paths
+from .aio import cancel_and_wait
 from .base import (
     DeleteOp,
     ExistsOp,
@@ -212,11 +213,7 @@ class EtcdStore(MetadataStore):
         if self._closed:
             return
         self._closed = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._tasks, str(self.url))
         self._tasks.clear()
         if revoke and self._lease_id and self._lease is not None:
             try:

@@ -42,6 +42,7 @@ from aiozk.session import Session
 from aiozk.states import SessionStateMachine, States
 
 from . import errors, paths
+from .aio import cancel_and_wait
 from .base import (
     DeleteOp,
     GetOp,
@@ -781,10 +782,7 @@ class ZooKeeperStore(MetadataStore):
         if session.heartbeat_handle is not None:
             session.heartbeat_handle.cancel()
             session.heartbeat_handle = None
-        for task in pending:
-            task.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
+        await cancel_and_wait(pending, str(self.url))
         if session.conn is not None:
             _discard(session.conn)
             session.conn = None

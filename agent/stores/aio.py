@@ -1,0 +1,32 @@
+"""asyncio helpers shared by the stores, the client and the agent."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+#: How long a close waits for its background tasks to honour their cancellation.
+CANCEL_WAIT = 5.0
+
+
+async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None], owner: str, within: float = CANCEL_WAIT) -> None:
+    """Cancel ``tasks`` and wait until they have ended, but never longer than ``within``
+    seconds: a close must end even when a task (ours or a library's) swallows its cancellation
+    or waits on a peer that went silent. Such tasks are logged with their stacks and left
+    behind, cancelled."""
+    pending = [t for t in tasks if t is not None and not t.done()]
+    for task in pending:
+        task.cancel()
+    if not pending:
+        return
+    _, stuck = await asyncio.wait(pending, timeout=within)
+    for task in stuck:
+        stack = io.StringIO()
+        task.print_stack(file=stack)
+        log.warning("%s: task %s did not end %.0fs after it was cancelled:\n%s", owner, task.get_name(), within,
+                    stack.getvalue())
