@@ -39,8 +39,18 @@ async def _demo(args: argparse.Namespace) -> int:
 
 def _add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("demo", help="start local ZooKeeper and etcd and show metashift at work")
-    p.add_argument("--topics", type=int, default=2000, help="size of the sample tree (default 2000)")
+    p.add_argument("--topics", type=_positive_int, default=2000, help="size of the sample tree (default 2000)")
     p.set_defaults(handler=lambda a: _run(_demo(a)))
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
 
 
 # ---- servers ------------------------------------------------------------------------------------
@@ -189,7 +199,7 @@ def _spark_job_flags(p: argparse.ArgumentParser) -> None:
 def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("generate", help="write a Pulsar + BookKeeper shaped sample tree into a store")
     p.add_argument("--target", required=True, metavar="URL", help="store to write into (zk://... or etcd://...)")
-    p.add_argument("--topics", type=int, required=True, help="number of topics (about 6 nodes each)")
+    p.add_argument("--topics", type=_positive_int, required=True, help="number of topics (about 6 nodes each)")
     p.add_argument("--seed", type=int, default=0, help="the same seed gives the same tree (default 0)")
     p.add_argument("--hold", action="store_true", help="keep the ephemerals alive until Ctrl-C or SIGTERM")
     p.add_argument("--no-ephemerals", action="store_true", help="write no ephemerals")

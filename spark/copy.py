@@ -29,10 +29,10 @@ from metashift.agent.stores import open_store
 
 from . import tasks
 from .job import check_urls, run, run_partitions
-from .plan import Item, Plan, make_plan
+from .plan import Item, Plan, make_plan, source_plan
 from .report import CopyConflict, CopyReport, CounterReport, NoProgress, Progress, raise_task_error
 from .rules import Rules
-from .session import get_session
+from .session import check_master, get_session
 
 #: Target writes between two compactions of its history during the copy (the groups of
 #: partitions run between compactions are cut at about this many writes).
@@ -59,6 +59,8 @@ def copy_tree(
     rules = rules or Rules()
     progress = progress or NoProgress()
     src_url, tgt_url = check_urls(source, target)
+    if spark is None:
+        check_master(master)
     report = CopyReport(str(src_url), str(tgt_url))
     started = time.monotonic()
     try:
@@ -95,8 +97,8 @@ async def _prepare(source: str, target: str, rules: Rules, progress: Progress) -
     # reach the target first: an unreachable target fails before a long listing of the source
     async with await open_store(target, watch=False):
         pass
-    async with await open_store(source, watch=False) as store:
-        return await make_plan(store, rules, lambda n: progress.listing("listing", n))
+    async with await open_store(source, watch=False, create_root=False) as store:
+        return source_plan(await make_plan(store, rules, lambda n: progress.listing("listing", n)), source)
 
 
 def _copy_nodes(

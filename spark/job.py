@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -37,11 +38,23 @@ def check_urls(source: str, target: str) -> tuple[StoreURL, StoreURL]:
     src, tgt = parse_store_url(source), parse_store_url(target)
     if (
         src.scheme == tgt.scheme
-        and set(src.hosts) & set(tgt.hosts)
+        and _endpoints(src) & _endpoints(tgt)
         and (paths.is_under(src.root, tgt.root) or paths.is_under(tgt.root, src.root))
     ):
         raise SameStore(f"{src} and {tgt} overlap")
     return src, tgt
+
+
+def _endpoints(url: StoreURL) -> set[tuple[str, int]]:
+    """The (address, port) pairs ``url``'s hosts resolve to, so that ``localhost`` and
+    ``127.0.0.1`` are seen as the same server; a name that does not resolve stands for itself."""
+    out: set[tuple[str, int]] = set()
+    for host, port in url.hosts:
+        try:
+            out.update((str(info[4][0]), port) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError:
+            out.add((host, port))
+    return out
 
 
 def run_partitions(

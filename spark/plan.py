@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 from metashift.agent.stores import MetadataStore, paths
 
+from .report import EmptySource
 from .rules import Rules
 
 #: One node of the plan: (path, version, size in bytes) as listed.
@@ -78,6 +79,14 @@ async def make_plan(
             exact = await store.sequence_counter(path)
             counters[path] = max(exact, await store.children_version(path) or 0)
     return Plan(nodes, ephemerals, counters, time.monotonic() - start)
+
+
+def source_plan(plan: Plan, url: str) -> Plan:
+    """``plan`` when it is the listing of a real source; ``EmptySource`` when the source holds no
+    node at all: a mistyped chroot or prefix, which must not pass for a copy of nothing."""
+    if not plan.nodes and not plan.ephemerals:
+        raise EmptySource(url)
+    return plan
 
 
 def stages(nodes: list[Item], parallelism: int) -> list[list[list[Item]]]:

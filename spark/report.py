@@ -7,7 +7,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from metashift.agent.stores import MetadataStoreError, errors
+from metashift.agent.stores import MetadataStoreError, errors, parse_url
 
 # ---- errors ---------------------------------------------------------------------------------------
 
@@ -26,6 +26,15 @@ class CopyConflict(MetadataStoreError):
 class SameStore(MetadataStoreError):
     def __init__(self, url: str) -> None:
         super().__init__(f"source and target are the same store ({url})")
+
+
+class SparkUnavailable(MetadataStoreError):
+    """Spark could not be started (a malformed master URL, no Java, a master that refused us)."""
+
+
+class EmptySource(MetadataStoreError):
+    def __init__(self, url: str) -> None:
+        super().__init__(f"the source holds no nodes at {parse_url(url)}: is its chroot or prefix right?")
 
 
 def raise_task_error(error: dict[str, Any]) -> None:

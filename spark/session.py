@@ -7,11 +7,28 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
+from .report import SparkUnavailable
+
 DEFAULT_MASTER = "local[*]"
+#: The master URL forms Spark accepts (checked here, before a JVM starts and prints its stack).
+_MASTER = re.compile(
+    r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s|mesos)://\S+|yarn"
+)
+
+
+def check_master(master: str | None) -> str:
+    """``master`` (``DEFAULT_MASTER`` when None), or ``SparkUnavailable`` for a malformed one."""
+    master = DEFAULT_MASTER if master is None else master
+    if not _MASTER.fullmatch(master):
+        raise SparkUnavailable(
+            f"not a Spark master URL: {master!r} (local, local[N], local[*], spark://host:port, yarn, k8s://...)"
+        )
+    return master
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
@@ -23,7 +40,7 @@ def get_session(master: str | None = None, app_name: str = "metashift") -> Any:
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    master = master or DEFAULT_MASTER
+    master = check_master(master)
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     if master.startswith("local"):
@@ -44,7 +61,11 @@ def get_session(master: str | None = None, app_name: str = "metashift") -> Any:
         .config("spark.task.maxFailures", "1")
         .config("spark.driver.memory", os.environ.get("METASHIFT_SPARK_DRIVER_MEMORY", "1g"))
     )
-    session = builder.getOrCreate()
+    try:
+        session = builder.getOrCreate()
+    except Exception as e:  # the JVM did not start, or the master refused us
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SparkUnavailable(f"could not start Spark on {master}: {first}") from e
     session.sparkContext.setLogLevel("ERROR")
     return session
 

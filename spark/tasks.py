@@ -63,7 +63,7 @@ def _side(result: OpResult) -> Side | None:
 async def _with_stores(
     source_url: str, target_url: str, body: Callable[[MetadataStore, MetadataStore], Awaitable[None]]
 ) -> None:
-    source = await open_store(source_url, watch=False)
+    source = await open_store(source_url, watch=False, create_root=False)
     try:
         target = await open_store(target_url, watch=False)
         try:

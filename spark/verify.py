@@ -15,10 +15,10 @@ from metashift.agent.stores import open_store, paths
 
 from . import tasks
 from .job import check_urls, run, run_partitions
-from .plan import Plan, make_plan
+from .plan import Plan, make_plan, source_plan
 from .report import Mismatch, NoProgress, Progress, VerifyReport, raise_task_error
 from .rules import Rules, counter_ok
-from .session import get_session
+from .session import check_master, get_session
 
 
 def verify_tree(
@@ -35,6 +35,8 @@ def verify_tree(
     rules = rules or Rules()
     progress = progress or NoProgress()
     src_url, tgt_url = check_urls(source, target)
+    if spark is None:
+        check_master(master)
     report = VerifyReport(str(src_url), str(tgt_url))
     started = time.monotonic()
     try:
@@ -63,8 +65,11 @@ def verify_tree(
 async def _list_both(
     source: str, target: str, rules: Rules, progress: Progress
 ) -> tuple[Plan, list[Mismatch], list[Mismatch]]:
-    async with await open_store(target, watch=False) as tgt, await open_store(source, watch=False) as src:
-        plan = await make_plan(src, rules, lambda n: progress.listing("listing", n))
+    async with (
+        await open_store(target, watch=False, create_root=False) as tgt,
+        await open_store(source, watch=False, create_root=False) as src,
+    ):
+        plan = source_plan(await make_plan(src, rules, lambda n: progress.listing("listing", n)), source)
         target_plan = await make_plan(tgt, rules, lambda n: progress.listing("listing target", n))
         counters: list[Mismatch] = []
         for parent, counter in sorted(plan.counters.items()):

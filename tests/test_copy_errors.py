@@ -77,3 +77,56 @@ async def test_target_out_of_room(source: MetadataStore, zk_url: str, fresh_serv
         await asyncio.to_thread(copy_tree, zk_url, etcd.url, spark=spark)
     assert "space" in str(info.value)
     assert await snapshot(source) == before
+
+
+async def test_a_missing_source_chroot_is_an_error_and_is_not_created(zk_url: str, etcd_url: str) -> None:
+    """A mistyped chroot must neither pass for a copy of nothing nor be written into the source."""
+    missing = zk_url + "-typo"
+    for command in ("copy", "verify"):
+        result = await asyncio.to_thread(cli, command, "--source", missing, "--target", etcd_url)
+        assert result.returncode == 2, result.stderr
+        last = result.stderr.strip().splitlines()[-1]
+        assert "the chroot does not exist" in last and missing.rsplit("/", 1)[1] in last, result.stderr
+        assert "Traceback" not in result.stderr
+    server = zk_url.rsplit("/", 1)[0]
+    async with await open_store(server) as root:
+        assert not await root.exists("/" + missing.rsplit("/", 1)[1])
+
+
+async def test_an_empty_source_is_an_error(etcd_url: str, zk_url: str) -> None:
+    result = await asyncio.to_thread(cli, "copy", "--source", etcd_url + "-nothing-here", "--target", zk_url)
+    assert result.returncode == 2, result.stderr
+    assert "the source holds no nodes" in result.stderr and "Traceback" not in result.stderr
+    async with await open_store(zk_url) as target:
+        assert await target.get_children("/") == []
+
+
+async def test_same_store_under_another_name_is_refused(zk_url: str) -> None:
+    with pytest.raises(SameStore):
+        copy_tree(zk_url, zk_url.replace("127.0.0.1", "localhost"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["copy", "--spark-master", "bogus://x"], "not a Spark master URL: 'bogus://x'"),
+        (["verify", "--spark-master", "local[0]"], "not a Spark master URL: 'local[0]'"),
+    ],
+)
+async def test_a_malformed_spark_master_is_refused_before_anything(
+    source: MetadataStore, etcd_url: str, zk_url: str, args: list[str], message: str
+) -> None:
+    result = await asyncio.to_thread(cli, *args, "--source", zk_url, "--target", etcd_url)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == f"metashift: error: {message} " \
+        "(local, local[N], local[*], spark://host:port, yarn, k8s://...)"
+    assert "Traceback" not in result.stderr and "Exception" not in result.stderr
+    async with await open_store(etcd_url) as target:
+        assert await target.get_children("/") == []
+
+
+@pytest.mark.parametrize("topics", ["0", "-3", "many"])
+def test_generate_refuses_a_bad_topic_count(topics: str, zk_url: str) -> None:
+    result = cli("generate", "--target", zk_url, "--topics", topics)
+    assert result.returncode == 2
+    assert "--topics" in result.stderr and "Traceback" not in result.stderr

@@ -35,18 +35,20 @@ from .urls import StoreURL
 from .urls import parse as parse_url
 
 
-async def open_store(url: str | StoreURL, *, watch: bool = True) -> MetadataStore:
+async def open_store(url: str | StoreURL, *, watch: bool = True, create_root: bool = True) -> MetadataStore:
     """Connect to the store named by ``url`` (``zk://...`` or ``etcd://...``) and open a session.
 
     Raises ``InvalidStoreURL`` for a malformed URL (nothing is contacted), ``StoreUnavailable``
     when no server answers, ``AuthFailed`` when credentials are refused. ``watch=False``: no
     notifications (bulk jobs, which do not want every write they make streamed back to them).
+    ``create_root=False``: a ZooKeeper chroot that does not exist is ``NotFound`` instead of
+    being created (a store that must only be read: the copy's source, both sides of a verify).
     """
     parsed = parse_url(url) if isinstance(url, str) else url
     if parsed.scheme == "zk":
         from .zookeeper import ZooKeeperStore
 
-        return await ZooKeeperStore.connect(parsed, watch=watch)
+        return await ZooKeeperStore.connect(parsed, watch=watch, create_root=create_root)
     from .etcd import EtcdStore
 
     return await EtcdStore.connect(parsed, watch=watch)

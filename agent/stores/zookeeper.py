@@ -400,9 +400,15 @@ class ZooKeeperStore(MetadataStore):
 
     @classmethod
     async def connect(
-        cls, url: StoreURL, *, max_value_size: int = DEFAULT_MAX_VALUE_SIZE, watch: bool = True
+        cls,
+        url: StoreURL,
+        *,
+        max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
+        watch: bool = True,
+        create_root: bool = True,
     ) -> ZooKeeperStore:
-        """Open a session on one of ``url``'s servers, create the chroot if it is missing.
+        """Open a session on one of ``url``'s servers, create the chroot if it is missing (with
+        ``create_root=False``: raise ``NotFound`` naming it, and write nothing).
 
         ``max_value_size``: the largest value ``put`` accepts (raise it for servers run with a larger
         ``jute.maxbuffer``). ``watch=False`` skips the recursive watch (no notifications), for
@@ -412,7 +418,7 @@ class ZooKeeperStore(MetadataStore):
         """
         store = cls(url, max_value_size=max_value_size, watch=watch)
         try:
-            await asyncio.wait_for(store._start(), url.call_timeout)
+            await asyncio.wait_for(store._start(create_root), url.call_timeout)
         except TimeoutError:
             await store._shutdown(send_close=False)
             raise errors.StoreUnavailable(
@@ -423,7 +429,7 @@ class ZooKeeperStore(MetadataStore):
             raise
         return store
 
-    async def _start(self) -> None:
+    async def _start(self, create_root: bool) -> None:
         await self._session.start()
         if self._session.auth_future is not None:
             try:
@@ -432,6 +438,8 @@ class ZooKeeperStore(MetadataStore):
                 raise errors.AuthFailed(f"ZooKeeper refused the credentials of user {self.url.username!r}") from None
         if self._root != paths.SEPARATOR:
             if not await self._exists(paths.SEPARATOR):
+                if not create_root:
+                    raise errors.NotFound(self._root, f"the chroot does not exist on zk://{self.url.host_string()}")
                 for p in [*paths.ancestors(self._root), self._root]:
                     with contextlib.suppress(errors.AlreadyExists):
                         await self._call(self._create_request(p, b"", False, False), p)
