@@ -14,6 +14,7 @@ from metashift.agent.stores import InvalidStoreURL, MetadataStore, StoreFull, St
 from metashift.agent.stores.local_servers import free_port
 from metashift.spark.copy import copy_tree
 from metashift.spark.report import SameStore
+from metashift.spark.verify import verify_tree
 from tests.test_copy import snapshot, spark  # noqa: F401  (the session's Spark fixture)
 
 
@@ -77,6 +78,10 @@ async def test_target_out_of_room(source: MetadataStore, zk_url: str, fresh_serv
         await asyncio.to_thread(copy_tree, zk_url, etcd.url, spark=spark)
     assert "space" in str(info.value)
     assert await snapshot(source) == before
+    # a full etcd still serves reads: the verification compares and names what is missing
+    report = await asyncio.to_thread(verify_tree, zk_url, etcd.url, spark=spark)
+    assert not report.ok and report.nodes == len(before)
+    assert {m.kind for m in report.mismatches} <= {"missing", "version", "counter"}
 
 
 async def test_a_missing_source_chroot_is_an_error_and_is_not_created(zk_url: str, etcd_url: str) -> None:

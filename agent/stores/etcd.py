@@ -195,7 +195,14 @@ class EtcdStore(MetadataStore):
         else:
             assert last is not None
             raise StoreUnavailable(f"no etcd server answered at {self.url.host_string()} ({last})")
-        await self._grant_lease()
+        try:
+            await self._grant_lease()
+        except StoreFull:
+            if self._watch_enabled:
+                raise
+            # A bulk reader (a verification) needs no lease, and an etcd out of space still serves
+            # reads; ephemeral puts are refused until the keep-alive loop gets a lease.
+            log.warning("%s: no session lease (etcd is out of space); reads only", self.url)
         if self._watch_enabled:
             self._tasks.append(asyncio.create_task(self._watch_loop(), name=f"etcd-watch {self.url}"))
             try:
