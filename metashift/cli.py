@@ -207,14 +207,25 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.set_defaults(handler=lambda a: _run(_generate(a)))
 
 
+_CONFLICTS_SHOWN = 50
+
+
 def _copy(args: argparse.Namespace) -> int:
     from metashift.spark.copy import copy_tree
-    from metashift.spark.report import dumps, make_progress
+    from metashift.spark.report import CopyConflict, dumps, make_progress
 
-    report = copy_tree(
-        args.source, args.target, master=args.spark_master, verify=args.verify, rules=_rules(args),
-        progress=make_progress(args.progress),
-    )  # fmt: skip
+    try:
+        report = copy_tree(
+            args.source, args.target, master=args.spark_master, verify=args.verify, rules=_rules(args),
+            progress=make_progress(args.progress),
+        )  # fmt: skip
+    except CopyConflict as e:
+        # every conflicting path (up to a screenful), then the one-line error
+        for path, why in e.conflicts[:_CONFLICTS_SHOWN]:
+            print(f"conflict: {path}: {why}", file=sys.stderr)
+        if len(e.conflicts) > _CONFLICTS_SHOWN:
+            print(f"conflict: ... and {len(e.conflicts) - _CONFLICTS_SHOWN} more", file=sys.stderr)
+        raise
     print(dumps(report) if args.json else report.text(), flush=True)
     return 1 if report.verify is not None and not report.verify.ok else 0
 

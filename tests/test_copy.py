@@ -143,6 +143,28 @@ async def test_conflict_fails_and_names_the_path(pair: tuple[str, str, MetadataS
     assert path in str(info.value) and "ahead" in str(info.value)
 
 
+@pytest.mark.parametrize("pair", [("zk", "etcd")], indirect=True, ids=_ids)
+async def test_every_conflict_is_named_on_the_command_line(
+    pair: tuple[str, str, MetadataStore], spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source_url, target_url, _ = pair
+    await asyncio.to_thread(copy_tree, source_url, target_url, spark=spark)
+    ahead = ["/admin/clusters/us-east", "/admin/clusters/us-west"]
+    async with await open_store(target_url) as target:
+        for path in ahead:
+            got = await target.get(path)
+            assert got is not None, path
+            await target.put(path, got[0], expected_version=got[1].version)
+    from metashift.cli import main
+
+    code = await asyncio.to_thread(main, ["copy", "--source", source_url, "--target", target_url])
+    assert code == 2
+    err = capsys.readouterr().err.splitlines()
+    for path in ahead:
+        assert any(line.startswith(f"conflict: {path}: ") and "ahead" in line for line in err), err
+    assert err[-1].startswith("metashift: error: conflict in the target") and "1 more" in err[-1]
+
+
 @pytest.mark.parametrize("pair", [("zk", "etcd"), ("etcd", "zk")], indirect=True, ids=_ids)
 async def test_verify_catches_changes_made_by_hand(pair: tuple[str, str, MetadataStore], spark: Any) -> None:
     source_url, target_url, _ = pair
