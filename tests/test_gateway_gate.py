@@ -97,15 +97,14 @@ async def test_held_write_past_its_deadline_fails_unavailable_and_writes_nothing
 ) -> None:
     client: AgentClient = await open_stores(agent.address)
     await agent.gate.close()
-    t0 = time.monotonic()
+    # the agent answers before the caller's deadline fires (so the caller learns why), not after
     with pytest.raises(HeldForMigration) as err:
-        await client.put("/late", b"x", timeout=0.5)
-    assert 0.3 < time.monotonic() - t0 < 0.6
+        await client.put("/late", b"x", timeout=2.0)
     assert err.value.__class__ is HeldForMigration
-    # the raw status: UNAVAILABLE with the machine-readable detail, before the deadline fired
+    # the raw status: UNAVAILABLE with the machine-readable detail, not DEADLINE_EXCEEDED
     async with grpc.aio.insecure_channel(agent.address) as channel:
         with pytest.raises(grpc.aio.AioRpcError) as raw:
-            await pb_grpc.MetadataStoreStub(channel).Delete(pb.DeleteRequest(path="/late"), timeout=0.3)
+            await pb_grpc.MetadataStoreStub(channel).Delete(pb.DeleteRequest(path="/late"), timeout=2.0)
     assert raw.value.code() == grpc.StatusCode.UNAVAILABLE
     trailers = dict(raw.value.trailing_metadata())
     assert trailers[wire.ERROR_KIND_KEY] == "HeldForMigration"

@@ -787,10 +787,11 @@ class ZooKeeperStore(MetadataStore):
             pending.append(session.repair_loop_task)
         if session.heartbeat_task is not None:
             pending.append(session.heartbeat_task)
+        await cancel_and_wait(pending, str(self.url))
+        # after the tasks: aiozk's heartbeat re-arms its timer in a ``finally`` even when cancelled
         if session.heartbeat_handle is not None:
             session.heartbeat_handle.cancel()
             session.heartbeat_handle = None
-        await cancel_and_wait(pending, str(self.url))
         if session.conn is not None:
             _discard(session.conn)
             session.conn = None
