@@ -260,6 +260,44 @@ async def test_batch_results_are_independent(store: MetadataStore) -> None:
     assert got is not None and got[0] == b"one"
 
 
+async def test_batch_operations_on_one_path_apply_in_order(store: MetadataStore) -> None:
+    """Each operation on a path sees the ones before it in the batch, as single calls would."""
+    results = await store.batch(
+        [
+            PutOp("/seq", b"1", expected_version=-1),
+            GetOp("/seq"),
+            DeleteOp("/seq", expected_version=5),
+            PutOp("/seq", b"2", expected_version=0),
+            GetOp("/seq"),
+            PutOp("/other", b"x"),
+            DeleteOp("/seq", expected_version=1),
+            ExistsOp("/seq"),
+        ]
+    )
+    assert isinstance(results[0], metashift.Stat) and results[0].version == 0
+    assert isinstance(results[1], tuple) and results[1][0] == b"1" and results[1][1].version == 0
+    assert isinstance(results[2], BadVersion) and not isinstance(results[2], NotFound)
+    assert isinstance(results[3], metashift.Stat) and results[3].version == 1
+    assert isinstance(results[4], tuple) and results[4][0] == b"2" and results[4][1].version == 1
+    assert isinstance(results[5], metashift.Stat)
+    assert results[6] is None and results[7] is False
+    assert not await store.exists("/seq")
+
+
+async def test_a_child_under_an_ephemeral(store: MetadataStore, backend: str) -> None:
+    """ZooKeeper refuses it (InvalidPath, nothing written); etcd, which has no parents, accepts it
+    as Pulsar's etcd store does."""
+    await store.put("/eph-parent", b"e", ephemeral=True)
+    if store_kind(backend) == "zk":
+        with pytest.raises(InvalidPath) as err:
+            await store.put("/eph-parent/child", b"c")
+        assert err.value.path == "/eph-parent/child" and "ephemeral" in str(err.value)
+        assert not await store.exists("/eph-parent/child")
+    else:
+        await store.put("/eph-parent/child", b"c")
+        assert await store.get_children("/eph-parent") == ["child"]
+
+
 async def test_bad_batch_is_rejected_before_anything_is_sent(store: MetadataStore) -> None:
     with pytest.raises(InvalidPath):
         await store.batch([PutOp("/ok", b"1"), PutOp("bad", b"2")])

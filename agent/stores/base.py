@@ -202,9 +202,12 @@ class MetadataStore(ABC):
         await self._delete(path, expected_version)
 
     async def batch(self, ops: Sequence[Op]) -> list[OpResult]:
-        """Run independent operations together; each result is the value the single call would
-        return, or the ``MetadataStoreError`` it would raise. Arguments are checked first: one bad
-        operation rejects the whole batch before anything is sent."""
+        """Run operations together; each result is the value the single call would return, or
+        the ``MetadataStoreError`` it would raise. Operations on different paths are sent
+        together, in no particular order; operations on one path apply in batch order, each
+        seeing the ones before it (a batch is cut into rounds with one operation per path).
+        Arguments are checked first: one bad operation rejects the whole batch before anything
+        is sent."""
         checked: list[Op] = []
         for op in ops:
             if isinstance(op, PutOp):
@@ -216,12 +219,22 @@ class MetadataStore(ABC):
                 paths.validate(op.path)
             checked.append(op)
         # a compare-and-set against a version this store cannot hold fails alone, unsent
-        impossible = {i: BadVersion(op.path) for i, op in enumerate(checked) if self._impossible_version(op)}
-        if not impossible:
-            return await self._batch(checked)
-        sent = [i for i in range(len(checked)) if i not in impossible]
-        answers = iter(await self._batch([checked[i] for i in sent]))
-        return [impossible[i] if i in impossible else next(answers) for i in range(len(checked))]
+        results: list[OpResult] = [None] * len(checked)
+        rounds: list[list[int]] = []
+        last_round: dict[str, int] = {}
+        for i, op in enumerate(checked):
+            if self._impossible_version(op):
+                results[i] = BadVersion(op.path)
+                continue
+            r = last_round.get(op.path, -1) + 1
+            last_round[op.path] = r
+            if r == len(rounds):
+                rounds.append([])
+            rounds[r].append(i)
+        for members in rounds:
+            for i, result in zip(members, await self._batch([checked[i] for i in members]), strict=True):
+                results[i] = result
+        return results
 
     # ---- notifications --------------------------------------------------------------------------
 

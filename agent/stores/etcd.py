@@ -686,9 +686,9 @@ class EtcdStore(MetadataStore):
         """Plain puts and deletes go in txns (at most 128 distinct keys, under the request limit),
         with Pulsar's fallback to single calls when a txn fails (a compare failed, a repeated key,
         too large); gets and exists go in read-only txns of 128; children listings and sequential
-        puts run as pipelined single calls. A key written twice in the batch starts a new round
-        of write txns, so writes to one key apply in batch order. Reads run concurrently with the
-        writes: like the base class, a batch does not order a read after a write."""
+        puts run as pipelined single calls. ``batch`` hands over one operation per path at a time
+        (its rounds), so these run concurrently; a key repeated anyway starts a new round of write
+        txns, so that writes to one key still apply in order."""
         results: list[OpResult] = [None] * len(ops)
         singles_sem = asyncio.Semaphore(_BATCH_READS_IN_FLIGHT)
         txn_sem = asyncio.Semaphore(_BATCH_TXNS_IN_FLIGHT)

@@ -1004,7 +1004,7 @@ def _map_error(e: BaseException, path: str, url: StoreURL) -> errors.MetadataSto
         # ZooKeeper checks paths on UTF-16 code units: it refuses any character outside the BMP.
         return errors.InvalidPath(path, "ZooKeeper refuses this path")
     if isinstance(e, zk_exc.NoChildrenForEphemerals):
-        return errors.MetadataStoreError("an ephemeral node cannot have children", path)
+        return errors.InvalidPath(path, "an ephemeral node cannot have children")
     if isinstance(e, TimeoutError):
         return errors.StoreUnavailable(
             f"ZooKeeper at {url.host_string()} did not answer within {url.call_timeout:g}s", path
