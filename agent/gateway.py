@@ -197,8 +197,7 @@ class Gateway:
             except grpc.aio.AbortError:  # the handler ended the call itself
                 raise
             except Exception as err:  # a bug: say so (INTERNAL, counted, logged), not gRPC's bare UNKNOWN
-                log.exception("%s failed unexpectedly", method)
-                error = MetadataStoreError(f"internal error in the agent ({type(err).__name__}: {err})")
+                error = _unexpected(method, err)
             else:
                 latency.observe(time.perf_counter() - start)
                 ok_counter.inc()
@@ -229,10 +228,8 @@ class Gateway:
                 status = "CANCELLED"
                 raise
             except Exception as err:
-                log.exception("%s failed unexpectedly", method)
                 status = "INTERNAL"
-                error = MetadataStoreError(f"internal error in the agent ({type(err).__name__}: {err})")
-                await self._abort(context, error)
+                await self._abort(context, _unexpected(method, err))
             finally:
                 requests.labels(method, status).inc()
 
@@ -582,6 +579,13 @@ class Gateway:
         for out in list(self._streams):
             out.put_nowait(("shutdown",))
         self.hub.close()
+
+
+def _unexpected(method: str, err: Exception) -> MetadataStoreError:
+    """Log a handler's unexpected exception with its traceback (call from its ``except``) and
+    make it the error the caller gets: INTERNAL with the Internal detail."""
+    log.exception("%s failed unexpectedly", method)
+    return MetadataStoreError(f"internal error in the agent ({type(err).__name__}: {err})")
 
 
 def _ascii(text: str) -> str:

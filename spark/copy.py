@@ -29,7 +29,7 @@ from metashift.agent.stores import open_store
 
 from . import tasks
 from .job import check_urls, run, run_partitions
-from .plan import Item, Plan, make_plan, source_plan
+from .plan import Item, Plan, make_source_plan
 from .report import CopyConflict, CopyReport, CounterReport, NoProgress, Progress, raise_task_error
 from .rules import Rules
 from .session import check_master, get_session
@@ -72,8 +72,7 @@ def copy_tree(
         compacted_at = _copy_nodes(spark, plan, source, target, rules, progress, report, compact_every)
         report.copy_seconds = time.monotonic() - copy_started
         counters_started = time.monotonic()
-        if run(_finish(target, plan, report, compacted_at)):
-            report.compactions += 1
+        run(_finish(target, plan, report, compacted_at))
         report.counters_seconds = time.monotonic() - counters_started
     finally:
         progress.finish()
@@ -98,7 +97,7 @@ async def _prepare(source: str, target: str, rules: Rules, progress: Progress) -
     async with await open_store(target, watch=False):
         pass
     async with await open_store(source, watch=False, create_root=False) as store:
-        return source_plan(await make_plan(store, rules, lambda n: progress.listing("listing", n)), source)
+        return await make_source_plan(store, source, rules, lambda n: progress.listing("listing", n))
 
 
 def _copy_nodes(
@@ -159,9 +158,9 @@ async def _compact(target: str) -> None:
         await store.compact_history()
 
 
-async def _finish(target: str, plan: Plan, report: CopyReport, compacted_at: int) -> bool:
+async def _finish(target: str, plan: Plan, report: CopyReport, compacted_at: int) -> None:
     """Carry the counters over, then compact the target's history if anything was written since
-    the last compaction; True when it compacted."""
+    the last compaction (``compacted_at``: ``report.write_ops`` then)."""
     async with await open_store(target, watch=False) as store:
         for parent, counter in sorted(plan.counters.items()):
             before = await store.sequence_counter(parent)
@@ -173,5 +172,4 @@ async def _finish(target: str, plan: Plan, report: CopyReport, compacted_at: int
             report.write_ops += writes
         if report.write_ops > compacted_at:
             await store.compact_history()
-            return True
-    return False
+            report.compactions += 1

@@ -81,9 +81,12 @@ async def make_plan(
     return Plan(nodes, ephemerals, counters, time.monotonic() - start)
 
 
-def source_plan(plan: Plan, url: str) -> Plan:
-    """``plan`` when it is the listing of a real source; ``EmptySource`` when the source holds no
+async def make_source_plan(
+    store: MetadataStore, url: str, rules: Rules, on_progress: Callable[[int], None] | None = None
+) -> Plan:
+    """``make_plan`` of a copy's or a verification's source; ``EmptySource`` when it holds no
     node at all: a mistyped chroot or prefix, which must not pass for a copy of nothing."""
+    plan = await make_plan(store, rules, on_progress)
     if not plan.nodes and not plan.ephemerals:
         raise EmptySource(url)
     return plan

@@ -15,7 +15,7 @@ from metashift.agent.stores import open_store, paths
 
 from . import tasks
 from .job import check_urls, run, run_partitions
-from .plan import Plan, make_plan, source_plan
+from .plan import Plan, make_plan, make_source_plan
 from .report import Mismatch, NoProgress, Progress, VerifyReport, raise_task_error
 from .rules import Rules, counter_ok
 from .session import check_master, get_session
@@ -69,7 +69,7 @@ async def _list_both(
         await open_store(target, watch=False, create_root=False) as tgt,
         await open_store(source, watch=False, create_root=False) as src,
     ):
-        plan = source_plan(await make_plan(src, rules, lambda n: progress.listing("listing", n)), source)
+        plan = await make_source_plan(src, source, rules, lambda n: progress.listing("listing", n))
         target_plan = await make_plan(tgt, rules, lambda n: progress.listing("listing target", n))
         counters: list[Mismatch] = []
         for parent, counter in sorted(plan.counters.items()):

@@ -427,7 +427,8 @@ class MetadataStore(ABC):
     async def _delete(self, path: str, expected_version: int | None) -> None: ...
 
     async def _batch(self, ops: list[Op]) -> list[OpResult]:
-        """Default: the single calls, concurrently. Backends override with multi/txn."""
+        """``ops`` name distinct paths (``batch`` cuts rounds so), so they may run in any order.
+        Default: the single calls, concurrently. Backends override with multi/txn."""
         return list(await asyncio.gather(*(self._run_one(op) for op in ops)))
 
     async def _run_one(self, op: Op) -> OpResult:

@@ -686,9 +686,8 @@ class EtcdStore(MetadataStore):
         """Plain puts and deletes go in txns (at most 128 distinct keys, under the request limit),
         with Pulsar's fallback to single calls when a txn fails (a compare failed, a repeated key,
         too large); gets and exists go in read-only txns of 128; children listings and sequential
-        puts run as pipelined single calls. ``batch`` hands over one operation per path at a time
-        (its rounds), so these run concurrently; a key repeated anyway starts a new round of write
-        txns, so that writes to one key still apply in order."""
+        puts run as pipelined single calls. The paths are distinct (``batch`` hands over one
+        operation per path at a time), so every txn holds distinct keys and all run concurrently."""
         results: list[OpResult] = [None] * len(ops)
         singles_sem = asyncio.Semaphore(_BATCH_READS_IN_FLIGHT)
         txn_sem = asyncio.Semaphore(_BATCH_TXNS_IN_FLIGHT)
@@ -701,8 +700,7 @@ class EtcdStore(MetadataStore):
             async with txn_sem:
                 await self._txn_chunk(chunk, results)
 
-        rounds: list[list[list[tuple[int, Op]]]] = [[[]]]
-        round_keys: set[bytes] = set()
+        writes: list[list[tuple[int, Op]]] = [[]]
         chunk_bytes = 0
         reads: list[list[tuple[int, Op]]] = [[]]
         singles: list[tuple[int, Op]] = []
@@ -715,25 +713,14 @@ class EtcdStore(MetadataStore):
                     reads.append([])
                 reads[-1].append((i, op))
                 continue
-            key = self._key(op.path)
-            size = len(key) + (len(op.value) if isinstance(op, PutOp) else 0) + _OP_OVERHEAD
-            chunk = rounds[-1][-1]
-            if key in round_keys:
-                rounds.append([[]])
-                round_keys = set()
+            size = len(self._key(op.path)) + (len(op.value) if isinstance(op, PutOp) else 0) + _OP_OVERHEAD
+            if writes[-1] and (len(writes[-1]) >= TXN_MAX_OPS or chunk_bytes + size > TXN_MAX_BYTES):
+                writes.append([])
                 chunk_bytes = 0
-            elif chunk and (len(chunk) >= TXN_MAX_OPS or chunk_bytes + size > TXN_MAX_BYTES):
-                rounds[-1].append([])
-                chunk_bytes = 0
-            rounds[-1][-1].append((i, op))
-            round_keys.add(key)
+            writes[-1].append((i, op))
             chunk_bytes += size
 
-        async def writes() -> None:
-            for rnd in rounds:
-                await asyncio.gather(*(txn(chunk) for chunk in rnd if chunk))
-
-        await asyncio.gather(writes(), *(txn(chunk) for chunk in reads if chunk), *(single(i, op) for i, op in singles))
+        await asyncio.gather(*(txn(chunk) for chunk in writes + reads if chunk), *(single(i, op) for i, op in singles))
         return results
 
     async def _txn_chunk(self, chunk: list[tuple[int, Op]], results: list[OpResult]) -> None:
