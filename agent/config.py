@@ -47,8 +47,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metashift.agent.stores import StoreURL, parse_url
-from metashift.agent.stores.errors import InvalidStoreURL
+from metashift.stores import StoreURL, parse_url
+from metashift.stores.errors import InvalidStoreURL
 
 ROLES = ("broker", "bookie")
 ENV_PREFIX = "METASHIFT_"

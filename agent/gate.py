@@ -19,8 +19,8 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from metashift.agent.router import Router
-from metashift.agent.stores import MetadataStore
-from metashift.agent.stores.errors import HeldForMigration
+from metashift.stores import MetadataStore
+from metashift.stores.errors import HeldForMigration
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,9 @@ from metashift.agent.gate import WriteGate
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.router import Router
 from metashift.agent.sessions import ClientSession, SessionRegistry
-from metashift.agent.stores import (
+from metashift.agent.wire import InvalidArgument, NoSession
+from metashift.proto.v1 import gateway_pb2 as pb
+from metashift.stores import (
     DeleteOp,
     ExistsOp,
     GetChildrenOp,
@@ -34,9 +36,7 @@ from metashift.agent.stores import (
     Stat,
     paths,
 )
-from metashift.agent.stores.errors import InvalidPath, MetadataStoreError, StoreUnavailable, ValueTooLarge
-from metashift.agent.wire import InvalidArgument, NoSession
-from metashift.proto.v1 import gateway_pb2 as pb
+from metashift.stores.errors import InvalidPath, MetadataStoreError, StoreUnavailable, ValueTooLarge
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from metashift.agent.stores import MetadataStore
+from metashift.stores import MetadataStore
 
 log = logging.getLogger(__name__)
 

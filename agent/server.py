@@ -29,7 +29,7 @@ from metashift.agent.gateway import SESSION_SERVICE, STORE_SERVICE, Gateway
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
-from metashift.agent.stores import MetadataStore, open_store
+from metashift.stores import MetadataStore, open_store
 
 log = logging.getLogger(__name__)
 

@@ -20,8 +20,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from metashift.agent.gate import WriteGate
-from metashift.agent.stores import MetadataStore, SessionEvent, Stat
-from metashift.agent.stores.errors import (
+from metashift.stores import MetadataStore, SessionEvent, Stat
+from metashift.stores.errors import (
     BadVersion,
     HeldForMigration,
     MetadataStoreError,

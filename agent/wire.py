@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import grpc
 
-from metashift.agent.stores import Notification, NotificationType, SessionEvent, Stat
-from metashift.agent.stores import errors as e
 from metashift.proto.v1 import gateway_pb2 as pb
+from metashift.stores import Notification, NotificationType, SessionEvent, Stat
+from metashift.stores import errors as e
 
 #: Trailing metadata: the serialized ``metashift.v1.Error`` of a failed call, and its kind as text.
 ERROR_DETAIL_KEY = "metashift-error-bin"

@@ -29,9 +29,9 @@ import threading
 import time
 from typing import Any
 
-from metashift.agent.stores import GetOp, MetadataStore, PutOp, open_store
-from metashift.agent.stores.local_servers import LocalEtcd, LocalZooKeeper
+from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.sample_tree import generate
+from metashift.stores import GetOp, MetadataStore, PutOp, open_store
 
 
 def _rss_kb(pid: int) -> int:

@@ -28,7 +28,7 @@ from typing import Any
 
 import metashift
 import metashift.client
-from metashift.agent.stores.local_servers import LocalEtcd, LocalZooKeeper
+from metashift.local_servers import LocalEtcd, LocalZooKeeper
 
 VALUE = b"v" * 1024
 

@@ -11,7 +11,7 @@ import os
 # grpc is first imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
-from metashift.agent.stores import (
+from metashift.stores import (
     AlreadyExists,
     AuthFailed,
     BadVersion,

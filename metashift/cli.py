@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from metashift.agent.stores import MetadataStoreError
+from metashift.stores import MetadataStoreError
 
 EXIT_USER_ERROR = 2
 
@@ -59,7 +59,7 @@ def _positive_int(text: str) -> int:
 def _servers(args: argparse.Namespace) -> int:
     import signal
 
-    from metashift.agent.stores.local_servers import LocalEtcd, LocalZooKeeper
+    from metashift.local_servers import LocalEtcd, LocalZooKeeper
 
     def _interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -163,8 +163,8 @@ async def _generate(args: argparse.Namespace) -> int:
     import json
     import signal
 
-    from metashift.agent.stores import open_store
     from metashift.sample_tree import generate
+    from metashift.stores import open_store
 
     store = await open_store(args.target, watch=False)
     try:

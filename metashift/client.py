@@ -32,7 +32,9 @@ import grpc
 
 from metashift.agent import wire
 from metashift.agent.auth import bearer
-from metashift.agent.stores import (
+from metashift.proto.v1 import gateway_pb2 as pb
+from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+from metashift.stores import (
     DeleteOp,
     ExistsOp,
     GetChildrenOp,
@@ -45,16 +47,14 @@ from metashift.agent.stores import (
     Stat,
     StoreURL,
 )
-from metashift.agent.stores.aio import cancel_and_wait
-from metashift.agent.stores.base import GetResult, NotificationListener
-from metashift.agent.stores.errors import (
+from metashift.stores.aio import cancel_and_wait
+from metashift.stores.base import GetResult, NotificationListener
+from metashift.stores.errors import (
     AuthFailed,
     HeldForMigration,
     MetadataStoreError,
     StoreUnavailable,
 )
-from metashift.proto.v1 import gateway_pb2 as pb
-from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from metashift.agent.stores import open_store
-from metashift.agent.stores.local_servers import LocalEtcd, LocalZooKeeper
+from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.sample_tree import generate
+from metashift.stores import open_store
 
 
 async def run_demo(args: argparse.Namespace) -> int:

@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from metashift.agent.stores import MetadataStore, MetadataStoreError, Restore, paths
+from metashift.stores import MetadataStore, MetadataStoreError, Restore, paths
 
 #: One node to write: (path, kind, size, version).
 Spec = tuple[str, str, int, int]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from metashift.agent.stores import open_store
+from metashift.stores import open_store
 
 from . import tasks
 from .job import check_urls, run, run_partitions

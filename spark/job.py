@@ -9,8 +9,8 @@ import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from metashift.agent.stores import InvalidStoreURL, StoreURL, paths
-from metashift.agent.stores import parse_url as parse_store_url
+from metashift.stores import InvalidStoreURL, StoreURL, paths
+from metashift.stores import parse_url as parse_store_url
 
 from .plan import Item
 from .report import Progress, SameStore

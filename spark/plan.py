@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from metashift.agent.stores import MetadataStore, paths
+from metashift.stores import MetadataStore, paths
 
 from .report import EmptySource
 from .rules import Rules

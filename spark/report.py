@@ -7,7 +7,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from metashift.agent.stores import MetadataStoreError, errors, parse_url
+from metashift.stores import MetadataStoreError, errors, parse_url
 
 # ---- errors ---------------------------------------------------------------------------------------
 

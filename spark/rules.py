@@ -10,7 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from metashift.agent.stores import paths
+from metashift.stores import paths
 
 #: Subtrees never copied: ZooKeeper's own, and the migration's control nodes (PIP-454).
 DEFAULT_EXCLUDED = ("/zookeeper", "/pulsar/migration-coordinator")

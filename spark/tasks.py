@@ -13,7 +13,7 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
-from metashift.agent.stores import (
+from metashift.stores import (
     BadVersion,
     GetOp,
     MetadataStore,

@@ -11,7 +11,7 @@ import bisect
 import time
 from typing import Any
 
-from metashift.agent.stores import open_store, paths
+from metashift.stores import open_store, paths
 
 from . import tasks
 from .job import check_urls, run, run_partitions

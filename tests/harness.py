@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from metashift.agent.stores import MetadataStore, StoreUnavailable, open_store
-from metashift.agent.stores.local_servers import LocalEtcd, LocalZooKeeper
+from metashift.local_servers import LocalEtcd, LocalZooKeeper
+from metashift.stores import MetadataStore, StoreUnavailable, open_store
 
 
 async def eventually(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0, what: str = "") -> None:

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from metashift.agent.stores import MetadataStore, Restore, open_store
 from metashift.sample_tree import generate
 from metashift.spark.copy import copy_tree
 from metashift.spark.report import CopyConflict
 from metashift.spark.rules import Rules
 from metashift.spark.session import get_session, stop_session
 from metashift.spark.verify import verify_tree
+from metashift.stores import MetadataStore, Restore, open_store
 
 PAIRS = [("zk", "etcd"), ("etcd", "zk"), ("zk", "zk"), ("etcd", "etcd")]
 TOPICS = 25

@@ -14,11 +14,11 @@ import pytest
 
 from metashift import MetadataStore, Stat
 from metashift.agent import wire
-from metashift.agent.stores.base import GetResult
-from metashift.agent.stores.errors import HeldForMigration, MetadataStoreError
 from metashift.client import AgentClient
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+from metashift.stores.base import GetResult
+from metashift.stores.errors import HeldForMigration, MetadataStoreError
 from tests.harness import Gateways
 
 

@@ -22,8 +22,8 @@ from metashift import (
     StoreUnavailable,
     ValueTooLarge,
 )
-from metashift.agent.stores import DeleteOp, PutOp, parse_url
-from metashift.agent.stores.local_servers import LocalZooKeeper
+from metashift.local_servers import LocalZooKeeper
+from metashift.stores import DeleteOp, PutOp, parse_url
 from tests.harness import retry_while_unavailable
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from metashift import InvalidStoreURL
-from metashift.agent.stores import parse_url
+from metashift.stores import parse_url
 
 
 def test_several_hosts_chroot_and_credentials() -> None:
