@@ -29,6 +29,16 @@ drain_timeout = 30              # seconds SIGTERM waits for calls in flight
 [session]
 timeout = 10                    # seconds without keep-alive before a client session ends
 max_timeout = 60
+
+[target]                        # credentials for a migration's target (the flag names its URL)
+username = ""
+password = ""
+password_file = ""
+
+[coordinator]
+enabled = true                  # false: this agent never stands for election
+prepare_timeout = 60            # seconds to wait for every participant's acknowledgement
+spark_master = "local[*]"       # where the coordinator runs the copy
 ```
 
 Environment: ``METASHIFT_NODE_ID``, ``METASHIFT_ROLE``, ``METASHIFT_LISTEN``, ``METASHIFT_METRICS``,
@@ -78,6 +88,16 @@ class TLSConfig:
 
 
 @dataclass(frozen=True)
+class CoordinatorSettings:
+    """The ``[coordinator]`` section: whether this agent stands for election, and how it leads."""
+
+    enabled: bool = True
+    prepare_timeout: float = 60.0
+    """Longest wait for every live participant's acknowledgement before the migration FAILS."""
+    spark_master: str = "local[*]"
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     source: StoreURL
     node_id: str = field(default_factory=socket.gethostname)
@@ -93,6 +113,10 @@ class AgentConfig:
     session_max_timeout: float = 60.0
     auth_token_file: Path | None = None
     """Callers must present this file's token as ``authorization: Bearer <token>``."""
+    target_username: str | None = None
+    """Credentials for the migration target (the flag names the target, never its secrets)."""
+    target_password: str | None = field(default=None, repr=False)
+    coordinator: CoordinatorSettings = field(default_factory=lambda: CoordinatorSettings())
 
 
 # key -> (kind, default) ; kind drives parsing of strings from the environment / command line
@@ -116,6 +140,12 @@ _SCHEMA: dict[str, str] = {
     "gate.drain_timeout": "float",
     "session.timeout": "float",
     "session.max_timeout": "float",
+    "target.username": "str",
+    "target.password": "str",
+    "target.password_file": "str",
+    "coordinator.enabled": "bool",
+    "coordinator.prepare_timeout": "float",
+    "coordinator.spark_master": "str",
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -268,6 +298,15 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
     ):
         if key in values:
             kwargs[attr] = values[key]
+    kwargs["target_username"], kwargs["target_password"] = _credentials(values, "target", None, None)
+    coordinator = CoordinatorSettings()
+    if "coordinator.enabled" in values:
+        coordinator = dataclasses.replace(coordinator, enabled=values["coordinator.enabled"])
+    if "coordinator.prepare_timeout" in values:
+        coordinator = dataclasses.replace(coordinator, prepare_timeout=values["coordinator.prepare_timeout"])
+    if values.get("coordinator.spark_master"):
+        coordinator = dataclasses.replace(coordinator, spark_master=values["coordinator.spark_master"])
+    kwargs["coordinator"] = coordinator
     config = AgentConfig(**kwargs)
     if config.session_timeout > config.session_max_timeout:
         raise ConfigError("session.timeout", "must not exceed session.max_timeout")
@@ -281,19 +320,27 @@ def _source(values: dict[str, Any]) -> StoreURL:
         url = parse_url(values["source.url"])
     except InvalidStoreURL as e:
         raise ConfigError("source.url", str(e)) from None
-    username = values.get("source.username") or url.username
-    password = values.get("source.password") or url.password
-    password_file = values.get("source.password_file")
+    username, password = _credentials(values, "source", url.username, url.password)
+    return dataclasses.replace(url, username=username, password=password, options=dict(url.options))
+
+
+def _credentials(
+    values: dict[str, Any], section: str, username: str | None, password: str | None
+) -> tuple[str | None, str | None]:
+    """``section``'s user name and password (the password possibly from a file), over the URL's."""
+    username = values.get(f"{section}.username") or username
+    password = values.get(f"{section}.password") or password
+    password_file = values.get(f"{section}.password_file")
     if password_file:
         try:
             password = Path(password_file).read_text().rstrip("\n")
         except OSError as e:
-            raise ConfigError("source.password_file", f"cannot read {password_file!r}: {e.strerror}") from None
+            raise ConfigError(f"{section}.password_file", f"cannot read {password_file!r}: {e.strerror}") from None
     if (password is not None) and not username:
-        raise ConfigError("source.username", "a password is set but no user name")
+        raise ConfigError(f"{section}.username", "a password is set but no user name")
     if username and password is None:
-        raise ConfigError("source.password", f"user {username!r} is set but no password")
-    return dataclasses.replace(url, username=username, password=password, options=dict(url.options))
+        raise ConfigError(f"{section}.password", f"user {username!r} is set but no password")
+    return username, password
 
 
 def _file(values: dict[str, Any], key: str) -> Path | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -27,9 +28,11 @@ from metashift.agent.config import AgentConfig, ConfigError
 from metashift.agent.gate import WriteGate
 from metashift.agent.gateway import SESSION_SERVICE, STORE_SERVICE, Gateway
 from metashift.agent.metrics import AgentMetrics
+from metashift.agent.participant import Participant
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
-from metashift.stores import MetadataStore, open_store
+from metashift.migration.phase import Phase
+from metashift.stores import MetadataStore, open_store, parse_url
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +56,7 @@ class Agent:
         self.gate: WriteGate
         self.registry: SessionRegistry
         self.gateway: Gateway
+        self.participant: Participant | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self.address = ""
@@ -68,6 +72,9 @@ class Agent:
         try:
             await self._start()
         except BaseException:
+            if self.participant is not None:
+                with contextlib.suppress(Exception):
+                    await self.participant.stop()
             if self._server is not None:
                 await self._server.stop(None)
                 if self.config.listen.kind == "unix":
@@ -99,6 +106,14 @@ class Agent:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         self.address = self._bind(server)
         self._server = server
+        # the flag first: a frozen migration closes the gate, a completed one routes to the target,
+        # before the first client is served
+        self.participant = Participant(
+            gate=self.gate, registry=self.registry, open_target=self.open_target,
+            node_id=config.node_id, role=config.role, address=self.address,
+            drain_timeout=config.drain_timeout, on_phase=self._phase_changed,
+        )
+        await self.participant.start()
         await server.start()
         if config.listen.kind == "unix":
             os.chmod(config.listen.address, config.socket_mode)
@@ -149,6 +164,18 @@ class Agent:
         host = listen.address.rpartition(":")[0]
         return f"{host}:{port}"
 
+    async def open_target(self, url: str) -> MetadataStore:
+        """Open a migration's target (named by the flag) with this agent's own credentials."""
+        parsed = parse_url(url)
+        if self.config.target_username is not None:
+            parsed = dataclasses.replace(
+                parsed, username=self.config.target_username, password=self.config.target_password
+            )
+        return await open_store(parsed)
+
+    def _phase_changed(self, phase: Phase) -> None:
+        self.metrics.phase.state(phase.value)
+
     def _gate_changed(self, gate: WriteGate) -> None:
         m = self.metrics
         m.gate_open.set(1 if gate.is_open else 0)
@@ -173,6 +200,8 @@ class Agent:
         log.info("agent stopping; draining calls in flight (up to %.1fs)", grace)
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        if self.participant is not None:
+            await self.participant.stop()
         if self._server is not None:
             self.gateway.shutdown()
             await self._server.stop(grace)

@@ -59,6 +59,17 @@ async def retry_while_unavailable(call: Callable[[], Awaitable[Any]], attempts: 
     return await call()
 
 
+async def user_roots(store: MetadataStore) -> list[str]:
+    """The root's children, less the migration protocol's own ``/pulsar/migration-coordinator``
+    (where every agent registers as a participant): what clients wrote at the top level."""
+    roots = await store.get_children("/")
+    if "pulsar" in roots and await store.get_children("/pulsar") == ["migration-coordinator"]:
+        got = await store.get("/pulsar")
+        if got is None or not got[0]:
+            roots.remove("pulsar")
+    return roots
+
+
 BACKENDS = ("zk", "etcd")
 GATEWAY = "gateway-"
 #: The same stores reached through an in-process metashift agent (client -> agent -> store). A test

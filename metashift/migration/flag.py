@@ -1,0 +1,159 @@
+"""The migration flag: an immutable record of one migration's state, its JSON codec, and the
+compare-and-set that is the only way to move it.
+
+The JSON keeps Pulsar's two fields, ``phase`` and ``targetUrl`` (PIP-454 writes
+``{"phase":"PREPARATION","targetUrl":"..."}``), and adds metashift's: ``epoch`` (grows with every
+start), ``reason`` (why it FAILED), ``coordinator`` (the node id of the leader that made the last
+move), ``startedAt`` and ``phaseSince`` (milliseconds since the epoch), and ``targetCleaned``
+(FAILED: what the copy wrote into the target has been removed). A flag read from the store
+carries the store version it was read at; every move is a compare-and-set on that version, so a
+deposed coordinator, whose copy is stale, can never move a phase.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from metashift.stores import BadVersion, MetadataStore, MetadataStoreError
+
+from . import paths
+from .phase import Phase, check_transition
+
+
+class MalformedFlag(MetadataStoreError):
+    """The flag node holds something that is not a migration flag."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"malformed migration flag at {paths.FLAG}: {message}", paths.FLAG)
+
+
+class FlagChanged(MetadataStoreError):
+    """The flag moved since it was read: someone else (a newer coordinator, ``abort``) wrote it."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or f"the migration flag at {paths.FLAG} changed since it was read", paths.FLAG)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class MigrationFlag:
+    """One migration's state as the flag records it, with the store version it was read at."""
+
+    phase: Phase
+    target_url: str
+    epoch: int
+    reason: str | None = None
+    coordinator: str | None = None
+    started_at: int = 0
+    phase_since: int = 0
+    target_cleaned: bool = False
+    version: int = -1
+    """The flag node's version when read; -1 for a flag not (yet) stored."""
+
+    # ---- codec -----------------------------------------------------------------------------------
+
+    def to_json(self) -> bytes:
+        body: dict[str, Any] = {
+            "phase": self.phase.value,
+            "targetUrl": self.target_url,
+            "epoch": self.epoch,
+            "reason": self.reason,
+            "coordinator": self.coordinator,
+            "startedAt": self.started_at,
+            "phaseSince": self.phase_since,
+            "targetCleaned": self.target_cleaned,
+        }
+        return json.dumps(body, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, version: int = -1) -> MigrationFlag:
+        """Decode the flag's JSON (Pulsar's two-field form too); ``MalformedFlag`` otherwise."""
+        try:
+            body = json.loads(data)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise MalformedFlag(f"not JSON ({e})") from None
+        if not isinstance(body, dict):
+            raise MalformedFlag("not a JSON object")
+        try:
+            phase = Phase(body.get("phase"))
+        except ValueError:
+            raise MalformedFlag(f"unknown phase {body.get('phase')!r}") from None
+        target = body.get("targetUrl")
+        if not isinstance(target, str) or not target:
+            raise MalformedFlag("targetUrl must be a non-empty string")
+        epoch = body.get("epoch", 0)
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise MalformedFlag(f"epoch must be a whole number, not {epoch!r}")
+        fields: dict[str, Any] = {}
+        for key, attr, kind in (
+            ("reason", "reason", str), ("coordinator", "coordinator", str),
+            ("startedAt", "started_at", int), ("phaseSince", "phase_since", int),
+            ("targetCleaned", "target_cleaned", bool),
+        ):
+            value = body.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise MalformedFlag(f"{key} must be a {kind.__name__}, not {value!r}")
+            fields[attr] = value
+        return cls(phase, target, epoch, version=version, **fields)
+
+    # ---- moves -----------------------------------------------------------------------------------
+
+    def moved(self, phase: Phase, *, coordinator: str | None = None, reason: str | None = None) -> MigrationFlag:
+        """This flag in ``phase`` (``IllegalTransition`` unless the table allows the move)."""
+        check_transition(self.phase, phase)
+        return dataclasses.replace(
+            self, phase=phase, phase_since=now_ms(), reason=reason,
+            coordinator=coordinator if coordinator is not None else self.coordinator,
+            target_cleaned=False,
+        )
+
+    @property
+    def elapsed_s(self) -> float:
+        return max(0.0, (now_ms() - self.started_at) / 1000.0) if self.started_at else 0.0
+
+
+def new_flag(target_url: str, previous: MigrationFlag | None) -> MigrationFlag:
+    """The flag of a new start: PREPARATION, the epoch after ``previous``'s."""
+    old_phase = previous.phase if previous is not None else Phase.NOT_STARTED
+    check_transition(old_phase, Phase.PREPARATION)
+    stamp = now_ms()
+    return MigrationFlag(
+        Phase.PREPARATION, target_url, (previous.epoch if previous else 0) + 1,
+        started_at=stamp, phase_since=stamp, version=previous.version if previous else -1,
+    )
+
+
+async def read_flag(store: MetadataStore) -> MigrationFlag | None:
+    """The flag as stored now, or ``None`` (NOT_STARTED)."""
+    got = await store.get(paths.FLAG)
+    if got is None:
+        return None
+    return MigrationFlag.from_json(got[0], got[1].version)
+
+
+async def write_flag(store: MetadataStore, flag: MigrationFlag, read_at: int) -> MigrationFlag:
+    """Store ``flag`` if the node is still at version ``read_at`` (-1: it must not exist);
+    ``FlagChanged`` otherwise. Returns the flag with its new version."""
+    try:
+        stat = await store.put(paths.FLAG, flag.to_json(), expected_version=read_at)
+    except BadVersion:
+        raise FlagChanged() from None
+    return dataclasses.replace(flag, version=stat.version)
+
+
+async def move(
+    store: MetadataStore, flag: MigrationFlag, phase: Phase, *, coordinator: str | None = None,
+    reason: str | None = None,
+) -> MigrationFlag:
+    """Move ``flag`` (as read) to ``phase``: checked against the table, then a compare-and-set on
+    the version it was read at."""
+    return await write_flag(store, flag.moved(phase, coordinator=coordinator, reason=reason), flag.version)

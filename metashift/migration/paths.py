@@ -1,0 +1,23 @@
+"""Where the migration keeps its nodes in the source store (PIP-454's paths, so Pulsar's own
+tooling can read them)."""
+
+from __future__ import annotations
+
+#: The subtree the copy never copies and the freeze watch ignores.
+ROOT = "/pulsar/migration-coordinator"
+#: The flag: JSON with the phase, the target and metashift's bookkeeping. No node: NOT_STARTED.
+FLAG = f"{ROOT}/migration"
+#: Parent of one sequential ephemeral per agent (``id-NNNNNNNNNN``).
+PARTICIPANTS = f"{ROOT}/participants"
+#: The prefix of a participant's node; the store appends the sequential suffix.
+PARTICIPANT_PREFIX = f"{PARTICIPANTS}/id-"
+#: The elected coordinator's ephemeral node.
+LEADER = f"{ROOT}/leader"
+#: The copy's progress, written by the coordinator while it copies (not part of the flag, so
+#: that progress updates never race a phase move).
+PROGRESS = f"{ROOT}/progress"
+
+
+def is_protocol_path(path: str) -> bool:
+    """True for the migration's own nodes, which change while everything else is frozen."""
+    return path == ROOT or path.startswith(ROOT + "/")
