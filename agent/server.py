@@ -17,6 +17,7 @@ import socket
 import stat
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, open_store, parse_url
 
 log = logging.getLogger(__name__)
+
+#: Something that runs beside an agent for as long as it runs (the coordinator).
+Companion = Callable[["Agent"], Coroutine[Any, Any, None]]
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 GRPC_OPTIONS = [
@@ -57,6 +61,7 @@ class Agent:
         self.registry: SessionRegistry
         self.gateway: Gateway
         self.participant: Participant | None = None
+        self._companions: list[asyncio.Task[None]] = []
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self.address = ""
@@ -164,6 +169,14 @@ class Agent:
         host = listen.address.rpartition(":")[0]
         return f"{host}:{port}"
 
+    def start_companion(self, companion: Companion) -> asyncio.Task[None]:
+        """Run ``companion(self)`` beside the agent (the coordinator, wired by the CLI) until the
+        agent stops; a failure of it is logged, never left unobserved."""
+        task = asyncio.get_running_loop().create_task(companion(self), name=getattr(companion, "__name__", "companion"))
+        task.add_done_callback(_log_companion_end)
+        self._companions.append(task)
+        return task
+
     async def open_target(self, url: str) -> MetadataStore:
         """Open a migration's target (named by the flag) with this agent's own credentials."""
         parsed = parse_url(url)
@@ -200,6 +213,11 @@ class Agent:
         log.info("agent stopping; draining calls in flight (up to %.1fs)", grace)
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        for task in self._companions:
+            task.cancel()
+        for task in self._companions:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(task, 5.0)
         if self.participant is not None:
             await self.participant.stop()
         if self._server is not None:
@@ -225,6 +243,11 @@ class Agent:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop(grace=1.0)
+
+
+def _log_companion_end(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s ended with an error", task.get_name(), exc_info=task.exception())
 
 
 def _listening(path: Path) -> bool:
@@ -267,8 +290,8 @@ def setup_logging(level: str) -> None:
     root.setLevel(level.upper())
 
 
-async def serve(config: AgentConfig) -> int:
-    """Run an agent until SIGTERM or SIGINT; then drain and exit 0."""
+async def serve(config: AgentConfig, companion: Companion | None = None) -> int:
+    """Run an agent (and ``companion`` beside it) until SIGTERM or SIGINT; then drain and exit 0."""
     agent = Agent(config)
     try:
         await agent.start()
@@ -276,6 +299,8 @@ async def serve(config: AgentConfig) -> int:
         log.error("cannot start: %s", e, extra={"fields": {"key": e.key}})
         print(f"metashift: error: {e}", file=sys.stderr)
         return 2
+    if companion is not None:
+        agent.start_companion(companion)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -286,8 +311,8 @@ async def serve(config: AgentConfig) -> int:
     return 0
 
 
-def run(config: AgentConfig) -> int:
+def run(config: AgentConfig, companion: Companion | None = None) -> int:
     setup_logging(config.log_level)
     import uvloop
 
-    return int(uvloop.run(serve(config)))
+    return int(uvloop.run(serve(config, companion)))

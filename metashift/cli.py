@@ -111,7 +111,11 @@ def _agent(args: argparse.Namespace) -> int:
     except config.ConfigError as e:
         print(f"metashift: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
-    return run(cfg)
+    if not cfg.coordinator.enabled:
+        return run(cfg)
+    from metashift.coordinator.service import run_coordinator
+
+    return run(cfg, run_coordinator)
 
 
 def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -290,7 +294,14 @@ _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     _add_copy,
     _add_verify,
     _add_bench,
+    lambda sub: _add_migrate(sub),
 ]
+
+
+def _add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from metashift.migrate_command import add_migrate
+
+    add_migrate(sub, _run)
 
 
 def build_parser() -> argparse.ArgumentParser:

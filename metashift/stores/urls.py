@@ -9,9 +9,10 @@ Options (query string):
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
-from urllib.parse import parse_qsl, unquote
+from urllib.parse import parse_qsl, quote, unquote
 
 from . import paths
 from .errors import InvalidPath, InvalidStoreURL
@@ -54,6 +55,17 @@ class StoreURL:
         root = "" if self.root == "/" else self.root
         query = "&".join(f"{k}={v}" for k, v in sorted(self.options.items()))
         return f"{self.scheme}://{cred}{self.host_string()}{root}{'?' + query if query else ''}"
+
+    def unredacted(self) -> str:
+        """The URL with its credentials, for handing to a child process (never for a log)."""
+        if not self.username:
+            return self.redacted()
+        cred = f"{quote(self.username, safe='')}:{quote(self.password or '', safe='')}@"
+        return self.redacted().replace(f"{self.username}:***@", cred, 1)
+
+    def public(self) -> str:
+        """The URL with no credentials at all, for what others read (the migration flag)."""
+        return dataclasses.replace(self, username=None, password=None).redacted()
 
     def __str__(self) -> str:
         return self.redacted()

@@ -1,0 +1,66 @@
+"""The coordinator's copy, in a process of its own: ``python -m metashift.coordinator.copy_job``.
+
+It reads ``{"source": URL, "target": URL, "master": M}`` (URLs with their credentials) on
+standard input, so that no secret shows on a command line, runs the Spark copy with its
+verification, and writes JSON lines on standard output: ``{"event": "progress", ...}`` while it
+works, then one ``{"event": "report", ...}`` or ``{"event": "error", ...}``. The agent's event loop
+and memory stay out of Spark's way.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from metashift.spark.copy import copy_tree
+from metashift.spark.report import CopyConflict
+from metashift.stores import MetadataStoreError
+
+
+class JsonLinesProgress:
+    """The copy's progress as JSON lines for the coordinator."""
+
+    def __init__(self) -> None:
+        self._stage = ""
+        self._total = 0
+
+    def listing(self, what: str, count: int) -> None:
+        _emit({"event": "progress", "stage": what, "done": count, "total": 0})
+
+    def start(self, what: str, nodes: int, size: int) -> None:
+        self._stage, self._total = what, nodes
+        _emit({"event": "progress", "stage": what, "done": 0, "total": nodes})
+
+    def update(self, nodes: int, size: int) -> None:
+        _emit({"event": "progress", "stage": self._stage, "done": nodes, "total": self._total})
+
+    def finish(self) -> None:
+        return None
+
+
+def _emit(event: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(event) + "\n")
+    sys.stdout.flush()
+
+
+def main() -> int:
+    job = json.loads(sys.stdin.read())
+    progress = JsonLinesProgress()
+    try:
+        report = copy_tree(job["source"], job["target"], master=job.get("master"), verify=True, progress=progress)
+    except CopyConflict as e:
+        _emit({"event": "error", "kind": "CopyConflict", "message": str(e), "paths": [p for p, _ in e.conflicts]})
+        return 1
+    except MetadataStoreError as e:
+        _emit({"event": "error", "kind": type(e).__name__, "message": str(e)})
+        return 1
+    body = report.to_dict()
+    body["event"] = "report"
+    body["ok"] = report.verify is not None and report.verify.ok
+    _emit(body)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

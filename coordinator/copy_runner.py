@@ -1,0 +1,109 @@
+"""Launches the copy job (``copy_job``) as a child process and follows its JSON lines."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+ProgressListener = Callable[[str, int, int], None]
+
+
+@dataclass
+class CopyOutcome:
+    """How the copy ended: its report when it ran to the end, else the error."""
+
+    ok: bool
+    report: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+    def failure(self) -> str:
+        """A one-line reason for the flag."""
+        if self.error:
+            return self.error
+        verify = self.report.get("verify") or {}
+        mismatches = verify.get("mismatches") or []
+        if mismatches:
+            shown = ", ".join(f"{m.get('path')} ({m.get('kind')})" for m in mismatches[:5])
+            return f"verification found {len(mismatches)} mismatch(es): {shown}"
+        return "verification did not pass"
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    with contextlib.suppress(Exception):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class CopyRunner:
+    """One run of the copy job; ``kill`` ends it (and Spark with it)."""
+
+    def __init__(self, source_url: str, target_url: str, master: str | None) -> None:
+        self._job = {"source": source_url, "target": target_url, "master": master}
+        self._proc: asyncio.subprocess.Process | None = None
+
+    async def run(self, on_progress: ProgressListener) -> CopyOutcome:
+        env = dict(os.environ)
+        env.setdefault("PYSPARK_PYTHON", sys.executable)
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        self._proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "metashift.coordinator.copy_job",
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            env=env, preexec_fn=_die_with_parent, start_new_session=True,
+        )
+        proc = self._proc
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        proc.stdin.write(json.dumps(self._job).encode())
+        await proc.stdin.drain()
+        proc.stdin.close()
+        stderr_tail: list[str] = []
+
+        async def read_stderr() -> None:
+            assert proc.stderr is not None
+            async for raw in proc.stderr:
+                stderr_tail.append(raw.decode(errors="replace").rstrip())
+                del stderr_tail[:-20]
+
+        stderr_task = asyncio.get_running_loop().create_task(read_stderr())
+        outcome: CopyOutcome | None = None
+        try:
+            async for raw in proc.stdout:
+                try:
+                    event = json.loads(raw)
+                except ValueError:
+                    continue  # not ours (a library printing on stdout)
+                if not isinstance(event, dict):
+                    continue
+                kind = event.get("event")
+                if kind == "progress":
+                    on_progress(str(event.get("stage", "")), int(event.get("done", 0)), int(event.get("total", 0)))
+                elif kind == "report":
+                    outcome = CopyOutcome(bool(event.get("ok")), event)
+                elif kind == "error":
+                    outcome = CopyOutcome(False, error=f"copy failed: {event.get('message')}")
+            code = await proc.wait()
+            await stderr_task
+        finally:
+            if proc.returncode is None:
+                self.kill()
+                await proc.wait()
+            stderr_task.cancel()
+        if outcome is None:
+            detail = next((line for line in reversed(stderr_tail) if line.strip()), "")
+            outcome = CopyOutcome(False, error=f"the copy process ended with status {code} ({detail[-300:]})")
+        return outcome
+
+    def kill(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)

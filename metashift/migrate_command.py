@@ -1,0 +1,144 @@
+"""``metashift migrate start|status|abort``: the operator's commands, wired by the CLI (which is
+the only importer of this module). Everything is read from and written to the source store."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+from metashift.coordinator import control
+from metashift.migration.phase import Phase
+from metashift.stores import open_store
+
+EXIT_USER_ERROR = 2
+#: ``--wait``: how often the flag is read while following a migration.
+FOLLOW_SECONDS = 0.5
+
+
+def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser], runner: Any) -> None:
+    p = sub.add_parser("migrate", help="start, follow or abort a migration of the whole cluster's metadata")
+    verbs = p.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+    s = verbs.add_parser("start", help="start a migration: every agent freezes, the coordinator copies and switches")
+    s.add_argument("--source", required=True, metavar="URL", help="the store the cluster uses now")
+    s.add_argument("--target", required=True, metavar="URL", help="the (empty) store to move to")
+    s.add_argument("--wait", action="store_true", help="follow the migration to its end (exit 0 COMPLETED, 1 FAILED)")
+    s.add_argument("--json", action="store_true", help="print the status as JSON")
+    s.set_defaults(handler=lambda a: runner(_start(a)))
+    t = verbs.add_parser("status", help="where the migration stands (read from the source store)")
+    t.add_argument("--source", required=True, metavar="URL")
+    t.add_argument("--json", action="store_true", help="print the status as JSON")
+    t.add_argument("--watch", action="store_true", help="print again at every change until Ctrl-C")
+    t.set_defaults(handler=lambda a: runner(_status(a)))
+    a = verbs.add_parser("abort", help="fail the running migration: every agent goes back to the source")
+    a.add_argument("--source", required=True, metavar="URL")
+    a.add_argument("--json", action="store_true", help="print the status as JSON")
+    a.set_defaults(handler=lambda a: runner(_abort(a)))
+
+
+async def _start(args: argparse.Namespace) -> int:
+    async with await open_store(args.source, create_root=False) as source:
+        try:
+            flag = await control.start(source, args.target)
+        except control.MigrationRefused as e:
+            print(f"metashift: error: {e}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        if not args.json:
+            print(f"migration epoch {flag.epoch} started: {flag.phase.value} -> {flag.target_url}", flush=True)
+        if not args.wait:
+            if args.json:
+                print(json.dumps((await control.status(source)).to_dict(), indent=2), flush=True)
+            return 0
+        final = await _follow(source, flag.epoch, show=not args.json)
+        if args.json:
+            print(json.dumps(final, indent=2), flush=True)
+        else:
+            print(_text(final), flush=True)
+        return 0 if final["phase"] == Phase.COMPLETED.value else 1
+
+
+async def _follow(source: Any, epoch: int, *, show: bool) -> dict[str, Any]:
+    """Follow the migration ``epoch`` to COMPLETED or FAILED, with a progress display on stderr."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("{task.description:<34}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=Console(file=sys.stderr), disable=not show or not sys.stderr.isatty(),
+    )
+    task = bar.add_task("starting", total=None)
+    last_line = ""
+    with bar:
+        while True:
+            now = (await control.status(source)).to_dict()
+            if now["epoch"] != epoch:
+                return now
+            acked = sum(1 for p in now["participants"] if p["acknowledged"])
+            total: int | None
+            copy = now["copy"] or {}
+            if now["phase"] == Phase.PREPARATION.value:
+                description, done, total = "waiting for acknowledgements", acked, len(now["participants"])
+            elif now["phase"] == Phase.COPYING.value:
+                description = f"copying ({copy.get('stage') or 'starting'})"
+                done, total = int(copy.get("done") or 0), int(copy.get("total") or 0) or None
+            else:
+                description, done, total = now["phase"].lower(), 1, 1
+            bar.update(task, description=description, completed=done, total=total)
+            line = f"{now['phase']}: {description}"
+            if show and not sys.stderr.isatty() and line != last_line:
+                print(line, file=sys.stderr, flush=True)
+                last_line = line
+            if now["phase"] in (Phase.COMPLETED.value, Phase.FAILED.value):
+                return now
+            await asyncio.sleep(FOLLOW_SECONDS)
+
+
+async def _status(args: argparse.Namespace) -> int:
+    async with await open_store(args.source, create_root=False) as source:
+        last = None
+        while True:
+            now = (await control.status(source)).to_dict()
+            shown = {k: v for k, v in now.items() if k != "elapsed_s"}
+            if shown != last:
+                print(json.dumps(now, indent=2) if args.json else _text(now), flush=True)
+                last = shown
+            if not args.watch:
+                return 0
+            await asyncio.sleep(FOLLOW_SECONDS)
+
+
+async def _abort(args: argparse.Namespace) -> int:
+    async with await open_store(args.source, create_root=False) as source:
+        try:
+            flag = await control.abort(source)
+        except control.MigrationRefused as e:
+            print(f"metashift: error: {e}", file=sys.stderr)
+            return EXIT_USER_ERROR
+        if args.json:
+            print(json.dumps((await control.status(source)).to_dict(), indent=2), flush=True)
+        else:
+            print(f"migration epoch {flag.epoch} aborted: agents go back to the source", flush=True)
+        return 0
+
+
+def _text(status: dict[str, Any]) -> str:
+    lines = [f"phase        {status['phase']}" + (f" (epoch {status['epoch']})" if status["epoch"] else "")]
+    if status["target"]:
+        lines.append(f"target       {status['target']}")
+    if status["reason"]:
+        lines.append(f"reason       {status['reason']}")
+    if status["coordinator"]:
+        lines.append(f"coordinator  {status['coordinator']}")
+    if status["copy"]:
+        c = status["copy"]
+        lines.append(f"copy         {c.get('stage')}: {c.get('done')} of {c.get('total')} nodes"
+                     + (", verified" if c.get("verified") else ""))
+    lines.append(f"elapsed      {status['elapsed_s']:.1f}s")
+    lines.append(f"participants {len(status['participants'])}")
+    for p in status["participants"]:
+        mark = "acknowledged" if p["acknowledged"] else "not acknowledged"
+        lines.append(f"  {p['node_id']:<24} {p['role']:<7} {mark}")
+    return "\n".join(lines)
