@@ -18,7 +18,6 @@ import shutil
 import site
 import subprocess
 import sys
-import sysconfig
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,7 +96,12 @@ def installed(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     """A fresh virtualenv with the wheel in it and the project venv's packages behind it: its bin/."""
     venv = tmp_path_factory.mktemp("venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    purelib = Path(sysconfig.get_path("purelib", vars={"base": str(venv), "platbase": str(venv)}))
+    purelib = Path(
+        subprocess.run(
+            [str(venv / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True, text=True, check=True, timeout=60,
+        ).stdout.strip()
+    )  # fmt: skip
     # the project venv's site-packages (where pyspark, grpcio, ... are), after the new venv's own
     deps = [p for p in site.getsitepackages() if Path(p).is_dir()]
     (purelib / "project-deps.pth").write_text("".join(f"{p}\n" for p in deps))
