@@ -30,6 +30,7 @@ setup: .stamp-debs .stamp-venv
 lint: setup
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 pytest: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -47,4 +48,4 @@ proto: setup
 	$(BIN)/python proto/generate.py
 
 clean:
-	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache *.egg-info
+	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache *.egg-info .import_linter_cache

@@ -259,28 +259,20 @@ def _add_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _bench(args: argparse.Namespace) -> int:
-    import runpy
-    from pathlib import Path
+    from metashift.benchmarks.copy import main as copy_bench
 
-    script = Path(__file__).resolve().parent.parent / "bench" / "copy_bench.py"
-    if not script.is_file():
-        print(f"metashift: error: the benchmark lives in the source tree ({script} not found)", file=sys.stderr)
-        return EXIT_USER_ERROR
-    sys.argv = [str(script), *args.bench_args]
-    runpy.run_path(str(script), run_name="__main__")
-    return 0
+    return copy_bench(args.bench_args, prog="metashift bench copy")
 
 
 def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("bench", help="benchmarks (from a source checkout)")
+    p = sub.add_parser("bench", help="benchmarks: they print figures")
     which = p.add_subparsers(dest="bench", metavar="WHICH")
     which.required = True
+    # its flags (--topics N, --seed S, --baseline-seconds T, --spark-master M) and its --help are the
+    # benchmark's own parser's (metashift.benchmarks.copy): main() passes on what it does not know
     c = which.add_parser(
-        "copy", help="copy and verify rates against raw store rates and a kazoo baseline",
-        description="Arguments are those of bench/copy_bench.py: --topics N, --seed S, --baseline-seconds T, "
-        "--spark-master M (see its --help).",
-    )  # fmt: skip
-    # its own flags (--topics N, --seed S, ...) are the script's: main() passes on what it does not know
+        "copy", help="copy and verify rates against raw store rates and a kazoo baseline", add_help=False
+    )
     c.set_defaults(handler=_bench, bench_args=[], passes_unknown=True)
 
 

@@ -1,0 +1,1 @@
+"""Benchmarks run by ``metashift bench``: they print figures; tests never time anything."""
