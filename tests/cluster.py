@@ -1,0 +1,171 @@
+"""A small Pulsar-shaped cluster for migration tests: in-process agents (brokers and bookies), each
+with its coordinator candidate, and clients that keep writing through them and remember every
+write the agent acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from metashift.coordinator import control
+from metashift.coordinator.service import run_coordinator
+from metashift.migration.phase import Phase
+from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable, open_store
+from tests.harness import Gateways
+
+
+@dataclass
+class Writer:
+    """One client of one agent: an ephemeral held all along, a compare-and-set counter, creates
+    and sequential ids, each acknowledged write remembered (path -> value)."""
+
+    node_id: str
+    client: Any
+    acked: dict[str, bytes] = field(default_factory=dict)
+    failed: int = 0
+    errors: list[str] = field(default_factory=list)
+    ephemeral: str = ""
+    _task: asyncio.Task[None] | None = None
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def start(self) -> None:
+        self.ephemeral = f"/loadbalance/brokers/{self.node_id}"
+        await self.client.put(self.ephemeral, self.node_id.encode(), ephemeral=True)
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        base = f"/writers/{self.node_id}"
+        counter = f"{base}/counter"
+        stat = await self.client.put(counter, b"0", expected_version=-1)
+        self.acked[counter] = b"0"
+        version = stat.version
+        i = 0
+        while not self._stop.is_set():
+            i += 1
+            try:
+                stat = await self.client.put(counter, str(i).encode(), expected_version=version, timeout=90)
+                version = stat.version
+                self.acked[counter] = str(i).encode()
+                item = f"{base}/item-{i}"
+                await self.client.put(item, b"v%d" % i, expected_version=-1, timeout=90)
+                self.acked[item] = b"v%d" % i
+                if i % 5 == 0:
+                    seq = await self.client.put(f"/counters/{self.node_id}-", b"s", sequential=True, timeout=90)
+                    self.acked[seq.path] = b"s"
+            except StoreUnavailable as e:
+                self.failed += 1
+                self.errors.append(repr(e))
+                got = await self.client.get(counter)  # outcome unknown: read where we stand
+                if got is not None:
+                    version = got[1].version
+            except MetadataStoreError as e:
+                self.failed += 1
+                self.errors.append(repr(e))
+                return
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await asyncio.wait_for(self._task, 120)
+
+
+class Cluster:
+    """Agents of one test (``broker-1``.., ``bookie-1``..) in front of ``source_url``."""
+
+    def __init__(self, gateways: Gateways, source_url: str, target_url: str) -> None:
+        self.gateways = gateways
+        self.source_url = source_url
+        self.target_url = target_url
+        self.agents: dict[str, Any] = {}
+        self.writers: dict[str, Writer] = {}
+        self._stores: list[MetadataStore] = []
+
+    async def start_agent(self, node_id: str, role: str, *, coordinator: bool = True, **settings: Any) -> Any:
+        flat = {"node_id": node_id, "role": role, "coordinator.prepare_timeout": 30.0, "gate.hold_timeout": 90.0}
+        flat.update(settings)
+        agent = await self.gateways.start(self.source_url, flat)
+        if coordinator:
+            agent.start_companion(run_coordinator)
+        self.agents[node_id] = agent
+        return agent
+
+    async def start(self, brokers: int = 3, bookies: int = 2, **settings: Any) -> None:
+        for i in range(1, brokers + 1):
+            await self.start_agent(f"broker-{i}", "broker", **settings)
+        for i in range(1, bookies + 1):
+            await self.start_agent(f"bookie-{i}", "bookie", **settings)
+
+    async def start_writers(self) -> None:
+        from metashift.client import connect
+
+        for node_id, agent in self.agents.items():
+            writer = Writer(node_id, await connect(agent.address))
+            await writer.start()
+            self.writers[node_id] = writer
+
+    async def stop_writers(self) -> None:
+        for writer in self.writers.values():
+            await writer.stop()
+
+    async def close_clients(self) -> None:
+        for writer in self.writers.values():
+            with contextlib.suppress(Exception):
+                await writer.client.close()
+
+    async def stop_agent(self, node_id: str) -> None:
+        """The agent goes away (its store sessions close: its registration and leadership go)."""
+        agent = self.agents.pop(node_id)
+        await agent.stop(grace=1.0)
+        self.gateways.agents.remove(agent)
+
+    async def open(self, url: str) -> MetadataStore:
+        store = await open_store(url)
+        self._stores.append(store)
+        return store
+
+    async def source(self) -> MetadataStore:
+        return await self.open(self.source_url)
+
+    async def status(self) -> dict[str, Any]:
+        source = self._stores[0] if self._stores else await self.source()
+        return (await control.status(source)).to_dict()
+
+    async def wait_phase(self, *phases: Phase, within: float = 180.0) -> dict[str, Any]:
+        """Poll the status until its phase is one of ``phases``; fail the test otherwise."""
+        deadline = time.monotonic() + within
+        while True:
+            now = await self.status()
+            if now["phase"] in {p.value for p in phases}:
+                return now
+            if time.monotonic() > deadline:
+                pytest.fail(f"phase {now['phase']} after {within}s, waiting for {[p.value for p in phases]}: {now}")
+            await asyncio.sleep(0.1)
+
+    async def missing_writes(self, store: MetadataStore) -> list[str]:
+        """Acknowledged writes ``store`` does not hold with the acknowledged value."""
+        missing = []
+        for writer in self.writers.values():
+            for path, value in writer.acked.items():
+                got = await store.get(path)
+                if got is None or got[0] != value:
+                    missing.append(f"{path}: acked {value!r}, found {got[0] if got else None!r}")
+        return missing
+
+    async def close(self) -> None:
+        for writer in self.writers.values():
+            writer._stop.set()
+        for writer in self.writers.values():
+            if writer._task is not None:
+                writer._task.cancel()
+                with contextlib.suppress(BaseException):
+                    await writer._task
+        await self.close_clients()
+        for store in self._stores:
+            with contextlib.suppress(Exception):
+                await store.close()
