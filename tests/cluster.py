@@ -16,7 +16,7 @@ from metashift.coordinator import control
 from metashift.coordinator.service import run_coordinator
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable, open_store
-from tests.harness import Gateways
+from tests.harness import Gateways, eventually
 
 
 @dataclass
@@ -146,6 +146,24 @@ class Cluster:
             if time.monotonic() > deadline:
                 pytest.fail(f"phase {now['phase']} after {within}s, waiting for {[p.value for p in phases]}: {now}")
             await asyncio.sleep(0.1)
+
+    def all_on_target(self) -> bool:
+        """Every agent serves from its target, gate open."""
+        return all(
+            a.participant.target is not None and a.router.active is a.participant.target and a.gate.is_open
+            for a in self.agents.values()
+        )
+
+    def all_on_source(self) -> bool:
+        """Every agent serves from the source, gate open."""
+        return all(a.router.active is a.router.source and a.gate.is_open for a in self.agents.values())
+
+    async def writes_continue(self, more: int = 3) -> None:
+        """Wait until every writer has had ``more`` further writes acknowledged."""
+        for writer in self.writers.values():
+            start = len(writer.acked)
+            await eventually(lambda w=writer, s=start: len(w.acked) > s + more, within=60,  # type: ignore[misc]
+                             what=f"{writer.node_id} keeps writing")
 
     async def missing_writes(self, store: MetadataStore) -> list[str]:
         """Acknowledged writes ``store`` does not hold with the acknowledged value."""

@@ -43,13 +43,9 @@ async def test_full_migration_zk_to_etcd_loses_no_acknowledged_write(cluster: Cl
     assert status["phase"] == "COMPLETED", status
     assert status["copy"]["verified"] is True
     assert all(p["acknowledged"] for p in status["participants"]) and len(status["participants"]) == 5
-    for agent in cluster.agents.values():
-        await eventually(lambda a=agent: a.router.active is a.participant.target and a.gate.is_open,
-                         what="agents serve from the target")
+    await eventually(cluster.all_on_target, what="agents serve from the target")
     # keep writing through the switch, then look in the target
-    for writer in cluster.writers.values():
-        n = len(writer.acked)
-        await eventually(lambda w=writer, n=n: len(w.acked) > n + 3, within=30, what="writes after the switch")
+    await cluster.writes_continue()
     await cluster.stop_writers()
     target = await cluster.open(cluster.target_url)
     assert await cluster.missing_writes(target) == []
