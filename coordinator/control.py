@@ -36,9 +36,9 @@ async def start(source: MetadataStore, target_url: str | StoreURL) -> MigrationF
     target = parse_url(target_url) if isinstance(target_url, str) else target_url
     flag = await read_flag(source)
     if flag is not None and flag.phase.in_progress:
-        raise MigrationRefused(f"a migration is already in progress (phase {flag.phase.value}, epoch {flag.epoch})")
+        raise MigrationRefused(f"a migration is already in progress (phase {flag.phase.value})")
     if flag is not None and flag.phase is Phase.COMPLETED:
-        raise MigrationRefused(f"the migration to {flag.target_url} already completed")
+        raise MigrationRefused(f"the migration to {flag.target_url} is already completed")
     deadline = time.monotonic() + CLEAN_WAIT
     while flag is not None and flag.phase is Phase.FAILED and not flag.target_cleaned:
         # the coordinator is removing the failed copy from the target: a start must not race it
