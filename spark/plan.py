@@ -37,6 +37,9 @@ class Plan:
     nodes: list[Item]
     """Persistent nodes to copy, sorted by path."""
     ephemerals: int = 0
+    ephemeral_ancestors: set[str] = field(default_factory=set)
+    """Every ancestor of an ephemeral: a store that keeps parents (ZooKeeper) has them as empty
+    nodes even where the other side (etcd) has none."""
     counters: dict[str, int] = field(default_factory=dict)
     """Counter parent -> the next sequential suffix the source would hand out."""
     listing_seconds: float = 0.0
@@ -56,6 +59,7 @@ async def make_plan(
     start = time.monotonic()
     nodes: list[Item] = []
     ephemerals = 0
+    ancestors: set[str] = set()
     seen = 0
     async for page in store.walk(paths.SEPARATOR, prune=rules.excluded):
         for node in page:
@@ -63,6 +67,7 @@ async def make_plan(
                 continue
             if node.ephemeral:
                 ephemerals += 1
+                ancestors.update(paths.ancestors(node.path))
                 continue
             nodes.append((node.path, node.version, node.size))
         seen += len(page)
@@ -78,7 +83,7 @@ async def make_plan(
             # ids skipped cost nothing.
             exact = await store.sequence_counter(path)
             counters[path] = max(exact, await store.children_version(path) or 0)
-    return Plan(nodes, ephemerals, counters, time.monotonic() - start)
+    return Plan(nodes, ephemerals, ancestors, counters, time.monotonic() - start)
 
 
 async def make_source_plan(

@@ -83,7 +83,8 @@ async def _list_both(
 
 def _extras(plan: Plan, target_plan: Plan) -> list[Mismatch]:
     """Persistent target nodes the source does not have, except the parents of source nodes
-    that the target needs and the source does not (etcd keeps no parents; ZooKeeper must)."""
+    that the target needs and the source does not (etcd keeps no parents; ZooKeeper must), and
+    the empty parents a ZooKeeper target made for ephemerals re-created in it (a migration's)."""
     source_paths = [path for path, _, _ in plan.nodes]
     known = set(source_paths)
     out = []
@@ -93,6 +94,8 @@ def _extras(plan: Plan, target_plan: Plan) -> list[Mismatch]:
         below = path + paths.SEPARATOR
         i = bisect.bisect_left(source_paths, below)
         if i < len(source_paths) and source_paths[i].startswith(below):
+            continue
+        if size == 0 and version == 0 and path in plan.ephemeral_ancestors:
             continue
         out.append(Mismatch(path, "extra", f"only in the target (version {version}, {size} bytes)"))
     return out

@@ -69,6 +69,16 @@ class Writer:
                 return
             await asyncio.sleep(0.02)
 
+    async def stop_now(self) -> None:
+        """Stop writing at once: its agent is about to go away. (The client stays open until the
+        test ends: a client that closes its session waits until its ephemerals are deleted, which
+        during a freeze waits for the gate.)"""
+        self._stop.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+
     async def stop(self) -> None:
         self._stop.set()
         if self._task is not None:
@@ -95,7 +105,8 @@ class Cluster:
         self.agents[node_id] = agent
         return agent
 
-    async def start(self, brokers: int = 3, bookies: int = 2, **settings: Any) -> None:
+    async def start(self, brokers: int = 3, bookies: int = 2, settings: dict[str, Any] | None = None) -> None:
+        settings = settings or {}
         for i in range(1, brokers + 1):
             await self.start_agent(f"broker-{i}", "broker", **settings)
         for i in range(1, bookies + 1):

@@ -3,13 +3,18 @@ one elected coordinator, real ZooKeeper and etcd, the copy on real Spark."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
 from metashift.coordinator import control
+from metashift.migration import paths
+from metashift.migration.participants import ParticipantRecord
 from metashift.migration.phase import Phase
 from metashift.sample_tree import generate
+from metashift.stores import open_store
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually
 
@@ -57,3 +62,220 @@ async def test_full_migration_zk_to_etcd_loses_no_acknowledged_write(cluster: Cl
         assert through_agent is not None and through_agent[1].created_by_self
     # nothing reaches the source after the freeze: the writers' last values are only in the target
     assert await cluster.missing_writes(source) != []
+
+
+async def _hold_preparation(cluster: Cluster) -> Any:
+    """A participant that never acknowledges (a node registered by hand): PREPARATION lasts until
+    it is removed. Returns the store whose session holds it; closing it removes the participant."""
+    holder = await open_store(cluster.source_url)
+    record = ParticipantRecord("silent-node", "broker", "nowhere")
+    await holder.put(paths.PARTICIPANT_PREFIX, record.to_json(), ephemeral=True, sequential=True)
+    return holder
+
+
+async def _leader(cluster: Cluster) -> str:
+    source = await cluster.source()
+    got = await source.get(paths.LEADER)
+    assert got is not None
+    return str(json.loads(got[0])["nodeId"])
+
+
+async def _finish_and_check(cluster: Cluster, expect: Phase) -> dict[str, Any]:
+    status = await cluster.wait_phase(Phase.COMPLETED, Phase.FAILED)
+    assert status["phase"] == expect.value, status
+    await eventually(cluster.all_on_target if expect is Phase.COMPLETED else cluster.all_on_source,
+                     within=60, what=f"agents settle after {expect.value}")
+    await cluster.writes_continue()
+    await cluster.stop_writers()
+    lives = await cluster.open(cluster.target_url if expect is Phase.COMPLETED else cluster.source_url)
+    assert await cluster.missing_writes(lives) == []
+    return status
+
+
+async def test_a_participant_that_never_acknowledges_fails_the_migration(cluster: Cluster) -> None:
+    await cluster.start(settings={"coordinator.prepare_timeout": 3.0})
+    await cluster.start_writers()
+    holder = await _hold_preparation(cluster)
+    try:
+        await control.start(await cluster.source(), cluster.target_url)
+        status = await _finish_and_check(cluster, Phase.FAILED)
+        assert "silent-node" in status["reason"] and "not acknowledged within 3s" in status["reason"]
+        # the agents dropped the target and the coordinator emptied it: a new start may follow
+        status = await eventually_status(cluster, lambda s: s["target_cleaned"])
+        target = await cluster.open(cluster.target_url)
+        assert await target.get_children("/") == []
+    finally:
+        await holder.close()
+
+
+async def eventually_status(cluster: Cluster, check: Any, within: float = 60.0) -> dict[str, Any]:
+    found: dict[str, Any] = {}
+
+    async def holds() -> bool:
+        found.update(await cluster.status())
+        return bool(check(found))
+
+    await eventually(holds, within=within, what="status")
+    return found
+
+
+async def test_a_participant_that_dies_in_preparation_is_not_waited_for(cluster: Cluster) -> None:
+    await cluster.start()
+    await cluster.start_writers()
+    holder = await _hold_preparation(cluster)
+    await control.start(await cluster.source(), cluster.target_url)
+    await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 5)
+    await holder.close()  # the silent participant's session ends: it is no longer waited for
+    await _finish_and_check(cluster, Phase.COMPLETED)
+
+
+async def test_a_participant_that_joins_in_preparation_must_acknowledge_too(cluster: Cluster) -> None:
+    await cluster.start(brokers=2, bookies=1)
+    await cluster.start_writers()
+    holder = await _hold_preparation(cluster)
+    await control.start(await cluster.source(), cluster.target_url)
+    await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 3)
+    late = await cluster.start_agent("broker-late", "broker")
+    await eventually(lambda: not late.gate.is_open, what="the late agent freezes")
+    status = await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 4)
+    assert status["phase"] == "PREPARATION"
+    assert {p["node_id"] for p in status["participants"] if p["acknowledged"]} >= {"broker-late"}
+    await holder.close()
+    await _finish_and_check(cluster, Phase.COMPLETED)
+    assert late.router.active is late.participant.target
+
+
+@pytest.mark.parametrize("phase", [Phase.PREPARATION, Phase.COPYING])
+async def test_the_coordinator_killed_mid_migration_a_new_leader_finishes(cluster: Cluster, phase: Phase) -> None:
+    await _seed(cluster)
+    await cluster.start()
+    await cluster.start_writers()
+    holder = await _hold_preparation(cluster) if phase is Phase.PREPARATION else None
+    await control.start(await cluster.source(), cluster.target_url)
+    if holder is not None:
+        await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 5)
+    else:
+        await cluster.wait_phase(Phase.COPYING)
+    old = await _leader(cluster)
+    writer = cluster.writers.pop(old)
+    await writer.stop_now()
+    cluster.writers[f"{old}-done"] = writer  # its acknowledged writes must survive all the same
+    await cluster.stop_agent(old)
+    await eventually(lambda: _leader_is_not(cluster, old), what="a new leader")
+    if holder is not None:
+        await holder.close()
+    status = await cluster.wait_phase(Phase.COMPLETED, Phase.FAILED)
+    assert status["phase"] == "COMPLETED", status
+    assert status["coordinator"] != old
+    await eventually(cluster.all_on_target, within=60, what="agents on the target")
+    del cluster.writers[f"{old}-done"]
+    await cluster.writes_continue()
+    await cluster.stop_writers()
+    target = await cluster.open(cluster.target_url)
+    cluster.writers[f"{old}-done"] = writer
+    assert await cluster.missing_writes(target) == []
+
+
+async def _leader_is_not(cluster: Cluster, old: str) -> bool:
+    source = await cluster.source()
+    got = await source.get(paths.LEADER)
+    return got is not None and json.loads(got[0])["nodeId"] != old
+
+
+async def test_abort_then_a_new_start_completes(cluster: Cluster) -> None:
+    await cluster.start()
+    await cluster.start_writers()
+    holder = await _hold_preparation(cluster)
+    source = await cluster.source()
+    await control.start(source, cluster.target_url)
+    await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 5)
+    with pytest.raises(control.MigrationRefused, match=r"already in progress \(phase PREPARATION\)"):
+        await control.start(source, cluster.target_url)
+    await control.abort(source)
+    await holder.close()
+    status = await cluster.wait_phase(Phase.FAILED)
+    assert status["reason"] == "aborted"
+    await eventually(cluster.all_on_source, within=60, what="agents back on the source")
+    await cluster.writes_continue()
+    flag = await control.start(source, cluster.target_url)  # waits for the target to be clean
+    assert flag.epoch == 2
+    await _finish_and_check(cluster, Phase.COMPLETED)
+
+
+async def test_agents_restarted_mid_migration_and_after_completion(cluster: Cluster) -> None:
+    await cluster.start()
+    await cluster.start_writers()
+    holder = await _hold_preparation(cluster)
+    await control.start(await cluster.source(), cluster.target_url)
+    await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 5)
+    leader = await _leader(cluster)
+    victim = next(n for n in cluster.agents if n.startswith("bookie") and n != leader)
+    writer = cluster.writers.pop(victim)
+    await writer.stop_now()
+    await cluster.stop_agent(victim)
+    again = await cluster.start_agent(victim, "bookie")
+    assert not again.gate.is_open  # it read the flag first: frozen before serving anyone
+    await eventually_status(cluster, lambda s: [p["acknowledged"] for p in s["participants"]
+                                                if p["node_id"] == victim] == [True])
+    await holder.close()
+    await _finish_and_check(cluster, Phase.COMPLETED)
+    # restarted after COMPLETED: straight to the target
+    await cluster.stop_agent(victim)
+    after = await cluster.start_agent(victim, "bookie")
+    assert after.router.active is after.participant.target and after.gate.is_open
+    from metashift.client import connect
+
+    async with await connect(after.address) as client:
+        await client.put("/after/restart", b"x")
+    target = await cluster.open(cluster.target_url)
+    source = await cluster.source()
+    assert await target.get("/after/restart") is not None and await source.get("/after/restart") is None
+    cluster.writers[victim] = writer
+    assert await cluster.missing_writes(target) == []
+
+
+async def test_a_write_that_bypasses_the_agents_during_copying_fails_the_migration(cluster: Cluster) -> None:
+    await _seed(cluster)
+    await cluster.start()
+    await cluster.start_writers()
+    source = await cluster.source()
+    await control.start(source, cluster.target_url)
+    await cluster.wait_phase(Phase.COPYING)
+    await source.put("/admin/bypass", b"written behind the agents' back")
+    status = await _finish_and_check(cluster, Phase.FAILED)
+    assert "/admin/bypass" in status["reason"]
+
+
+async def test_the_target_down_during_copying_fails_cleanly(gateways: Gateways, zk_url: str,
+                                                            fresh_servers: Any) -> None:
+    etcd = fresh_servers.etcd()
+    cluster = Cluster(gateways, zk_url, f"etcd://127.0.0.1:{etcd.port}/target")
+    try:
+        await _seed(cluster)
+        await cluster.start()
+        await cluster.start_writers()
+        await control.start(await cluster.source(), cluster.target_url)
+        await cluster.wait_phase(Phase.COPYING)
+        etcd.stop()
+        status = await _finish_and_check(cluster, Phase.FAILED)
+        assert status["reason"]
+    finally:
+        await cluster.close()
+
+
+@pytest.mark.parametrize("direction", ["zk-to-zk", "etcd-to-zk"])
+async def test_the_same_migration_between_other_stores(gateways: Gateways, zk_url: str, etcd_url: str,
+                                                       direction: str) -> None:
+    source, target = (zk_url, zk_url + "-target") if direction == "zk-to-zk" else (etcd_url, zk_url + "-target")
+    cluster = Cluster(gateways, source, target)
+    try:
+        await _seed(cluster)
+        await cluster.start()
+        await cluster.start_writers()
+        await control.start(await cluster.source(), target)
+        status = await _finish_and_check(cluster, Phase.COMPLETED)
+        assert status["copy"]["verified"] is True
+        for writer in cluster.writers.values():
+            assert writer.failed == 0, writer.errors
+    finally:
+        await cluster.close()
