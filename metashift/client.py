@@ -48,13 +48,14 @@ from metashift.stores import (
     StoreURL,
 )
 from metashift.stores.aio import cancel_and_wait
-from metashift.stores.base import GetResult, NotificationListener
 from metashift.stores.errors import (
     AuthFailed,
     HeldForMigration,
     MetadataStoreError,
     StoreUnavailable,
 )
+from metashift.stores.notifications import NotificationListener
+from metashift.stores.ops import GetResult
 
 log = logging.getLogger(__name__)
 

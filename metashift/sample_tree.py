@@ -17,7 +17,7 @@
   manager's leader, bundle ownership. They last as long as the store stays open.
 
 The same seed gives the same tree, byte for byte and version for version. Parents are written
-before their children, in batches (``MetadataStore.restore_many``), so a million nodes take
+before their children, in batches (``Store.restore_many``), so a million nodes take
 minutes.
 """
 
@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from metashift.stores import MetadataStore, MetadataStoreError, Restore, paths
+from metashift.stores import MetadataStoreError, Restore, Store, paths
 
 #: One node to write: (path, kind, size, version).
 Spec = tuple[str, str, int, int]
@@ -212,7 +212,7 @@ def value_of(path: str, kind: str, size: int, seed: int) -> bytes:
 
 
 async def generate(
-    store: MetadataStore,
+    store: Store,
     topics: int,
     seed: int = 0,
     *,

@@ -1,6 +1,6 @@
 """Listing and partitioning, shared by the copy and the verification.
 
-The driver lists the source once (``MetadataStore.walk``: breadth first, excluded subtrees
+The driver lists the source once (``Store.walk``: breadth first, excluded subtrees
 pruned), keeps every persistent node with its version and size, and reads the sequence counters.
 The plan then cuts the nodes into stages and partitions:
 
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from metashift.stores import MetadataStore, paths
+from metashift.stores import Store, paths
 
 from .report import EmptySource
 from .rules import Rules
@@ -53,7 +53,7 @@ class Plan:
 
 
 async def make_plan(
-    store: MetadataStore, rules: Rules, on_progress: Callable[[int], None] | None = None
+    store: Store, rules: Rules, on_progress: Callable[[int], None] | None = None
 ) -> Plan:
     """List ``store`` under ``rules``; ``on_progress`` gets the count of nodes listed so far."""
     start = time.monotonic()
@@ -87,7 +87,7 @@ async def make_plan(
 
 
 async def make_source_plan(
-    store: MetadataStore, url: str, rules: Rules, on_progress: Callable[[int], None] | None = None
+    store: Store, url: str, rules: Rules, on_progress: Callable[[int], None] | None = None
 ) -> Plan:
     """``make_plan`` of a copy's or a verification's source; ``EmptySource`` when it holds no
     node at all: a mistyped chroot or prefix, which must not pass for a copy of nothing."""

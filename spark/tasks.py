@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 from metashift.stores import (
     BadVersion,
     GetOp,
-    MetadataStore,
     MetadataStoreError,
     OpResult,
     Restore,
+    Store,
     open_store,
 )
 
@@ -61,7 +61,7 @@ def _side(result: OpResult) -> Side | None:
 
 
 async def _with_stores(
-    source_url: str, target_url: str, body: Callable[[MetadataStore, MetadataStore], Awaitable[None]]
+    source_url: str, target_url: str, body: Callable[[Store, Store], Awaitable[None]]
 ) -> None:
     source = await open_store(source_url, watch=False, create_root=False)
     try:
@@ -75,7 +75,7 @@ async def _with_stores(
 
 
 async def _read_pairs(
-    source: MetadataStore, target: MetadataStore, items: list[Item]
+    source: Store, target: Store, items: list[Item]
 ) -> Callable[[], Awaitable[list[Pair]]]:
     """Read ``items`` from both sides, ``READ_CHUNK`` at a time, one chunk ahead of the caller."""
     chunks = [items[i : i + READ_CHUNK] for i in range(0, len(items), READ_CHUNK)]
@@ -164,7 +164,7 @@ async def _copy(items: list[Item], source_url: str, target_url: str, rules: Rule
         "write_ops": 0, "conflicts": [], "error": None,
     }  # fmt: skip
 
-    async def body(source: MetadataStore, target: MetadataStore) -> None:
+    async def body(source: Store, target: Store) -> None:
         next_chunk = await _read_pairs(source, target, items)
         while pairs := await next_chunk():
             restores: list[Restore] = []
@@ -204,7 +204,7 @@ def verify_partition(items: list[Item], source_url: str, target_url: str, rules:
 async def _verify(items: list[Item], source_url: str, target_url: str, rules: Rules) -> dict:
     out: dict[str, Any] = {"nodes": 0, "bytes": 0, "vanished": 0, "ephemerals": 0, "mismatches": [], "error": None}
 
-    async def body(source: MetadataStore, target: MetadataStore) -> None:
+    async def body(source: Store, target: Store) -> None:
         next_chunk = await _read_pairs(source, target, items)
         while pairs := await next_chunk():
             for path, _, _, j in _judged(pairs, rules, out):

@@ -15,7 +15,7 @@ import pytest
 from metashift.coordinator import control
 from metashift.coordinator.service import run_coordinator
 from metashift.migration.phase import Phase
-from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable, open_store
+from metashift.stores import MetadataStore, MetadataStoreError, Store, StoreUnavailable, open_store
 from tests.harness import Gateways, eventually
 
 
@@ -94,7 +94,7 @@ class Cluster:
         self.target_url = target_url
         self.agents: dict[str, Any] = {}
         self.writers: dict[str, Writer] = {}
-        self._stores: list[MetadataStore] = []
+        self._stores: list[Store] = []
 
     async def start_agent(self, node_id: str, role: str, *, coordinator: bool = True, **settings: Any) -> Any:
         flat = {"node_id": node_id, "role": role, "coordinator.prepare_timeout": 30.0, "gate.hold_timeout": 90.0}
@@ -135,12 +135,12 @@ class Cluster:
         await agent.stop(grace=1.0)
         self.gateways.agents.remove(agent)
 
-    async def open(self, url: str) -> MetadataStore:
+    async def open(self, url: str) -> Store:
         store = await open_store(url)
         self._stores.append(store)
         return store
 
-    async def source(self) -> MetadataStore:
+    async def source(self) -> Store:
         return await self.open(self.source_url)
 
     async def status(self) -> dict[str, Any]:

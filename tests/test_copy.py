@@ -21,7 +21,7 @@ from metashift.spark.report import CopyConflict
 from metashift.spark.rules import Rules
 from metashift.spark.session import get_session, stop_session
 from metashift.spark.verify import verify_tree
-from metashift.stores import MetadataStore, Restore, open_store
+from metashift.stores import Restore, Store, open_store
 
 PAIRS = [("zk", "etcd"), ("etcd", "zk"), ("zk", "zk"), ("etcd", "etcd")]
 TOPICS = 25
@@ -40,7 +40,7 @@ def url_of(request: pytest.FixtureRequest, backend: str, namespace: str, side: s
     return f"{server.url}{namespace}-{side}"
 
 
-async def snapshot(store: MetadataStore) -> dict[str, tuple[bytes, int, bool]]:
+async def snapshot(store: Store) -> dict[str, tuple[bytes, int, bool]]:
     """Every node under the store's root: value, version, ephemeral."""
     out: dict[str, tuple[bytes, int, bool]] = {}
     async for page in store.walk():
@@ -51,7 +51,7 @@ async def snapshot(store: MetadataStore) -> dict[str, tuple[bytes, int, bool]]:
     return out
 
 
-async def fill(store: MetadataStore) -> None:
+async def fill(store: Store) -> None:
     """A small Pulsar tree with live ephemerals, plus what the copy must leave out and a few
     nodes with high versions and a large value."""
     await generate(store, TOPICS, seed=7)
@@ -64,7 +64,7 @@ async def fill(store: MetadataStore) -> None:
 
 
 @pytest.fixture
-async def pair(request: pytest.FixtureRequest, namespace: str) -> AsyncIterator[tuple[str, str, MetadataStore]]:
+async def pair(request: pytest.FixtureRequest, namespace: str) -> AsyncIterator[tuple[str, str, Store]]:
     """(source URL, target URL, the open source store holding the ephemerals)."""
     src_backend, tgt_backend = request.param
     source_url = url_of(request, src_backend, namespace, "src")
@@ -79,7 +79,7 @@ def _ids(p: tuple[str, str]) -> str:
     return f"{p[0]}-to-{p[1]}"
 
 
-async def check_copied(source: MetadataStore, target_url: str) -> None:
+async def check_copied(source: Store, target_url: str) -> None:
     src = await snapshot(source)
     async with await open_store(target_url) as target:
         dst = await snapshot(target)
@@ -112,7 +112,7 @@ async def check_copied(source: MetadataStore, target_url: str) -> None:
 
 
 @pytest.mark.parametrize("pair", PAIRS, indirect=True, ids=_ids)
-async def test_copy_is_exact_idempotent_and_verified(pair: tuple[str, str, MetadataStore], spark: Any) -> None:
+async def test_copy_is_exact_idempotent_and_verified(pair: tuple[str, str, Store], spark: Any) -> None:
     source_url, target_url, source = pair
     before = await snapshot(source)
     report = await asyncio.to_thread(copy_tree, source_url, target_url, verify=True, spark=spark)
@@ -129,7 +129,7 @@ async def test_copy_is_exact_idempotent_and_verified(pair: tuple[str, str, Metad
 
 
 @pytest.mark.parametrize("pair", [("zk", "etcd"), ("etcd", "zk")], indirect=True, ids=_ids)
-async def test_conflict_fails_and_names_the_path(pair: tuple[str, str, MetadataStore], spark: Any) -> None:
+async def test_conflict_fails_and_names_the_path(pair: tuple[str, str, Store], spark: Any) -> None:
     source_url, target_url, _ = pair
     await asyncio.to_thread(copy_tree, source_url, target_url, spark=spark)
     path = "/admin/clusters/us-east"
@@ -145,7 +145,7 @@ async def test_conflict_fails_and_names_the_path(pair: tuple[str, str, MetadataS
 
 @pytest.mark.parametrize("pair", [("zk", "etcd")], indirect=True, ids=_ids)
 async def test_every_conflict_is_named_on_the_command_line(
-    pair: tuple[str, str, MetadataStore], spark: Any, capsys: pytest.CaptureFixture[str]
+    pair: tuple[str, str, Store], spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
     source_url, target_url, _ = pair
     await asyncio.to_thread(copy_tree, source_url, target_url, spark=spark)
@@ -166,7 +166,7 @@ async def test_every_conflict_is_named_on_the_command_line(
 
 
 @pytest.mark.parametrize("pair", [("zk", "etcd"), ("etcd", "zk")], indirect=True, ids=_ids)
-async def test_verify_catches_changes_made_by_hand(pair: tuple[str, str, MetadataStore], spark: Any) -> None:
+async def test_verify_catches_changes_made_by_hand(pair: tuple[str, str, Store], spark: Any) -> None:
     source_url, target_url, _ = pair
     await asyncio.to_thread(copy_tree, source_url, target_url, spark=spark)
     value_path, version_path, gone_path = "/admin/configuration", "/ledgers/LAYOUT", "/admin/clusters/us-west"
@@ -192,7 +192,7 @@ async def test_verify_catches_changes_made_by_hand(pair: tuple[str, str, Metadat
 
 
 @pytest.mark.parametrize("pair", [("zk", "etcd"), ("etcd", "zk")], indirect=True, ids=_ids)
-async def test_killed_half_way_then_run_again_ends_equal(pair: tuple[str, str, MetadataStore], spark: Any) -> None:
+async def test_killed_half_way_then_run_again_ends_equal(pair: tuple[str, str, Store], spark: Any) -> None:
     source_url, target_url, source = pair
     await generate_more(source)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -222,7 +222,7 @@ async def test_killed_half_way_then_run_again_ends_equal(pair: tuple[str, str, M
     await check_copied(source, target_url)
 
 
-async def generate_more(store: MetadataStore) -> None:
+async def generate_more(store: Store) -> None:
     """More nodes with long version chains, so that a copy takes long enough to be killed."""
     items = [Restore(f"/managed-ledgers/bulk/n-{i:05d}", b"v" * 100, 40) for i in range(1500)]
     await store.put("/managed-ledgers/bulk", b"", -1)
@@ -232,7 +232,7 @@ async def generate_more(store: MetadataStore) -> None:
 
 @pytest.mark.parametrize("pair", [("zk", "etcd")], indirect=True, ids=_ids)
 async def test_tight_etcd_limits(
-    pair: tuple[str, str, MetadataStore], spark: Any, fresh_servers: Any, namespace: str
+    pair: tuple[str, str, Store], spark: Any, fresh_servers: Any, namespace: str
 ) -> None:
     """A target etcd with far lower txn-op and request-size limits than the defaults."""
     source_url, _, source = pair
@@ -244,7 +244,7 @@ async def test_tight_etcd_limits(
 
 
 @pytest.mark.parametrize("pair", [("zk", "etcd")], indirect=True, ids=_ids)
-async def test_etcd_history_compacted_during_the_copy(pair: tuple[str, str, MetadataStore], spark: Any) -> None:
+async def test_etcd_history_compacted_during_the_copy(pair: tuple[str, str, Store], spark: Any) -> None:
     """Replaying versions leaves history that etcd counts against its quota: the copy compacts it
     every ``compact_every`` writes, not only at the end, and the result is still exact."""
     source_url, target_url, source = pair

@@ -14,7 +14,7 @@ from metashift.local_servers import free_port
 from metashift.spark.copy import copy_tree
 from metashift.spark.report import SameStore
 from metashift.spark.verify import verify_tree
-from metashift.stores import InvalidStoreURL, MetadataStore, StoreFull, StoreUnavailable, open_store
+from metashift.stores import InvalidStoreURL, Store, StoreFull, StoreUnavailable, open_store
 from tests.test_copy import snapshot, spark  # noqa: F401  (the session's Spark fixture)
 
 
@@ -50,7 +50,7 @@ async def test_same_store_is_refused(zk_url: str) -> None:
         copy_tree(zk_url, zk_url + "/inside")
 
 
-async def test_unreachable_target(source: MetadataStore, zk_url: str) -> None:
+async def test_unreachable_target(source: Store, zk_url: str) -> None:
     before = await snapshot(source)
     dead = f"etcd://127.0.0.1:{free_port()}?timeout=2"
     result = await asyncio.to_thread(cli, "copy", "--source", zk_url, "--target", dead)
@@ -71,7 +71,7 @@ async def test_unreachable_source(etcd_url: str) -> None:
         assert await target.get_children("/") == []
 
 
-async def test_target_out_of_room(source: MetadataStore, zk_url: str, fresh_servers: Any, spark: Any) -> None:  # noqa: F811
+async def test_target_out_of_room(source: Store, zk_url: str, fresh_servers: Any, spark: Any) -> None:  # noqa: F811
     before = await snapshot(source)
     etcd = fresh_servers.etcd(quota_backend_bytes=1_500_000)
     with pytest.raises(StoreFull) as info:
@@ -119,7 +119,7 @@ async def test_same_store_under_another_name_is_refused(zk_url: str) -> None:
     ],
 )
 async def test_a_malformed_spark_master_is_refused_before_anything(
-    source: MetadataStore, etcd_url: str, zk_url: str, args: list[str], message: str
+    source: Store, etcd_url: str, zk_url: str, args: list[str], message: str
 ) -> None:
     result = await asyncio.to_thread(cli, *args, "--source", zk_url, "--target", etcd_url)
     assert result.returncode == 2, result.stderr

@@ -12,13 +12,13 @@ from typing import Any
 import grpc
 import pytest
 
-from metashift import MetadataStore, Stat
+from metashift import MetadataStore, Stat, Store
 from metashift.agent import wire
 from metashift.client import AgentClient
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
-from metashift.stores.base import GetResult
 from metashift.stores.errors import HeldForMigration, MetadataStoreError
+from metashift.stores.ops import GetResult
 from tests.harness import Gateways
 
 
@@ -175,7 +175,7 @@ async def test_no_write_lost_or_applied_twice_across_gate_close_and_switch(
     final counter exactly once, and no write reached the source after the first close."""
     workers = 12
     clients: list[AgentClient] = [await open_stores(agent.address, timeout=30) for _ in range(workers)]
-    target: MetadataStore = await open_stores(etcd_url)
+    target: Store = await open_stores(etcd_url)
     await direct.put("/counters", b"", expected_version=-1)
     for i in range(workers):
         await direct.put(f"/counters/w{i}", b"0", expected_version=-1)

@@ -7,13 +7,13 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from metashift import MetadataStore
+from metashift import Store
 from metashift.sample_tree import generate
 
 TOPICS = 60
 
 
-async def _snapshot(store: MetadataStore) -> dict[str, tuple[bytes, int, bool]]:
+async def _snapshot(store: Store) -> dict[str, tuple[bytes, int, bool]]:
     out: dict[str, tuple[bytes, int, bool]] = {}
     async for page in store.walk("/"):
         for node in page:
@@ -40,7 +40,7 @@ async def test_same_seed_same_tree_other_seed_other_tree(
     assert snap_a != snap_c
 
 
-async def test_tree_has_pulsar_and_bookkeeper_shape(store: MetadataStore) -> None:
+async def test_tree_has_pulsar_and_bookkeeper_shape(store: Store) -> None:
     tree = await generate(store, TOPICS, seed=3)
     snap = await _snapshot(store)
     persistent = {p: v for p, v in snap.items() if not v[2]}

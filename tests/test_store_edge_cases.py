@@ -19,6 +19,7 @@ from metashift import (
     Notification,
     NotificationType,
     SessionEvent,
+    Store,
     StoreUnavailable,
     ValueTooLarge,
 )
@@ -164,7 +165,7 @@ async def test_children_of_a_big_subtree(store: MetadataStore) -> None:
 
 
 async def test_sibling_namespaces_do_not_leak(
-    store: MetadataStore, store_url: str, open_stores: Callable[..., Any]
+    store: Store, store_url: str, open_stores: Callable[..., Any]
 ) -> None:
     """A store at prefix/chroot /tN sees nothing of /tN0 or /tN-x (same string prefix, other
     namespaces): no children, no values, no walk entries, no notifications."""

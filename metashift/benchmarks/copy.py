@@ -36,7 +36,7 @@ from typing import Any
 
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.sample_tree import generate
-from metashift.stores import GetOp, MetadataStore, PutOp, open_store
+from metashift.stores import GetOp, PutOp, Store, open_store
 
 
 def _rss_kb(pid: int) -> int:
@@ -98,7 +98,7 @@ class PeakMemory:
         self._thread.join()
 
 
-async def _all_paths(store: MetadataStore) -> tuple[list[str], int]:
+async def _all_paths(store: Store) -> tuple[list[str], int]:
     """Persistent paths, and the writes a version-keeping copy of them takes (sum of V+1)."""
     out: list[str] = []
     writes = 0

@@ -1,23 +1,10 @@
-"""The store layer: one async interface (``MetadataStore``) and one implementation per backend."""
+"""The store layer: Pulsar's ``MetadataStore`` API (``api.py``), the bulk interface of the copy
+(``bulk.py``), and one package per backend (``zookeeper/``, ``etcd/``) implementing both."""
 
 from __future__ import annotations
 
-from .base import (
-    DeleteOp,
-    ExistsOp,
-    GetChildrenOp,
-    GetOp,
-    MetadataStore,
-    NodeInfo,
-    Notification,
-    NotificationType,
-    Op,
-    OpResult,
-    PutOp,
-    Restore,
-    SessionEvent,
-    Stat,
-)
+from .api import MetadataStore
+from .bulk import BulkStore, NodeInfo, Restore
 from .errors import (
     AlreadyExists,
     AuthFailed,
@@ -31,11 +18,15 @@ from .errors import (
     StoreUnavailable,
     ValueTooLarge,
 )
+from .notifications import Notification, NotificationType, SessionEvent
+from .ops import DeleteOp, ExistsOp, GetChildrenOp, GetOp, Op, OpResult, PutOp
+from .stat import Stat
+from .store import Store
 from .urls import StoreURL
 from .urls import parse as parse_url
 
 
-async def open_store(url: str | StoreURL, *, watch: bool = True, create_root: bool = True) -> MetadataStore:
+async def open_store(url: str | StoreURL, *, watch: bool = True, create_root: bool = True) -> Store:
     """Connect to the store named by ``url`` (``zk://...`` or ``etcd://...``) and open a session.
 
     Raises ``InvalidStoreURL`` for a malformed URL (nothing is contacted), ``StoreUnavailable``
@@ -58,6 +49,7 @@ __all__ = [
     "AlreadyExists",
     "AuthFailed",
     "BadVersion",
+    "BulkStore",
     "DeleteOp",
     "ExistsOp",
     "GetChildrenOp",
@@ -77,6 +69,7 @@ __all__ = [
     "Restore",
     "SessionEvent",
     "Stat",
+    "Store",
     "StoreFull",
     "StoreURL",
     "StoreUnavailable",

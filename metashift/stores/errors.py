@@ -17,16 +17,22 @@ class MetadataStoreError(Exception):
 
 
 class NotFound(MetadataStoreError):
+    """The node does not exist."""
+
     def __init__(self, path: str, message: str = "node does not exist") -> None:
         super().__init__(message, path)
 
 
 class BadVersion(MetadataStoreError):
+    """A conditional write's expected version does not match the node's."""
+
     def __init__(self, path: str, message: str = "version does not match") -> None:
         super().__init__(message, path)
 
 
 class AlreadyExists(BadVersion):
+    """A create (``expected_version=-1``) found the node already there."""
+
     def __init__(self, path: str, message: str = "node already exists") -> None:
         super().__init__(path, message)
 
@@ -39,6 +45,8 @@ class NotEmpty(MetadataStoreError):
 
 
 class ValueTooLarge(MetadataStoreError):
+    """A value (with its path) over the store's size limit; nothing was sent."""
+
     def __init__(self, path: str, size: int, limit: int) -> None:
         self.size = size
         self.limit = limit
@@ -46,6 +54,8 @@ class ValueTooLarge(MetadataStoreError):
 
 
 class InvalidPath(MetadataStoreError):
+    """A path that breaks the path rules (``paths.validate``) or that the store refuses."""
+
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"invalid path ({reason})", path)
 

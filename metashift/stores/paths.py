@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .errors import InvalidPath
 
 SEPARATOR = "/"
@@ -55,11 +57,8 @@ def ancestors(path: str) -> list[str]:
 
 
 def join(base: str, name: str) -> str:
+    """The path of child ``name`` of ``base``."""
     return base + name if base.endswith(SEPARATOR) else f"{base}{SEPARATOR}{name}"
-
-
-def name(path: str) -> str:
-    return path.rsplit(SEPARATOR, 1)[-1]
 
 
 def is_under(path: str, root: str) -> bool:
@@ -67,3 +66,32 @@ def is_under(path: str, root: str) -> bool:
     if root == SEPARATOR:
         return True
     return path == root or path.startswith(root + SEPARATOR)
+
+
+@dataclass(frozen=True)
+class Namespace:
+    """A store's root (ZooKeeper chroot, etcd key prefix) and the mapping between the paths a
+    store's caller sees and the server's full paths (or keys) below that root."""
+
+    root: str = SEPARATOR
+
+    def full(self, path: str) -> str:
+        """The server's path of ``path``: ``path`` below the root."""
+        if self.root == SEPARATOR:
+            return path
+        return self.root if path == SEPARATOR else self.root + path
+
+    def relative(self, full: str) -> str | None:
+        """The caller's path of the server's ``full`` path; ``None`` when it is outside the root."""
+        if self.root == SEPARATOR:
+            return full if full.startswith(SEPARATOR) else None
+        if full == self.root:
+            return SEPARATOR
+        if full.startswith(self.root + SEPARATOR):
+            return full[len(self.root) :]
+        return None
+
+    def children_prefix(self, path: str) -> str:
+        """What the server's paths of every node below ``path`` start with."""
+        full = self.full(path)
+        return full if full.endswith(SEPARATOR) else full + SEPARATOR

@@ -26,6 +26,8 @@ _FALSE = {"0", "false", "no", "off"}
 
 @dataclass(frozen=True)
 class StoreURL:
+    """A parsed store URL: scheme, hosts, root (chroot or prefix), credentials and options."""
+
     scheme: str
     hosts: tuple[tuple[str, int], ...]
     root: str = "/"

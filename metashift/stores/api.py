@@ -1,0 +1,244 @@
+"""Pulsar's ``MetadataStore`` API (PIP-45), asyncio flavoured: what brokers, bookies and the
+agent's clients see of a store.
+
+Public methods check their arguments here, once, for every implementation, then call the
+``_``-prefixed primitive; so a bad path or an oversize value is rejected before anything is sent
+and nothing is written. The bulk interface of the copy is apart (``bulk.BulkStore``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+from . import paths
+from .errors import BadVersion, InvalidPath, MetadataStoreError, ValueTooLarge
+from .notifications import Notification, NotificationListener, SessionEvent, SessionListener
+from .ops import DeleteOp, ExistsOp, GetChildrenOp, GetOp, GetResult, Op, OpResult, PutOp
+from .stat import Stat
+from .urls import StoreURL
+
+log = logging.getLogger(__name__)
+
+#: Bytes of path (chroot or prefix included) that every store's limit leaves room for beside a
+#: value of ``max_value_size``.
+PATH_ALLOWANCE = 2048
+
+
+class MetadataStore(ABC):
+    """An open connection to one metadata store, with one session.
+
+    Ephemeral nodes created through this object live as long as its session: until ``close()``,
+    or until the server expires the session.
+    """
+
+    #: Largest value, in bytes, that ``put`` accepts on this store (with a path of up to
+    #: ``PATH_ALLOWANCE`` bytes; a longer path leaves less room for the value).
+    max_value_size: int
+    #: Largest version a node can reach on this store.
+    max_version: int = 2**63 - 1
+
+    def __init__(self, url: StoreURL) -> None:
+        self.url = url
+        self._listeners: list[NotificationListener] = []
+        self._session_listeners: list[SessionListener] = []
+
+    # ---- reads ----------------------------------------------------------------------------------
+
+    async def get(self, path: str) -> GetResult:
+        """The value and Stat of ``path``, or ``None`` when it does not exist."""
+        return await self._get(paths.validate(path))
+
+    async def get_children(self, path: str) -> list[str]:
+        """Names of the children of ``path``, sorted; empty when ``path`` does not exist."""
+        return sorted(await self._get_children(paths.validate(path)))
+
+    async def exists(self, path: str) -> bool:
+        return await self._exists(paths.validate(path))
+
+    # ---- writes ---------------------------------------------------------------------------------
+
+    async def put(
+        self,
+        path: str,
+        value: bytes,
+        expected_version: int | None = None,
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+    ) -> Stat:
+        """Write ``value`` at ``path``.
+
+        ``expected_version``: ``None`` writes blindly; ``-1`` requires that the node does not
+        exist (``AlreadyExists`` otherwise); ``n >= 0`` is a compare-and-set (``BadVersion`` when
+        the version differs or the node is missing). A sequential put appends the store's suffix
+        to ``path``; the returned Stat carries the real path.
+        """
+        self._check_put(path, value, expected_version)
+        if self._impossible_version(PutOp(path, b"", expected_version)):
+            raise BadVersion(path)
+        return await self._put(path, bytes(value), expected_version, ephemeral, sequential)
+
+    async def delete(self, path: str, expected_version: int | None = None) -> None:
+        """Delete ``path``: ``NotFound`` when missing, ``BadVersion`` when the version differs."""
+        self._check_delete(path, expected_version)
+        if self._impossible_version(DeleteOp(path, expected_version)):
+            raise BadVersion(path)
+        await self._delete(path, expected_version)
+
+    async def batch(self, ops: Sequence[Op]) -> list[OpResult]:
+        """Run operations together; each result is the value the single call would return, or
+        the ``MetadataStoreError`` it would raise. Operations on different paths are sent
+        together, in no particular order; operations on one path apply in batch order, each
+        seeing the ones before it (a batch is cut into rounds with one operation per path).
+        Arguments are checked first: one bad operation rejects the whole batch before anything
+        is sent."""
+        checked: list[Op] = []
+        for op in ops:
+            if isinstance(op, PutOp):
+                self._check_put(op.path, op.value, op.expected_version)
+                op = dataclasses.replace(op, value=bytes(op.value))
+            elif isinstance(op, DeleteOp):
+                self._check_delete(op.path, op.expected_version)
+            else:
+                paths.validate(op.path)
+            checked.append(op)
+        # a compare-and-set against a version this store cannot hold fails alone, unsent
+        results: list[OpResult] = [None] * len(checked)
+        rounds: list[list[int]] = []
+        last_round: dict[str, int] = {}
+        for i, op in enumerate(checked):
+            if self._impossible_version(op):
+                results[i] = BadVersion(op.path)
+                continue
+            r = last_round.get(op.path, -1) + 1
+            last_round[op.path] = r
+            if r == len(rounds):
+                rounds.append([])
+            rounds[r].append(i)
+        for members in rounds:
+            for i, result in zip(members, await self._batch([checked[i] for i in members]), strict=True):
+                results[i] = result
+        return results
+
+    # ---- notifications --------------------------------------------------------------------------
+
+    def add_listener(self, listener: NotificationListener) -> Callable[[], None]:
+        """Call ``listener`` for every change the store sees; returns a function that removes it."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def add_session_listener(self, listener: SessionListener) -> Callable[[], None]:
+        self._session_listeners.append(listener)
+        return lambda: (
+            self._session_listeners.remove(listener) if listener in self._session_listeners else None
+        )
+
+    def _notify(self, notification: Notification) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(notification)
+            except Exception:  # a listener's bug must not stop the store's event loop
+                log.exception("notification listener failed for %s", notification)
+
+    def _session_event(self, event: SessionEvent) -> None:
+        log.info("%s session event: %s", self.url, event.value)
+        for listener in list(self._session_listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("session listener failed for %s", event)
+
+    # ---- life cycle -----------------------------------------------------------------------------
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close the session (its ephemerals go) and the connection. Idempotent."""
+
+    async def __aenter__(self) -> MetadataStore:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # ---- what each backend implements -----------------------------------------------------------
+
+    @abstractmethod
+    async def _get(self, path: str) -> GetResult: ...
+
+    @abstractmethod
+    async def _get_children(self, path: str) -> list[str]: ...
+
+    @abstractmethod
+    async def _exists(self, path: str) -> bool: ...
+
+    @abstractmethod
+    async def _put(
+        self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
+    ) -> Stat: ...
+
+    @abstractmethod
+    async def _delete(self, path: str, expected_version: int | None) -> None: ...
+
+    async def _batch(self, ops: list[Op]) -> list[OpResult]:
+        """``ops`` name distinct paths (``batch`` cuts rounds so), so they may run in any order.
+        Default: the single calls, concurrently. Backends override with multi/txn."""
+        return list(await asyncio.gather(*(self._run_one(op) for op in ops)))
+
+    async def _run_one(self, op: Op) -> OpResult:
+        try:
+            if isinstance(op, GetOp):
+                return await self._get(op.path)
+            if isinstance(op, GetChildrenOp):
+                return sorted(await self._get_children(op.path))
+            if isinstance(op, ExistsOp):
+                return await self._exists(op.path)
+            if isinstance(op, PutOp):
+                return await self._put(op.path, op.value, op.expected_version, op.ephemeral, op.sequential)
+            await self._delete(op.path, op.expected_version)
+            return None
+        except MetadataStoreError as e:
+            return e
+
+    def _check_put(self, path: str, value: Any, expected_version: int | None) -> None:
+        paths.validate(path)
+        if path == paths.SEPARATOR:
+            raise InvalidPath(path, "the root cannot be written")
+        if not isinstance(value, bytes | bytearray | memoryview):
+            raise TypeError(f"value for {path} must be bytes, not {type(value).__name__}")
+        size = len(value)
+        if size > self.max_value_size:
+            raise ValueTooLarge(path, size, self.max_value_size)
+        # the server limits the whole request, so a long path eats into the value's room
+        request = size + len(self.url.root.encode()) + len(path.encode())
+        if request > self.max_value_size + PATH_ALLOWANCE:
+            raise ValueTooLarge(path, request, self.max_value_size + PATH_ALLOWANCE)
+        _check_version(path, expected_version, allow_create=True)
+
+    def _check_delete(self, path: str, expected_version: int | None) -> None:
+        paths.validate(path)
+        if path == paths.SEPARATOR:
+            raise InvalidPath(path, "the root cannot be deleted")
+        _check_version(path, expected_version, allow_create=False)
+
+    def _impossible_version(self, op: Op) -> bool:
+        """True for a compare-and-set against a version no node of this store can have (ZooKeeper
+        versions are 32-bit): such a call is a ``BadVersion`` without asking the server."""
+        expected = getattr(op, "expected_version", None)
+        return expected is not None and expected > self.max_version
+
+
+def _check_version(path: str, expected_version: int | None, *, allow_create: bool) -> None:
+    if expected_version is None:
+        return
+    if isinstance(expected_version, bool) or not isinstance(expected_version, int):
+        raise TypeError(f"expected_version for {path} must be an int or None")
+    if expected_version < (-1 if allow_create else 0):
+        raise ValueError(f"expected_version {expected_version} for {path} is not valid")

@@ -1,0 +1,144 @@
+"""The bulk interface of the copy, its verification and sample data: walk a tree, restore nodes
+with their exact versions, carry sequence counters over, compact a store's history.
+
+Apart from Pulsar's ``MetadataStore`` API (``api.py``): brokers and the agent's clients never see
+it. Each backend implements it with its own fast paths (``zookeeper/bulk.py``, ``etcd/bulk.py``);
+the checks of the arguments are here, once.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Collection, Sequence
+from dataclasses import dataclass
+
+from . import paths
+from .api import MetadataStore
+from .errors import MetadataStoreError
+from .ops import Op, PutOp
+
+#: Name of the throw-away children that ``advance_sequence_counter`` creates and deletes again.
+COUNTER_PROBE = "metashift-counter-probe"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node as a listing (``BulkStore.walk``) sees it."""
+
+    path: str
+    version: int
+    size: int
+    """Length of the value in bytes."""
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True)
+class Restore:
+    """Bring ``path`` to exactly ``value`` at ``version`` (``BulkStore.restore_many``)."""
+
+    path: str
+    value: bytes
+    version: int
+    current: int = -1
+    """The version the node has in this store now, as read just before (-1: it does not exist)."""
+
+
+class BulkStore(ABC):
+    """The bulk operations of a store, for the copy, its verification and sample data."""
+
+    async def walk(
+        self, root: str = paths.SEPARATOR, *, prune: Collection[str] = ()
+    ) -> AsyncIterator[list[NodeInfo]]:
+        """Every node below ``root`` (``root`` itself not included), in pages, breadth first: a
+        node's parent always comes in an earlier page or earlier in the same page. Subtrees whose
+        root is in ``prune`` are neither listed nor descended into. A path that only exists as the
+        parent of other keys (etcd) is not listed, but its children are. Nodes that vanish while
+        the walk runs are left out."""
+        paths.validate(root)
+        async for page in self._walk(root, set(prune)):
+            yield page
+
+    async def restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
+        """Bring each node to exactly its ``value`` at its ``version``: create it when
+        ``current`` is -1, then write until the store's own version count reaches ``version`` (no
+        store lets a version be set; they count writes). The intermediate writes carry empty
+        values, the last one the value. Every write is conditional on the version the previous
+        one left, so a stale ``current`` gives ``BadVersion`` rather than a wrong version.
+        Returns, per item, the number of writes it took, or the error that stopped it (the node
+        is then left at some version between ``current`` and ``version``, and a new call with
+        the version read again resumes). Paths must be distinct; parents are the caller's
+        business (create them first)."""
+        for item in items:
+            self._check_value(item.path, item.value)
+            if not 0 <= item.version or not -1 <= item.current <= item.version:
+                raise ValueError(f"cannot restore {item.path} from version {item.current} to {item.version}")
+        return await self._restore_many(items)
+
+    async def restore(self, path: str, value: bytes, version: int, current: int = -1) -> int:
+        """``restore_many`` for one node; raises the error instead of returning it."""
+        (result,) = await self.restore_many([Restore(path, bytes(value), version, current)])
+        if isinstance(result, MetadataStoreError):
+            raise result
+        return result
+
+    @abstractmethod
+    async def children_version(self, path: str) -> int | None:
+        """The counter behind sequential children of ``path`` (ZooKeeper: the parent's cversion;
+        etcd: the parent key's version), ``None`` when ``path`` does not exist."""
+
+    async def sequence_counter(self, parent: str) -> int:
+        """The suffix the next sequential child of ``parent`` will get; every suffix this store
+        handed out under ``parent`` so far is smaller. 0 when ``parent`` does not exist."""
+        return await self.children_version(paths.validate(parent)) or 0
+
+    @abstractmethod
+    async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
+        """Make the next sequential suffix under ``parent`` at least ``at_least`` (the parent's
+        value is kept). May overshoot a little. Returns the number of writes it took."""
+
+    async def compact_history(self) -> None:
+        """Drop the history of old values the store keeps after a bulk write (etcd's MVCC
+        revisions, which count against its quota). Nothing to do for most stores."""
+        return None
+
+    # ---- what each backend implements -----------------------------------------------------------
+
+    @abstractmethod
+    def _walk(self, root: str, prune: set[str]) -> AsyncIterator[list[NodeInfo]]:
+        """``walk`` of a checked ``root``."""
+
+    @abstractmethod
+    async def _restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
+        """``restore_many`` of checked items."""
+
+    @abstractmethod
+    def _check_value(self, path: str, value: bytes) -> None:
+        """Raise what ``put`` would raise for ``value`` at ``path``."""
+
+
+async def restore_by_puts(store: MetadataStore, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
+    """``restore_many`` through the public API: rounds of conditional puts, one per node and
+    round, in batches. Slow but exact: each failing node gets the error its own put got."""
+    results: list[int | MetadataStoreError] = [0] * len(items)
+    current = [item.current for item in items]
+    pending = [i for i, item in enumerate(items) if item.current < item.version]
+    while pending:
+        ops: list[Op] = []
+        for i in pending:
+            item = items[i]
+            value = item.value if current[i] + 1 == item.version else b""
+            ops.append(PutOp(item.path, value, current[i]))
+        answers = await store.batch(ops)
+        still: list[int] = []
+        for i, answer in zip(pending, answers, strict=True):
+            if isinstance(answer, MetadataStoreError):
+                results[i] = answer
+                continue
+            current[i] += 1
+            count = results[i]
+            assert isinstance(count, int)
+            results[i] = count + 1
+            if current[i] < items[i].version:
+                still.append(i)
+        pending = still
+    return results

@@ -1,0 +1,229 @@
+"""The etcd store's bulk operations (the copy, its verification, sample data): a walk by range
+scans, restores and counter moves in many txns in flight, history compaction."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from aetcd import rpc
+
+from .. import paths
+from ..batching import OP_OVERHEAD, pack
+from ..bulk import BulkStore, NodeInfo, Restore
+from ..errors import BadVersion, MetadataStoreError, ValueTooLarge
+from .keys import prefix_end
+from .operations import TXN_MAX_BYTES, TXN_MAX_OPS, EtcdOperations, compare
+
+#: Keys per page of ``walk`` (values included). etcd 3.4 walks the whole rest of the range for every
+#: limited page, so few large pages beat many small ones (200k keys: 1.3 s at 10k, 3.4 s at 1k).
+WALK_PAGE_KEYS = 10_000
+#: Txns a bulk write keeps in flight; the final puts of a restore.
+_BULK_TXNS_IN_FLIGHT = 32
+_FINAL_TXNS_IN_FLIGHT = 8
+#: Puts ``advance_sequence_counter`` keeps in flight (one key: one put per txn).
+_COUNTER_PUTS_IN_FLIGHT = 256
+
+
+class _TxnTooBig(Exception):
+    """The server refused a txn for its number of operations or its size."""
+
+
+class EtcdBulk(EtcdOperations, BulkStore):
+    """The ``BulkStore`` operations of the etcd store."""
+
+    # txn budgets of the bulk operations; they shrink when the server's limits are lower
+    _txn_ops: int = TXN_MAX_OPS
+    _txn_bytes: int = TXN_MAX_BYTES
+
+    async def _walk(self, root: str, prune: set[str]) -> AsyncIterator[list[NodeInfo]]:
+        """One range scan over the keys below ``root``, paged, at one pinned revision; key
+        order puts every parent before its children."""
+        prefix = self._keys.children_prefix(root)
+        end = prefix_end(prefix)
+        pruned = tuple(prune)
+        start = prefix
+        revision = 0
+        while True:
+            req = rpc.RangeRequest(key=start, range_end=end, limit=WALK_PAGE_KEYS, revision=revision)
+            resp = await self._conn.range(root, req)
+            if not revision:
+                revision = resp.header.revision
+            page = []
+            for kv in resp.kvs:
+                path = self._keys.path_of(kv.key)
+                if path is None or path == paths.SEPARATOR or any(paths.is_under(path, p) for p in pruned):
+                    continue
+                page.append(NodeInfo(path, kv.version - 1, len(kv.value), kv.lease != 0))
+            if page:
+                yield page
+            if not resp.more or not resp.kvs:
+                return
+            start = resp.kvs[-1].key + b"\x00"
+
+    async def _restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
+        """Keeping version V takes V+1 puts of the key, each in its own txn (etcd refuses a key
+        twice in one txn). The intermediate puts are blind puts of empty bytes, and since only
+        their number matters they go in parallel: packed so that every txn holds distinct keys
+        and stays within the server's op and size limits (learnt when the server refuses a
+        txn: the budgets shrink and the txn is split). Then one final put per node with its
+        value, conditional on the version the intermediate puts must have left, so a count gone
+        wrong is a ``BadVersion``, never a wrong version. A final txn whose compare fails is
+        redone key by key to find the culprits."""
+        results: list[int | MetadataStoreError] = [0] * len(items)
+        todo = [i for i, item in enumerate(items) if item.current < item.version]
+        if not todo:
+            return results
+        keys = {i: self._keys.key(items[i].path) for i in todo}
+        # -- intermediate puts: key i needs (version - current - 1) of them, in distinct txns
+        need = {i: items[i].version - items[i].current - 1 for i in todo}
+        failed: dict[int, MetadataStoreError] = {}
+        await self._blind_puts([(keys[i], b"", n, i) for i, n in need.items() if n > 0], failed)
+        # -- final puts, with the value, conditional on the version left by the puts before
+        finals = [i for i in todo if i not in failed]
+
+        def final_put(i: int) -> tuple[Any, Any]:
+            item = items[i]
+            put = rpc.RequestOp(request_put=rpc.PutRequest(key=keys[i], value=item.value))
+            return compare(keys[i], item.version - 1), put
+
+        sizes = [(1, len(keys[i]) + len(items[i].value) + OP_OVERHEAD) for i in finals]
+        chunks = [[finals[k] for k in group] for group in pack(sizes, self._txn_ops, self._txn_bytes)]
+        sem = asyncio.Semaphore(_FINAL_TXNS_IN_FLIGHT)
+
+        async def run_final(chunk: list[int]) -> None:
+            ops = [final_put(i) for i in chunk]
+            request = rpc.TxnRequest(compare=[c for c, _ in ops], success=[p for _, p in ops], failure=[])
+            async with sem:
+                try:
+                    resp = await self._txn(request)
+                    too_big = False
+                except _TxnTooBig:
+                    too_big = True
+                except MetadataStoreError as e:  # unavailable, full, ...: whether applied is unknown
+                    for i in chunk:
+                        failed[i] = e
+                    return
+            if not too_big and resp.succeeded:
+                return
+            if len(chunk) == 1:
+                item = items[chunk[0]]
+                failed[chunk[0]] = (
+                    ValueTooLarge(item.path, len(item.value), self._txn_bytes)
+                    if too_big
+                    else BadVersion(item.path, "its version moved while it was restored")
+                )
+                return
+            if too_big:
+                half = len(chunk) // 2
+                await asyncio.gather(run_final(chunk[:half]), run_final(chunk[half:]))
+            else:  # a compare failed: find which, key by key
+                await asyncio.gather(*(run_final([i]) for i in chunk))
+
+        await asyncio.gather(*(run_final(chunk) for chunk in chunks))
+        for i in todo:
+            results[i] = failed[i] if i in failed else items[i].version - items[i].current
+        return results
+
+    async def children_version(self, path: str) -> int | None:
+        """The stored etcd version of the key of ``path``: the counter behind sequential children of
+        ``path`` (the next sequential put under ``path`` gets this number as its suffix, 0 when
+        ``None``, the key being absent). For the bulk copy, to carry counters over."""
+        resp = await self._conn.range(path, rpc.RangeRequest(key=self._keys.key(paths.validate(path))))
+        return int(resp.kvs[0].version) if resp.kvs else None
+
+    async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
+        """The counter is the parent key's version: blind puts of its own value, in parallel
+        (their order does not matter, all write the same bytes), until it reaches ``at_least``."""
+        paths.validate(parent)
+        counter = await self.sequence_counter(parent)
+        if counter >= at_least:
+            return 0
+        current = await self.get(parent)
+        value = current[0] if current is not None else b""
+        put = rpc.PutRequest(key=self._keys.key(parent), value=value)
+        need = at_least - counter
+        sem = asyncio.Semaphore(_COUNTER_PUTS_IN_FLIGHT)
+
+        async def one() -> None:
+            async with sem:
+                await self._conn.put(parent, put)
+
+        # one put per step, all in flight together: etcd commits concurrent proposals in batches
+        for start in range(0, need, 4 * _COUNTER_PUTS_IN_FLIGHT):
+            await asyncio.gather(*(one() for _ in range(min(4 * _COUNTER_PUTS_IN_FLIGHT, need - start))))
+        return need
+
+    async def compact_history(self) -> None:
+        """Compact etcd's history up to now (it is global: every key's old revisions go), and
+        wait until it is done: a compaction left running in the background stalls the server
+        for the next job (a verification opening its connections timed out behind one)."""
+        conn = self._conn
+        resp = await conn.range(None, rpc.RangeRequest(key=self._keys.key(paths.SEPARATOR), count_only=True))
+        request = rpc.CompactionRequest(revision=resp.header.revision, physical=True)
+        timeout = max(conn.timeout, 120.0)
+        try:
+            await conn.call(None, lambda md: conn.kv.Compact(request, timeout=timeout, metadata=md))
+        except MetadataStoreError as e:
+            if "compacted" not in str(e):  # already compacted at or past that revision: fine
+                raise
+
+    # -- helpers of the bulk operations --
+
+    async def _txn(self, request: Any) -> Any:
+        """One txn; ``_TxnTooBig`` (after shrinking the budgets) when the server refuses its size."""
+        try:
+            return await self._conn.txn(None, request)
+        except MetadataStoreError as e:
+            text = str(e)
+            if "too many operations" in text:
+                self._txn_ops = max(1, min(self._txn_ops, len(request.success)) // 2)
+                raise _TxnTooBig from None
+            if "too large" in text or "RESOURCE_EXHAUSTED" in text:
+                self._txn_bytes = max(1024, min(self._txn_bytes, request.ByteSize()) // 2)
+                raise _TxnTooBig from None
+            raise
+
+    async def _blind_puts(
+        self, wanted: list[tuple[bytes, bytes, int, int]], failed: dict[int, MetadataStoreError]
+    ) -> None:
+        """``count`` blind puts of ``value`` on each ``key``, in txns of distinct keys, many in
+        flight. ``wanted``: (key, value, count, tag); a failure is recorded in ``failed[tag]``."""
+        if not wanted:
+            return
+        total = sum(n for _, _, n, _ in wanted)
+        longest = max(n for _, _, n, _ in wanted)
+        per_op = max(len(k) + len(v) + OP_OVERHEAD for k, v, _, _ in wanted)
+        per_txn = max(1, min(self._txn_ops, self._txn_bytes // per_op))
+        n_txns = max(longest, -(-total // per_txn))
+        txns: list[list[tuple[bytes, bytes, int, Any]]] = [[] for _ in range(n_txns)]
+        slot = 0
+        for key, value, count, tag in sorted(wanted, key=lambda w: -w[2]):
+            op = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))  # one message, reused
+            for k in range(count):  # count <= n_txns: the txns it lands in are distinct
+                txns[(slot + k) % n_txns].append((key, value, tag, op))
+            slot += count
+        sem = asyncio.Semaphore(_BULK_TXNS_IN_FLIGHT)
+
+        async def send(ops: list[tuple[bytes, bytes, int, Any]]) -> None:
+            if not ops or all(op[2] in failed for op in ops):
+                return
+            async with sem:
+                request = rpc.TxnRequest(success=[op[3] for op in ops], failure=[])
+                try:
+                    await self._txn(request)
+                    return
+                except _TxnTooBig:
+                    if len(ops) == 1:
+                        key, value, tag, _ = ops[0]
+                        failed[tag] = ValueTooLarge(self._keys.path_of(key) or "?", len(value), self._txn_bytes)
+                        return
+                except MetadataStoreError as e:  # unavailable, full, ...: whether applied is unknown
+                    for op in ops:
+                        failed.setdefault(op[2], e)
+                    return
+            half = len(ops) // 2
+            await asyncio.gather(send(ops[:half]), send(ops[half:]))
+
+        await asyncio.gather(*(send(t) for t in txns))

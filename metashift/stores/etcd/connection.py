@@ -1,0 +1,227 @@
+"""The etcd connection: our own ``grpc.aio`` channel (aetcd's ``Client`` has neither TLS nor
+reconnection) with the stubs and messages of ``aetcd.rpc`` (never a second copy of etcd's protos in
+the process), host failover, token authentication and re-authentication, gRPC errors mapped onto
+the store's."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from aetcd import rpc
+
+from .. import paths
+from ..errors import AuthFailed, MetadataStoreError, StoreFull, StoreUnavailable
+from ..urls import StoreURL
+from .keys import Keys
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Metadata = tuple[tuple[str, str], ...] | None
+
+_GRPC_OPTIONS: list[tuple[str, Any]] = [
+    ("grpc.max_receive_message_length", 512 * 1024 * 1024),
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    # reconnect fast after a server restart (gRPC's default backoff grows to 2 minutes)
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+    # detect dead connections under the long-lived watch stream (etcd allows pings every 5 s)
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+]
+
+_UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+
+
+class EtcdConnection:
+    """A channel to one of the URL's etcd hosts, its stubs and auth token; every RPC goes through
+    ``call``."""
+
+    def __init__(self, url: StoreURL, keys: Keys) -> None:
+        self.url = url
+        self.keys = keys
+        self.timeout = url.call_timeout
+        self.host_index = 0
+        self.channel: grpc.aio.Channel | None = None
+        self.kv: Any = None
+        self.lease: Any = None
+        self.watch: Any = None
+        self.metadata: Metadata = None
+        self.closed = False
+        #: Set when a call finds the server unavailable or the lease gone: the keep-alive loop
+        #: checks at once instead of at its next tick.
+        self.poke = asyncio.Event()
+        #: Called after a failover switched hosts (the watch stream must move too).
+        self.on_failover: Callable[[], None] = lambda: None
+
+    async def open(self, deadline: float) -> None:
+        """Connect to the first host that answers, by ``deadline`` (the loop's clock)."""
+        loop = asyncio.get_running_loop()
+        hosts = self.url.hosts
+        last: MetadataStoreError | None = None
+        for i in range(len(hosts)):
+            budget = max((deadline - loop.time()) / (len(hosts) - i), 0.5)
+            try:
+                channel, metadata = await self._open(i, budget)
+            except AuthFailed:
+                raise
+            except MetadataStoreError as e:
+                last = e
+                continue
+            self._install(i, channel, metadata)
+            return
+        assert last is not None
+        raise StoreUnavailable(f"no etcd server answered at {self.url.host_string()} ({last})")
+
+    async def close(self) -> None:
+        """Close the channel. Idempotent."""
+        self.closed = True
+        if self.channel is not None:
+            await self.channel.close()
+            self.channel = None
+
+    def _make_channel(self, index: int) -> grpc.aio.Channel:
+        host, port = self.url.hosts[index]
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if not self.url.tls:
+            return grpc.aio.insecure_channel(target, options=_GRPC_OPTIONS)
+
+        def read(key: str) -> bytes | None:
+            name = self.url.options.get(key)
+            if name is None:
+                return None
+            with open(name, "rb") as f:
+                return f.read()
+
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=read("ca"), private_key=read("key"), certificate_chain=read("cert")
+        )
+        return grpc.aio.secure_channel(target, creds, options=_GRPC_OPTIONS)
+
+    async def _open(self, index: int, budget: float) -> tuple[grpc.aio.Channel, Metadata]:
+        """A channel to host ``index`` that answered an authenticated read of our root key."""
+        channel = self._make_channel(index)
+        try:
+            metadata = await self._authenticate(channel, budget)
+            kv = rpc.KVStub(channel)
+            try:
+                await kv.Range(
+                    rpc.RangeRequest(key=self.keys.key(paths.SEPARATOR), count_only=True),
+                    timeout=budget,
+                    metadata=metadata,
+                )
+            except grpc.aio.AioRpcError as e:
+                raise self._translate(e, None) from None
+        except BaseException:
+            await channel.close()
+            raise
+        return channel, metadata
+
+    async def _authenticate(self, channel: grpc.aio.Channel, budget: float) -> Metadata:
+        if self.url.username is None:
+            return None
+        try:
+            resp = await rpc.AuthStub(channel).Authenticate(
+                rpc.AuthenticateRequest(name=self.url.username, password=self.url.password or ""),
+                timeout=budget,
+            )
+        except grpc.aio.AioRpcError as e:
+            if e.code() in _UNAVAILABLE_CODES:
+                raise StoreUnavailable(f"etcd unreachable while authenticating ({e.details()})") from None
+            if "authentication is not enabled" in (e.details() or ""):
+                log.warning("%s: credentials given but etcd authentication is not enabled", self.url)
+                return None
+            raise AuthFailed(f"etcd refused the credentials of user {self.url.username!r} ({e.details()})") from None
+        return (("token", resp.token),)
+
+    def _install(self, index: int, channel: grpc.aio.Channel, metadata: Metadata) -> None:
+        self.host_index = index
+        self.channel = channel
+        self.metadata = metadata
+        self.kv = rpc.KVStub(channel)
+        self.lease = rpc.LeaseStub(channel)
+        self.watch = rpc.WatchStub(channel)
+
+    async def failover(self) -> None:
+        """Switch to the next host that answers, when the URL names several."""
+        n = len(self.url.hosts)
+        if n < 2 or self.closed:
+            return
+        for step in range(1, n):
+            index = (self.host_index + step) % n
+            try:
+                channel, metadata = await self._open(index, min(self.timeout, 2.0))
+            except MetadataStoreError:
+                continue
+            if self.closed:
+                await channel.close()
+                return
+            old = self.channel
+            log.warning("%s: failing over to %s:%d", self.url, *self.url.hosts[index])
+            self._install(index, channel, metadata)
+            self.on_failover()
+            if old is not None:
+                await old.close()
+            return
+
+    # ---- calls ----------------------------------------------------------------------------------
+
+    async def call(self, path: str | None, fn: Callable[[Metadata], Awaitable[T]]) -> T:
+        """Run one RPC (``fn(metadata)``), translating gRPC errors; re-authenticates once when the
+        auth token expired."""
+        if self.closed:
+            raise StoreUnavailable("store is closed", path)
+        for attempt in range(2):
+            try:
+                return await fn(self.metadata)
+            except grpc.aio.AioRpcError as e:
+                if (
+                    attempt == 0
+                    and self.url.username is not None
+                    and self.channel is not None
+                    and e.code() == grpc.StatusCode.UNAUTHENTICATED
+                    and "token" in (e.details() or "")
+                ):
+                    self.metadata = await self._authenticate(self.channel, self.timeout)
+                    continue
+                raise self._translate(e, path) from None
+        raise AssertionError("unreachable")
+
+    async def range(self, path: str | None, req: Any) -> Any:
+        """One ``Range``."""
+        return await self.call(path, lambda md: self.kv.Range(req, timeout=self.timeout, metadata=md))
+
+    async def put(self, path: str | None, req: Any) -> Any:
+        """One ``Put``."""
+        return await self.call(path, lambda md: self.kv.Put(req, timeout=self.timeout, metadata=md))
+
+    async def delete_range(self, path: str | None, req: Any) -> Any:
+        """One ``DeleteRange``."""
+        return await self.call(path, lambda md: self.kv.DeleteRange(req, timeout=self.timeout, metadata=md))
+
+    async def txn(self, path: str | None, req: Any) -> Any:
+        """One ``Txn``."""
+        return await self.call(path, lambda md: self.kv.Txn(req, timeout=self.timeout, metadata=md))
+
+    def _translate(self, e: grpc.aio.AioRpcError, path: str | None) -> MetadataStoreError:
+        code = e.code()
+        details = e.details() or ""
+        host = "{}:{}".format(*self.url.hosts[self.host_index])
+        if "database space exceeded" in details:
+            return StoreFull(f"etcd at {host} is out of space (NOSPACE alarm: {details})", path)
+        if code in _UNAVAILABLE_CODES:
+            self.poke.set()
+            return StoreUnavailable(f"etcd at {host} unavailable ({code.name}: {details})", path)
+        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or any(
+            s in details for s in ("user name is empty", "authentication failed", "permission denied")
+        ):
+            return AuthFailed(f"etcd at {host} refused the call ({details})", path)
+        if "lease not found" in details:
+            self.poke.set()
+            return StoreUnavailable(f"etcd session lease expired, being re-granted ({details})", path)
+        return MetadataStoreError(f"etcd error {code.name}: {details}", path)

@@ -1,0 +1,137 @@
+"""The etcd session: a lease (TTL = the URL's session timeout) that ephemeral keys are put under,
+kept alive by our own task and revoked on close; its state as Pulsar's session events."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections.abc import Callable
+
+import grpc
+from aetcd import rpc
+
+from ..errors import MetadataStoreError, StoreUnavailable
+from ..notifications import SessionEvent
+from .connection import EtcdConnection, Metadata
+
+log = logging.getLogger(__name__)
+
+#: Smallest lease TTL we ask for (etcd raises shorter ones to its own minimum anyway).
+MIN_LEASE_TTL = 2
+
+
+class SessionLease:
+    """The session lease of one store, and the keep-alive loop that refreshes or replaces it."""
+
+    def __init__(self, conn: EtcdConnection, emit: Callable[[SessionEvent], None]) -> None:
+        self._conn = conn
+        self._emit = emit
+        self.ttl = max(MIN_LEASE_TTL, math.ceil(conn.url.session_timeout))
+        #: The lease's id; 0 while there is none (being re-granted).
+        self.id = 0
+        self._connected = True
+
+    def require(self, path: str) -> int:
+        """The lease id for an ephemeral put of ``path``; ``StoreUnavailable`` while there is none."""
+        if not self.id:
+            self._conn.poke.set()
+            raise StoreUnavailable("etcd session lease lost, being re-granted; ephemeral put refused", path)
+        return self.id
+
+    async def grant(self) -> None:
+        """Ask etcd for a new lease."""
+        conn = self._conn
+        request = rpc.LeaseGrantRequest(TTL=self.ttl)
+        resp = await conn.call(None, lambda md: conn.lease.LeaseGrant(request, timeout=conn.timeout, metadata=md))
+        if resp.error:
+            raise MetadataStoreError(f"etcd refused a lease: {resp.error}")
+        self.id = resp.ID
+
+    async def revoke_on_close(self) -> None:
+        """Revoke the lease (our ephemerals vanish at once); called when the store closes."""
+        conn = self._conn
+        if self.id and conn.lease is not None:
+            try:
+                await conn.lease.LeaseRevoke(
+                    rpc.LeaseRevokeRequest(ID=self.id), timeout=min(conn.timeout, 3.0), metadata=conn.metadata
+                )
+            except grpc.aio.AioRpcError as e:
+                log.warning("%s: could not revoke lease %x on close: %s", conn.url, self.id, e.details())
+        self.id = 0
+
+    async def _revoke(self, lease_id: int) -> None:
+        conn = self._conn
+        req = rpc.LeaseRevokeRequest(ID=lease_id)
+        await conn.call(None, lambda md: conn.lease.LeaseRevoke(req, timeout=conn.timeout, metadata=md))
+
+    async def _keepalive_once(self) -> int:
+        """Refresh the lease once; its remaining TTL (0 when etcd no longer knows it)."""
+        conn = self._conn
+        lease_id = self.id
+
+        async def refresh(md: Metadata) -> int:
+            call = conn.lease.LeaseKeepAlive(
+                iter([rpc.LeaseKeepAliveRequest(ID=lease_id)]), timeout=conn.timeout, metadata=md
+            )
+            async for reply in call:
+                return int(reply.TTL)
+            return 0
+
+        return await conn.call(None, refresh)
+
+    async def keepalive_loop(self) -> None:
+        """Refresh the lease every TTL/3; report ConnectionLost/Reconnected, and SessionLost /
+        SessionReestablished when the lease is gone (etcd says so, or we could not refresh it for
+        longer than its TTL) and a new one was granted. Also fails over to another host."""
+        conn = self._conn
+        last_ok = time.monotonic()
+        session_lost = False
+        while not conn.closed:
+            if self._connected:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(conn.poke.wait(), self.ttl / 3)
+            else:
+                await asyncio.sleep(0.5)
+            conn.poke.clear()
+            try:
+                ttl = await self._keepalive_once() if self.id else 0
+            except asyncio.CancelledError:
+                raise
+            except MetadataStoreError as e:
+                log.debug("%s: lease keep-alive failed: %s", conn.url, e)
+                if self._connected:
+                    self._connected = False
+                    self._emit(SessionEvent.CONNECTION_LOST)
+                if not session_lost and time.monotonic() - last_ok > self.ttl:
+                    session_lost = True
+                    self._emit(SessionEvent.SESSION_LOST)
+                await conn.failover()
+                continue
+            except Exception:
+                log.exception("%s: lease keep-alive failed", conn.url)
+                continue
+            last_ok = time.monotonic()
+            if not self._connected:
+                self._connected = True
+                self._emit(SessionEvent.RECONNECTED)
+            if ttl > 0 and not session_lost:
+                continue
+            if not session_lost:
+                session_lost = True
+                self._emit(SessionEvent.SESSION_LOST)
+            old = self.id
+            self.id = 0
+            if old:  # lost locally: etcd may still hold it (a restart renews leases); drop it
+                with contextlib.suppress(MetadataStoreError):
+                    await self._revoke(old)
+            try:
+                await self.grant()
+            except MetadataStoreError as e:
+                log.warning("%s: could not re-grant the session lease: %s", conn.url, e)
+                continue
+            session_lost = False
+            last_ok = time.monotonic()
+            self._emit(SessionEvent.SESSION_REESTABLISHED)

@@ -1,0 +1,86 @@
+"""``EtcdStore``: etcd v3 behind the store interfaces, in Pulsar's ``EtcdMetadataStore`` layout;
+opening, closing and the parts it is made of (connection, session lease, watch)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from ..aio import cancel_and_wait
+from ..errors import InvalidStoreURL, StoreFull, StoreUnavailable
+from ..store import Store
+from ..urls import StoreURL
+from .bulk import EtcdBulk
+from .connection import EtcdConnection
+from .keys import Keys
+from .lease import SessionLease
+from .watches import Watcher
+
+log = logging.getLogger(__name__)
+
+
+class EtcdStore(EtcdBulk, Store):
+    """A ``MetadataStore`` and bulk store on etcd v3, with Pulsar's ``EtcdMetadataStore`` layout."""
+
+    def __init__(self, url: StoreURL) -> None:
+        super().__init__(url)
+        self._keys = Keys(url.root)
+        self._conn = EtcdConnection(url, self._keys)
+        self._lease = SessionLease(self._conn, self._session_event)
+        self._watcher = Watcher(self._conn, self._notify)
+        self._conn.on_failover = self._watcher.restart
+        self._tasks: list[asyncio.Task[None]] = []
+        self._watch_enabled = True
+
+    @classmethod
+    async def connect(cls, url: StoreURL, *, watch: bool = True) -> EtcdStore:
+        """Connect to the first host of ``url`` that answers, grant the session lease and start
+        the watch and the keep-alive. ``StoreUnavailable`` within about ``url.call_timeout`` when
+        no host answers; ``AuthFailed`` when the credentials are refused. ``watch=False`` skips
+        the watch (no notifications), for bulk jobs that do not want every write streamed back."""
+        if url.scheme != "etcd":
+            raise InvalidStoreURL(f"not an etcd URL: {url}")
+        store = cls(url)
+        store._watch_enabled = watch
+        try:
+            await store._start()
+        except BaseException:
+            await store._shutdown(revoke=False)
+            raise
+        return store
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._conn.timeout
+        await self._conn.open(deadline)
+        try:
+            await self._lease.grant()
+        except StoreFull:
+            if self._watch_enabled:
+                raise
+            # A bulk reader (a verification) needs no lease, and an etcd out of space still serves
+            # reads; ephemeral puts are refused until the keep-alive loop gets a lease.
+            log.warning("%s: no session lease (etcd is out of space); reads only", self.url)
+        if self._watch_enabled:
+            self._tasks.append(asyncio.create_task(self._watcher.loop(), name=f"etcd-watch {self.url}"))
+            try:
+                await asyncio.wait_for(self._watcher.ready.wait(), max(deadline - loop.time(), 1.0))
+            except TimeoutError:
+                raise StoreUnavailable(f"etcd at {self.url.host_string()} did not set up the watch") from None
+        self._tasks.append(asyncio.create_task(self._lease.keepalive_loop(), name=f"etcd-keepalive {self.url}"))
+
+    async def close(self) -> None:
+        """Stop the tasks, revoke the session lease (our ephemerals vanish at once), close the
+        channel. Idempotent."""
+        await self._shutdown(revoke=True)
+
+    async def _shutdown(self, revoke: bool) -> None:
+        if self._conn.closed:
+            return
+        self._conn.closed = True
+        await cancel_and_wait(self._tasks, str(self.url))
+        self._tasks.clear()
+        if revoke:
+            await self._lease.revoke_on_close()
+        self._lease.id = 0
+        await self._conn.close()

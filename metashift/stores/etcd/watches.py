@@ -1,0 +1,111 @@
+"""etcd notifications: one watch on the store's whole prefix, resumed after the last revision
+seen whenever the stream breaks (server restart, failover), so no event is lost unless compacted.
+Created (kv.version == 1) / Modified / Deleted, plus ChildrenChanged of the parent on create and
+delete (Pulsar's ``handleWatchResponse``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+from aetcd import rpc
+
+from .. import paths
+from ..notifications import Notification, NotificationType
+from .connection import EtcdConnection
+from .keys import prefix_end
+
+log = logging.getLogger(__name__)
+
+
+class Watcher:
+    """The watch stream of one store, turning etcd events into notifications."""
+
+    def __init__(self, conn: EtcdConnection, notify: Callable[[Notification], None]) -> None:
+        self._conn = conn
+        self._notify = notify
+        #: Set once the server confirmed the watch.
+        self.ready = asyncio.Event()
+        self._call: Any = None
+        self._next_rev = 0
+
+    def restart(self) -> None:
+        """Break the stream: the loop opens it again (on the connection's current host)."""
+        if self._call is not None:
+            self._call.cancel()
+
+    async def loop(self) -> None:
+        """Keep the watch open until the connection closes."""
+        conn = self._conn
+        start = conn.keys.key(paths.SEPARATOR)
+        end = prefix_end(conn.keys.children_prefix(paths.SEPARATOR))
+        while not conn.closed:
+            call = None
+            try:
+                call = conn.watch.Watch(metadata=conn.metadata)
+                self._call = call
+                await call.write(
+                    rpc.WatchRequest(
+                        create_request=rpc.WatchCreateRequest(key=start, range_end=end, start_revision=self._next_rev)
+                    )
+                )
+                while True:
+                    resp = await call.read()
+                    if resp is grpc.aio.EOF:
+                        break
+                    if resp.created and self._next_rev == 0:
+                        self._next_rev = resp.header.revision + 1
+                    if resp.created:
+                        self.ready.set()
+                    if resp.compact_revision:
+                        log.warning(
+                            "%s: watch resumed after compaction at revision %d; changes in between were missed",
+                            conn.url,
+                            resp.compact_revision,
+                        )
+                        self._next_rev = resp.compact_revision
+                    for event in resp.events:
+                        self._on_event(event)
+                        self._next_rev = max(self._next_rev, event.kv.mod_revision + 1)
+                    if resp.canceled:
+                        if resp.cancel_reason:
+                            log.warning("%s: watch canceled: %s", conn.url, resp.cancel_reason)
+                        break
+            except asyncio.CancelledError:
+                if call is not None:
+                    call.cancel()
+                raise
+            except grpc.aio.AioRpcError as e:
+                if not conn.closed and e.code() != grpc.StatusCode.CANCELLED:
+                    log.debug("%s: watch stream broke: %s", conn.url, e.details())
+                    conn.poke.set()
+            except Exception:
+                log.exception("%s: watch failed", conn.url)
+            finally:
+                self._call = None
+            if call is not None:
+                call.cancel()
+            if not conn.closed:
+                await asyncio.sleep(0.5)
+
+    def _on_event(self, event: Any) -> None:
+        path = self._conn.keys.path_of(event.kv.key)
+        if path is None:
+            return
+        if event.type == rpc.Event.PUT:
+            if event.kv.version == 1:
+                self._notify(Notification(NotificationType.CREATED, path))
+                self._notify_parent(path)
+            else:
+                self._notify(Notification(NotificationType.MODIFIED, path))
+        else:
+            self._notify(Notification(NotificationType.DELETED, path))
+            self._notify_parent(path)
+
+    def _notify_parent(self, path: str) -> None:
+        parent = paths.parent(path)
+        if parent is not None:
+            self._notify(Notification(NotificationType.CHILDREN_CHANGED, parent))

@@ -1,0 +1,187 @@
+"""The ZooKeeper store's bulk operations (the copy, its verification, sample data): a walk by
+pipelined ``getChildren2``, restores and counter moves in pipelined ``multi`` requests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from aiozk import protocol
+
+from .. import errors, paths
+from ..batching import OP_OVERHEAD, pack
+from ..bulk import COUNTER_PROBE, BulkStore, NodeInfo, Restore, restore_by_puts
+from ..ops import GetOp
+from .operations import MULTI_MAX_BYTES, MULTI_MAX_OPS, ZooKeeperOperations, multi_request
+
+#: getChildren2 calls in flight and per page of ``walk``; multis in flight.
+_WALK_IN_FLIGHT = 512
+_WALK_PAGE = 2000
+_MULTIS_IN_FLIGHT = 8
+
+
+class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
+    """The ``BulkStore`` operations of the ZooKeeper store."""
+
+    async def _walk(self, root: str, prune: set[str]) -> AsyncIterator[list[NodeInfo]]:
+        """Breadth first with pipelined ``getChildren2``: one call per node gives both its
+        children and its own Stat (version, data length, ephemeral owner), so nothing is read."""
+        sem = asyncio.Semaphore(_WALK_IN_FLIGHT)
+
+        async def children2(path: str) -> Any:
+            async with sem:
+                request = protocol.GetChildren2Request(path=self._namespace.full(path), watch=False)
+                try:
+                    return await self._call(request, path)
+                except errors.NotFound:
+                    return None
+
+        frontier = [root]
+        while frontier:
+            next_frontier: list[str] = []
+            for start in range(0, len(frontier), _WALK_PAGE):
+                chunk = frontier[start : start + _WALK_PAGE]
+                page: list[NodeInfo] = []
+                for path, resp in zip(chunk, await asyncio.gather(*(children2(p) for p in chunk)), strict=True):
+                    if resp is None:
+                        continue
+                    if path != root:
+                        stat = resp.stat
+                        page.append(NodeInfo(path, stat.version, stat.data_length, stat.ephemeral_owner != 0))
+                    for name in resp.children:
+                        child = paths.join(path, name)
+                        if child not in prune:
+                            next_frontier.append(child)
+                if page:
+                    yield page
+            frontier = next_frontier
+
+    async def _restore_many(self, items: Sequence[Restore]) -> list[int | errors.MetadataStoreError]:
+        """Each node's chain (create, then setData at each version, empty values until the last
+        one) goes in ``multi`` requests: ZooKeeper applies the same path many times in one
+        multi. Short chains share multis, pipelined; a chain longer than one multi is sent multi
+        after multi. A multi that fails (a parent missing, a version moved) changed nothing: its
+        nodes are read again and finished by single puts, which name the culprits."""
+        results: list[int | errors.MetadataStoreError] = [0] * len(items)
+        retry: set[int] = set()
+        sem = asyncio.Semaphore(_MULTIS_IN_FLIGHT)
+
+        def chain(item: Restore) -> list[tuple[Any, int]]:
+            full = self._namespace.full(item.path)
+            out: list[tuple[Any, int]] = []
+            version = item.current
+            if version == -1:
+                value = item.value if item.version == 0 else b""
+                out.append((self._create_request(full, value, False, False), len(full) + len(value) + OP_OVERHEAD))
+                version = 0
+            while version < item.version:
+                value = item.value if version + 1 == item.version else b""
+                request = protocol.SetDataRequest(path=full, data=value, version=version)
+                out.append((request, len(full) + len(value) + OP_OVERHEAD))
+                version += 1
+            return out
+
+        async def send(requests: list[Any], owners: list[int]) -> bool:
+            multi = multi_request()
+            for r in requests:
+                multi.add(r)
+            async with sem:
+                try:
+                    response = await self._call(multi, items[owners[0]].path)
+                except errors.StoreUnavailable as e:
+                    for i in owners:
+                        results[i] = e
+                    return False
+                except errors.MetadataStoreError:
+                    response = None
+            answers = None if response is None else response.responses
+            if answers is None or len(answers) != len(requests) or any(isinstance(a, Exception) for a in answers):
+                retry.update(i for i in owners if not isinstance(results[i], errors.MetadataStoreError))
+                return False
+            return True
+
+        async def long_chain(i: int, ops: list[tuple[Any, int]]) -> None:
+            for group in pack([(1, n) for _, n in ops], MULTI_MAX_OPS, MULTI_MAX_BYTES):
+                if not await send([ops[k][0] for k in group], [i]):
+                    return
+
+        todo = [i for i, item in enumerate(items) if item.current < item.version]
+        chains = [chain(items[i]) for i in todo]
+        jobs: list[Any] = []
+        for group in pack([(len(c), sum(n for _, n in c)) for c in chains], MULTI_MAX_OPS, MULTI_MAX_BYTES):
+            if len(group) == 1 and (
+                len(chains[group[0]]) > MULTI_MAX_OPS or sum(n for _, n in chains[group[0]]) > MULTI_MAX_BYTES
+            ):
+                jobs.append(long_chain(todo[group[0]], chains[group[0]]))
+            else:
+                jobs.append(send([r for k in group for r, _ in chains[k]], [todo[k] for k in group]))
+        await asyncio.gather(*jobs)
+        if retry:
+            order = sorted(retry)
+            fresh = await self.batch([GetOp(items[i].path) for i in order])
+            again: list[Restore] = []
+            for i, got in zip(order, fresh, strict=True):
+                item = items[i]
+                current = got[1].version if isinstance(got, tuple) else -1
+                if isinstance(got, errors.MetadataStoreError):
+                    results[i] = got
+                elif current > item.version:
+                    results[i] = errors.BadVersion(item.path, f"version {current} is past {item.version}")
+                else:
+                    again.append(Restore(item.path, item.value, item.version, current))
+            redone = await restore_by_puts(self, again)
+            by_path = {r.path: res for r, res in zip(again, redone, strict=True)}
+            for i in order:
+                if items[i].path in by_path:
+                    res = by_path[items[i].path]
+                    ok = not isinstance(res, errors.MetadataStoreError)
+                    results[i] = items[i].version - items[i].current if ok else res
+        for i, item in enumerate(items):
+            if results[i] == 0 and item.current < item.version:
+                results[i] = item.version - item.current
+        return results
+
+    async def children_version(self, path: str) -> int | None:
+        """The ``cversion`` of ``path`` (its count of child creations and deletions), or ``None``
+        when it does not exist. It bounds the next sequential suffix from above: ZooKeeper names
+        a sequential child after the count of creations only (see ``sequence_counter``)."""
+        zstat = await self._exists_stat(paths.validate(path))
+        return None if zstat is None else int(zstat.child_version)
+
+    async def sequence_counter(self, parent: str) -> int:
+        """ZooKeeper names a sequential child after the parent's count of child *creations*
+        (its internal cversion). The cversion it reports counts creations and deletions
+        (``2 * creations - live children``), so the count is ``(cversion + children) / 2``."""
+        zstat = await self._exists_stat(paths.validate(parent))
+        if zstat is None:
+            return 0
+        return (int(zstat.child_version) + int(zstat.num_children)) // 2
+
+    async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
+        """Every child creation moves the counter by one: multis of (create, delete) of a
+        throw-away child, pipelined, until it is reached."""
+        paths.validate(parent)
+        counter = await self.sequence_counter(parent)
+        if counter >= at_least:
+            return 0
+        if not await self._exists(parent):
+            await self.put(parent, b"")
+            counter = await self.sequence_counter(parent)
+        probe = self._namespace.full(paths.join(parent, COUNTER_PROBE))
+        pairs = at_least - counter
+        per_multi = MULTI_MAX_OPS // 2
+        sem = asyncio.Semaphore(_MULTIS_IN_FLIGHT)
+
+        async def bump(n: int) -> None:
+            multi = multi_request()
+            for _ in range(n):
+                multi.add(self._create_request(probe, b"", False, False))
+                multi.add(protocol.DeleteRequest(path=probe, version=-1))
+            async with sem:
+                response = await self._call(multi, parent)
+            if any(isinstance(a, Exception) for a in response.responses):
+                raise errors.MetadataStoreError("could not advance the sequence counter", parent)
+
+        await asyncio.gather(*(bump(min(per_multi, pairs - k)) for k in range(0, pairs, per_multi)))
+        return 2 * pairs

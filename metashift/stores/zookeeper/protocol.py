@@ -1,0 +1,322 @@
+"""The aiozk wire protocol and session, made fit for a long-lived service.
+
+The store uses aiozk's request/response classes and its ``Session`` (state machine, heartbeat,
+``send``), but not ``ZKClient``: the client's stat cache grows forever and its
+``set_data``/``delete`` silently use cached versions. What is replaced here:
+
+- ``ZKSession``: server search backs off to at most one second (aiozk: up to 60 s), a failed
+  handshake keeps the session id (aiozk threw the session away, losing every ephemeral), a
+  connection that drops is noticed at once (aiozk noticed only at the next missed heartbeat),
+  watch events do not grow aiozk's callback table, and the digest credentials are re-sent on every
+  new connection (ZooKeeper ties authentication to the connection, not the session).
+- ``RetryPolicy``: writes are never re-sent after the connection dropped under them (the server
+  may have applied them); reads are retried on the next connection.
+- ``AddWatchRequest``: ``addWatch`` (ZooKeeper 3.6+), which aiozk lacks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from typing import Any
+
+from aiozk import exc as zk_exc
+from aiozk import protocol
+from aiozk.connection import Connection
+from aiozk.protocol.primitives import Int, UString
+from aiozk.protocol.request import Request
+from aiozk.protocol.response import Response
+from aiozk.retry import RetryPolicy as AiozkRetryPolicy
+from aiozk.session import Session
+from aiozk.states import SessionStateMachine, States
+
+log = logging.getLogger(__name__)
+
+
+def _quiet_expected_send_errors(record: logging.LogRecord) -> bool:
+    # aiozk logs every error answer (NoAuth, BadArguments, ...) with a traceback before raising
+    # it; the store turns each into an error for its caller, so the log line is only noise.
+    return not (record.msg == "Send exception: %s" and isinstance(record.args, tuple))
+
+
+logging.getLogger("aiozk.session").addFilter(_quiet_expected_send_errors)
+
+#: Longest pause between two rounds of attempts to reach a server.
+MAX_RECONNECT_DELAY = 1.0
+
+#: Types of ZooKeeper watch events.
+EV_CREATED, EV_DELETED, EV_DATA_CHANGED, EV_CHILDREN_CHANGED = 1, 2, 3, 4
+
+
+# ---- the addWatch request aiozk lacks (ZooKeeper 3.6+) ----------------------------------------------
+
+
+class AddWatchRequest(Request):
+    """``addWatch`` (opcode 106): a watch that stays after it fires; recursive covers the subtree."""
+
+    opcode = 106
+    PERSISTENT = 0
+    PERSISTENT_RECURSIVE = 1
+
+    parts = (
+        ("path", UString),
+        ("mode", Int),
+    )
+
+
+class AddWatchResponse(Response):
+    """The server answers with an ErrorResponse (one int, 0); nothing to read from it."""
+
+    opcode = 106
+    parts = ()
+
+
+class RetryPolicy(AiozkRetryPolicy):
+    """Re-send a read after its connection dropped, never a write (it may have been applied).
+
+    Keeps its count on the request object, so nothing accumulates in the policy (aiozk's policies
+    keep a dict keyed by request id that leaks for every request cancelled mid-retry).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(try_limit=None, sleep_func=lambda _timings: None)
+
+    async def enforce(self, request: Any = None) -> None:
+        tries = getattr(request, "_metashift_tries", 0)
+        if request is not None:
+            request._metashift_tries = tries + 1
+        if tries and getattr(request, "writes_data", True):
+            raise zk_exc.FailedRetry
+
+    def clear(self, request: Any) -> None:
+        pass
+
+
+class StateMachine(SessionStateMachine):
+    """aiozk's session state machine, reporting every transition to the store."""
+
+    def __init__(self, session: Any, on_transition: Callable[[str, str], None]) -> None:
+        super().__init__(session=session)
+        self._on_transition = on_transition
+
+    def transition_to(self, state: str) -> None:
+        old = self.current_state
+        super().transition_to(state)
+        self._on_transition(old, state)
+
+
+class ZKConnection(Connection):
+    """A connection that reports its own end instead of waiting for the next missed heartbeat."""
+
+    def __init__(self, host: str, port: int, session: ZKSession) -> None:
+        super().__init__(host, port, watch_handler=session.event_dispatch, read_timeout=session.read_timeout)
+        self._session = session
+
+    async def _read(self, size: int = -1) -> bytes:
+        # aiozk reads in a loop of wait_for()s, a new task per chunk: the hot spot of pipelined reads.
+        try:
+            async with asyncio.timeout(self.read_timeout):
+                data: bytes = await self.reader.readexactly(size)
+                return data
+        except asyncio.IncompleteReadError:
+            raise ConnectionAbortedError from None
+        except TimeoutError:
+            raise zk_exc.UnfinishedRead from None
+
+    async def read_loop(self) -> None:
+        await super().read_loop()
+        if not self.closing:
+            self._session.connection_dropped(self)
+
+
+def discard(conn: Any) -> None:
+    """Close a connection now: pending requests fail with ConnectError, the socket goes."""
+    conn.closing = True
+    if conn.read_loop_task is not None and not conn.read_loop_task.done():
+        conn.read_loop_task.cancel()
+    if conn.pending_count():
+        conn.abort()
+    if conn.writer is not None:
+        conn.writer.close()
+
+
+class SessionExpired(Exception):
+    """The server no longer knows our session (it answered the handshake with session id 0)."""
+
+
+class ZKSession(Session):
+    """aiozk's ``Session`` with the fixes of the module doc."""
+
+    conn: Any
+    last_zxid: Any
+    timeout: Any
+    session_id: Any
+    password: Any
+    heartbeat_handle: asyncio.TimerHandle | None
+
+    def __init__(
+        self,
+        servers: str,
+        timeout: float,
+        read_timeout: float,
+        auth: bytes | None,
+        on_transition: Callable[[str, str], None],
+        on_watch_event: Callable[[Any], None],
+    ) -> None:
+        super().__init__(servers, timeout, RetryPolicy(), False, read_timeout)
+        self.state = StateMachine(self, on_transition)
+        self._auth = auth
+        self._on_watch_event = on_watch_event
+        self.auth_future: asyncio.Future[Any] | None = None
+        self.auth_error: BaseException | None = None
+        self._heartbeat_armed = False
+
+    # -- finding a server and (re-)establishing the session --
+
+    async def make_connection(self, host: str, port: int) -> Any:
+        conn = ZKConnection(host, port, self)
+        try:
+            await asyncio.wait_for(conn.connect(), self.read_timeout)
+        except Exception as e:  # refused, timed out, not a ZooKeeper, ...
+            log.debug("cannot connect to ZooKeeper at %s:%s: %r", host, port, e)
+            if conn.writer is not None:
+                conn.writer.close()
+            return None
+        return conn
+
+    async def find_server(self, allow_read_only: bool) -> None:
+        delay = 0.05
+        while True:
+            for host, port in random.sample(self.hosts, len(self.hosts)):
+                conn = await self.make_connection(host, port)
+                if conn is None:
+                    continue
+                if conn.start_read_only and not allow_read_only:
+                    discard(conn)
+                    continue
+                old, self.conn = self.conn, conn
+                if old is not None:
+                    discard(old)
+                log.info("connected to ZooKeeper at %s:%s", host, port)
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_RECONNECT_DELAY)
+
+    async def establish_session(self) -> None:
+        answer = await self.conn.send_connect(
+            protocol.ConnectRequest(
+                protocol_version=0,
+                last_seen_zxid=self.last_zxid or 0,
+                timeout=int(self.timeout * 1000),
+                session_id=self.session_id or 0,
+                password=self.password,
+                read_only=self.allow_read_only,
+            )
+        )
+        if answer is None:  # the server hung up: keep the session, try again
+            raise ConnectionError("ZooKeeper closed the connection during the handshake")
+        _zxid, response = answer
+        if response.session_id == 0:
+            raise SessionExpired
+        self.session_id = response.session_id
+        self.password = response.password
+        self.timeout = response.timeout / 1000
+        if self._auth is not None:
+            # Written before anything else on this connection, so the server applies it first.
+            self.auth_future = fut = self.conn.send(protocol.AuthRequest(type=0, scheme="digest", auth=self._auth))
+            fut.add_done_callback(self._auth_done)
+
+    def _auth_done(self, fut: asyncio.Future[Any]) -> None:
+        if fut.cancelled():
+            return
+        error = fut.exception()
+        if isinstance(error, zk_exc.AuthFailed):
+            self.auth_error = error
+            log.error("ZooKeeper refused our digest credentials")
+
+    async def repair_loop(self) -> None:
+        while not self.closing:
+            await self.state.wait_for(States.SUSPENDED, States.LOST)
+            if self.closing:
+                break
+            await self.find_server(allow_read_only=False)
+            try:
+                await asyncio.wait_for(self.establish_session(), self.timeout)
+            except SessionExpired:
+                log.warning("ZooKeeper session %s expired; opening a new one", hex_id(self.session_id))
+                self.session_id = None
+                self.password = b"\x00"
+                discard(self.conn)
+                if self.state != States.LOST:
+                    self.state.transition_to(States.LOST)
+                continue
+            except (OSError, TimeoutError, zk_exc.ZKError) as e:
+                log.info("ZooKeeper handshake failed (%r); trying again", e)
+                discard(self.conn)
+                await asyncio.sleep(0.1)
+                continue
+            self.state.transition_to(States.CONNECTED)
+            self.conn.start_read_loop()
+
+    # -- noticing a lost connection --
+
+    def connection_dropped(self, conn: Any) -> None:
+        if conn is not self.conn:
+            return
+        if not self.closing:
+            log.info("connection to ZooKeeper at %s:%s lost", conn.host, conn.port)
+            if self.state in (States.CONNECTED, States.READ_ONLY):
+                self.state.transition_to(States.SUSPENDED)
+        discard(conn)
+
+    def set_heartbeat(self) -> None:
+        # aiozk re-arms the ping timer after every answer (a timer cancelled and made per request);
+        # a ping every third of the session timeout, busy or not, is as good and costs nothing.
+        if self._heartbeat_armed:
+            return
+        self._heartbeat_armed = True
+        self.heartbeat_handle = asyncio.get_running_loop().call_later(self.timeout / 3, self._heartbeat_due)
+
+    def _heartbeat_due(self) -> None:
+        self._heartbeat_armed = False
+        self.heartbeat_handle = None
+        if not self.closing:
+            self.create_heartbeat()
+
+    async def heartbeat(self) -> None:
+        if self.closing:
+            return
+        await self.ensure_safe_state()
+        conn = self.conn
+        try:
+            zxid, _ = await asyncio.wait_for(conn.send(protocol.PingRequest()), self.timeout * 2 / 3)
+            if zxid is not None:
+                self.last_zxid = zxid
+        except (zk_exc.ZKError, TimeoutError, OSError):
+            if not self.closing and conn is self.conn:
+                log.info("ZooKeeper at %s:%s stopped answering pings", conn.host, conn.port)
+                self.connection_dropped(conn)
+        finally:
+            if not self.closing:
+                self.set_heartbeat()
+
+    # -- watch events, without touching aiozk's per-path callback table --
+
+    def event_dispatch(self, event: Any) -> None:
+        if event.type in (#: Types of ZooKeeper watch events.
+EV_CREATED, EV_DELETED, EV_DATA_CHANGED, EV_CHILDREN_CHANGED):
+            self._on_watch_event(event)
+        elif event.state in (protocol.WatchEvent.SESSION_EXPIRED, protocol.WatchEvent.AUTH_FAILED):
+            log.warning("ZooKeeper state event %s; reconnecting", event.state)
+            if self.conn is not None:
+                self.connection_dropped(self.conn)
+
+    async def set_existing_watches(self) -> None:
+        pass  # the store re-adds its persistent watch itself
+
+
+def hex_id(session_id: int | None) -> str:
+    """A session id as ZooKeeper's logs print it."""
+    return hex(session_id) if session_id else "-"

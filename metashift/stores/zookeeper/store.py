@@ -1,0 +1,162 @@
+"""``ZooKeeperStore``: a ZooKeeper session behind the store interfaces, with Pulsar's
+``ZKMetadataStore`` semantics; opening, closing and the parts it is made of."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from aiozk import exc as zk_exc
+from aiozk import protocol
+from aiozk.states import States
+
+from .. import errors, paths
+from ..aio import cancel_and_wait
+from ..store import Store
+from ..urls import StoreURL
+from .bulk import ZooKeeperBulk
+from .operations import DEFAULT_MAX_VALUE_SIZE
+from .protocol import ZKSession, discard
+from .session import SessionEvents
+from .watches import add_watch, notifications
+
+log = logging.getLogger(__name__)
+
+
+class ZooKeeperStore(ZooKeeperBulk, Store):
+    """A ZooKeeper session behind the ``MetadataStore`` and bulk interfaces.
+
+    Paths are relative to the URL's chroot (created on connect when missing). With credentials in
+    the URL the session authenticates with ZooKeeper's digest scheme and every node it creates gets
+    the creator-all ACL, so other users can neither read nor write it.
+    """
+
+    def __init__(self, url: StoreURL, *, max_value_size: int = DEFAULT_MAX_VALUE_SIZE, watch: bool = True):
+        super().__init__(url)
+        self.max_value_size = max_value_size
+        self._namespace = paths.Namespace(url.root)
+        self._watch = watch
+        self._closed = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        auth = None
+        if url.username is not None:
+            auth = f"{url.username}:{url.password or ''}".encode()
+            self._acl = [protocol.AUTHED_UNRESTRICTED]  # "auth" scheme = creator-all
+        else:
+            self._acl = [protocol.UNRESTRICTED_ACCESS]
+        self._events = SessionEvents(
+            url.session_timeout, lambda: self._session.session_id, self._session_event, self._on_restored
+        )
+        self._session = ZKSession(
+            url.host_string(),
+            url.session_timeout,
+            min(url.call_timeout, 5.0),
+            auth,
+            self._events.transition,
+            self._on_watch_event,
+        )
+
+    @classmethod
+    async def connect(
+        cls,
+        url: StoreURL,
+        *,
+        max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
+        watch: bool = True,
+        create_root: bool = True,
+    ) -> ZooKeeperStore:
+        """Open a session on one of ``url``'s servers, create the chroot if it is missing (with
+        ``create_root=False``: raise ``NotFound`` naming it, and write nothing).
+
+        ``max_value_size``: the largest value ``put`` accepts (raise it for servers run with a larger
+        ``jute.maxbuffer``). ``watch=False`` skips the recursive watch (no notifications), for
+        bulk jobs that do not want the server to stream an event per write back to them.
+        Raises ``StoreUnavailable`` when no server answers within the URL's ``timeout``,
+        ``AuthFailed`` when the credentials are refused.
+        """
+        store = cls(url, max_value_size=max_value_size, watch=watch)
+        try:
+            await asyncio.wait_for(store._start(create_root), url.call_timeout)
+        except TimeoutError:
+            await store._shutdown(send_close=False)
+            raise errors.StoreUnavailable(
+                f"no ZooKeeper server answered within {url.call_timeout:g}s at {url}"
+            ) from None
+        except BaseException:
+            await store._shutdown(send_close=True)
+            raise
+        return store
+
+    async def _start(self, create_root: bool) -> None:
+        await self._session.start()
+        if self._session.auth_future is not None:
+            try:
+                await self._session.auth_future
+            except zk_exc.AuthFailed:
+                raise errors.AuthFailed(f"ZooKeeper refused the credentials of user {self.url.username!r}") from None
+        root = self._namespace.root
+        if root != paths.SEPARATOR:
+            if not await self._exists(paths.SEPARATOR):
+                if not create_root:
+                    raise errors.NotFound(root, f"the chroot does not exist on zk://{self.url.host_string()}")
+                for p in [*paths.ancestors(root), root]:
+                    with contextlib.suppress(errors.AlreadyExists):
+                        await self._call(self._create_request(p, b"", False, False), p)
+        # Reading the root checks that our credentials grant access to the namespace at all.
+        await self._get(paths.SEPARATOR)
+        if self._watch:
+            await add_watch(self._call, root)
+
+    # ---- notifications and session events -------------------------------------------------------
+
+    def _on_watch_event(self, event: Any) -> None:
+        for notification in notifications(event, self._namespace):
+            self._notify(notification)
+
+    def _on_restored(self) -> None:
+        """The session is back (the same or a new one): the watch must be added again."""
+        if self._watch:
+            task = asyncio.get_running_loop().create_task(self._rewatch())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _rewatch(self) -> None:
+        try:
+            await add_watch(self._call, self._namespace.root)
+        except errors.MetadataStoreError as e:
+            log.warning("could not re-add the ZooKeeper watch (%s); will retry on the next reconnect", e)
+
+    # ---- life cycle -----------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        await self._shutdown(send_close=True)
+
+    async def _shutdown(self, send_close: bool) -> None:
+        self._closed = True
+        self._events.close()
+        session = self._session
+        session.closing = True  # from here on, a dropped connection is not repaired
+        if send_close and session.state == States.CONNECTED and session.conn is not None:
+            # Ends the session on the server: its ephemerals go now, not after the session timeout.
+            close = protocol.CloseRequest()
+            close.writes_data = True  # not re-sent on another connection if this one drops
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(session.send(close), min(self.url.call_timeout, 5.0))
+        pending: list[asyncio.Task[Any]] = list(self._tasks)
+        if session.repair_loop_task is not None:
+            pending.append(session.repair_loop_task)
+        if session.heartbeat_task is not None:
+            pending.append(session.heartbeat_task)
+        await cancel_and_wait(pending, str(self.url))
+        # after the tasks: aiozk's heartbeat re-arms its timer in a ``finally`` even when cancelled
+        if session.heartbeat_handle is not None:
+            session.heartbeat_handle.cancel()
+            session.heartbeat_handle = None
+        if session.conn is not None:
+            discard(session.conn)
+            session.conn = None
+        session.started = False
