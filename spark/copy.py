@@ -8,7 +8,7 @@
    the sequence counters read;
 3. one Spark job per depth (parents first), each partition read from both stores by the
    executor and judged (``rules.judge``): equal nodes are left alone, missing or behind ones
-   are restored to the source's value and version (``MetadataStore.restore_many``), and nodes
+   are restored to the source's value and version (``Store.restore_many``), and nodes
    the target has ahead of the source are conflicts: the copy stops and names them;
 4. the counters: each target counter is advanced past the source's;
 5. the target's history is compacted (etcd) when anything was written, and also during the copy
