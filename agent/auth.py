@@ -31,6 +31,8 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 
 class TokenAuth(grpc.aio.ServerInterceptor):
+    """Refuses every call (but health checks) that does not present the bearer token."""
+
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 

@@ -64,6 +64,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Listen:
+    """Where the agent serves: a unix socket path or a TCP host:port."""
+
     kind: str  # "unix" | "tcp"
     address: str
     """Socket path for unix; host:port for tcp."""
@@ -71,6 +73,8 @@ class Listen:
 
 @dataclass(frozen=True)
 class TLSConfig:
+    """The server's TLS files for a tcp:// listen address (mutual TLS with ``client_ca``)."""
+
     cert: Path | None = None
     key: Path | None = None
     client_ca: Path | None = None
@@ -79,6 +83,8 @@ class TLSConfig:
 
 @dataclass(frozen=True)
 class AgentConfig:
+    """Every setting of one agent, checked."""
+
     source: StoreURL
     node_id: str = field(default_factory=socket.gethostname)
     role: str = "broker"

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from metashift.agent import wire
 from metashift.agent.auth import TokenAuth, read_token
 from metashift.agent.config import AgentConfig, ConfigError
 from metashift.agent.gate import WriteGate
@@ -30,15 +31,9 @@ from metashift.agent.metrics import AgentMetrics
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
 from metashift.stores import MetadataStore, open_store
+from metashift.stores.aio import run_loop
 
 log = logging.getLogger(__name__)
-
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.so_reuseport", 0),
-]
 
 
 class Agent:
@@ -93,7 +88,7 @@ class Agent:
         interceptors = []
         if config.auth_token_file is not None:
             interceptors.append(TokenAuth(read_token(config.auth_token_file)))
-        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors)
+        server = grpc.aio.server(options=wire.SERVER_OPTIONS, interceptors=interceptors)
         server.add_generic_rpc_handlers(tuple(self.gateway.handlers()))
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -258,7 +253,6 @@ async def serve(config: AgentConfig) -> int:
 
 
 def run(config: AgentConfig) -> int:
+    """``metashift agent``: log JSON lines and serve on uvloop until SIGTERM."""
     setup_logging(config.log_level)
-    import uvloop
-
-    return int(uvloop.run(serve(config)))
+    return run_loop(serve(config))

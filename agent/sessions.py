@@ -19,11 +19,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from metashift.agent.errors import HeldForMigration
 from metashift.agent.gate import WriteGate
 from metashift.stores import MetadataStore, SessionEvent, Stat
 from metashift.stores.errors import (
     BadVersion,
-    HeldForMigration,
     MetadataStoreError,
     NotFound,
     StoreUnavailable,
@@ -36,6 +36,8 @@ EventSink = Callable[[SessionEvent], None]
 
 @dataclass(eq=False)
 class ClientSession:
+    """One client's Session stream: its keep-alive deadline and the ephemerals it owns."""
+
     id: str
     name: str
     timeout: float
@@ -53,6 +55,8 @@ class ClientSession:
 
 
 class SessionRegistry:
+    """Every open client session, who owns which ephemeral, and the deletion of a session's ephemerals."""
+
     def __init__(self, gate: WriteGate, *, on_change: Callable[[int], None] | None = None) -> None:
         self.gate = gate
         self.sessions: dict[str, ClientSession] = {}

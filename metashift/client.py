@@ -32,13 +32,11 @@ import grpc
 
 from metashift.agent import wire
 from metashift.agent.auth import bearer
+from metashift.agent.errors import HeldForMigration
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import (
     DeleteOp,
-    ExistsOp,
-    GetChildrenOp,
-    GetOp,
     MetadataStore,
     Op,
     OpResult,
@@ -49,18 +47,12 @@ from metashift.stores import (
 )
 from metashift.stores.aio import cancel_and_wait
 from metashift.stores.base import GetResult, NotificationListener
-from metashift.stores.errors import (
-    AuthFailed,
-    HeldForMigration,
-    MetadataStoreError,
-    StoreUnavailable,
-)
+from metashift.stores.errors import MetadataStoreError, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_SESSION_TIMEOUT = 10.0
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 _call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("metashift_call_timeout", default=None)
 
@@ -100,15 +92,7 @@ class AgentClient(MetadataStore):
         self.max_value_size = 0
         self.session_id = ""
         self.node_id = ""
-        options = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
-            ("grpc.keepalive_time_ms", 10_000),
-            ("grpc.keepalive_timeout_ms", 5_000),
-        ]
+        options = wire.CHANNEL_OPTIONS
         channel_target = _channel_target(target)
         if ca is not None or cert is not None:
             credentials = grpc.ssl_channel_credentials(
@@ -330,14 +314,7 @@ class AgentClient(MetadataStore):
                 except Exception:
                     break
         code = err.code()
-        details = err.details() or code.name
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-            return StoreUnavailable(f"metashift agent at {self.target}: {code.name}: {details}", path)
-        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-            return AuthFailed(f"metashift agent at {self.target} refused us: {details}", path)
-        if code == grpc.StatusCode.INVALID_ARGUMENT:
-            return wire.InvalidArgument(details, path)
-        return MetadataStoreError(f"metashift agent at {self.target}: {code.name}: {details}", path)
+        return wire.error_from_status(code, f"metashift agent at {self.target}: {code.name}: {err.details()}", path)
 
     async def _call(self, rpc: Any, request: Any, path: str | None) -> Any:
         # one deadline for the whole call: waiting for the watch uses up part of it
@@ -365,18 +342,18 @@ class AgentClient(MetadataStore):
     async def _put(
         self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
     ) -> Stat:
-        request = _put_request(PutOp(path, value, expected_version, ephemeral, sequential))
+        request = wire.put_to_pb(PutOp(path, value, expected_version, ephemeral, sequential))
         r = await self._call(self._rpc_put, request, path)
         return wire.stat_from_pb(r.stat)
 
     async def _delete(self, path: str, expected_version: int | None) -> None:
-        request = pb.DeleteRequest(path=path, expected_version=expected_version)
+        request = wire.delete_to_pb(DeleteOp(path, expected_version))
         await self._call(self._rpc_delete, request, path)
 
     async def _batch(self, ops: list[Op]) -> list[OpResult]:
-        request = pb.BatchRequest(ops=[_op_to_pb(op) for op in ops])
+        request = pb.BatchRequest(ops=[wire.op_to_pb(op) for op in ops])
         r = await self._call(self._rpc_batch, request, None)
-        return [_result_from_pb(op, result) for op, result in zip(ops, r.results, strict=True)]
+        return [wire.result_from_pb(op, result) for op, result in zip(ops, r.results, strict=True)]
 
     # ---- the store interface, plus a per-call deadline ------------------------------------------
 
@@ -432,44 +409,6 @@ class _deadline:
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
             _call_timeout.reset(self._token)
-
-
-def _put_request(op: PutOp) -> pb.PutRequest:
-    return pb.PutRequest(
-        path=op.path, value=op.value, expected_version=op.expected_version,
-        ephemeral=op.ephemeral, sequential=op.sequential,
-    )
-
-
-def _op_to_pb(op: Op) -> pb.Op:
-    if isinstance(op, GetOp):
-        return pb.Op(get=pb.GetRequest(path=op.path))
-    if isinstance(op, GetChildrenOp):
-        return pb.Op(get_children=pb.GetChildrenRequest(path=op.path))
-    if isinstance(op, ExistsOp):
-        return pb.Op(exists=pb.ExistsRequest(path=op.path))
-    if isinstance(op, PutOp):
-        return pb.Op(put=_put_request(op))
-    assert isinstance(op, DeleteOp)
-    return pb.Op(delete=pb.DeleteRequest(path=op.path, expected_version=op.expected_version))
-
-
-def _result_from_pb(op: Op, result: pb.OpResult) -> OpResult:
-    kind = result.WhichOneof("result")
-    if kind == "error":
-        return wire.error_from_pb(result.error)
-    if kind == "get":
-        r = result.get
-        return (r.value, wire.stat_from_pb(r.stat)) if r.found else None
-    if kind == "get_children":
-        return list(result.get_children.children)
-    if kind == "exists":
-        return bool(result.exists.exists)
-    if kind == "put":
-        return wire.stat_from_pb(result.put.stat)
-    if kind == "delete":
-        return None
-    return MetadataStoreError(f"the agent sent no result for {type(op).__name__} {op.path}")
 
 
 class connect:

@@ -59,11 +59,6 @@ class StoreFull(StoreUnavailable):
     space exceeded"): an operator must compact, defragment and disarm the alarm (or raise the quota)."""
 
 
-class HeldForMigration(StoreUnavailable):
-    """A write the agent's write gate held while a migration ran, until the caller's deadline passed:
-    nothing was written; retry (the gate reopens towards the source or the target)."""
-
-
 class AuthFailed(MetadataStoreError):
     """The store refused our credentials."""
 
