@@ -20,7 +20,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from metashift.agent.errors import HeldForMigration
 from metashift.agent.router import Router
@@ -67,6 +67,16 @@ class GateStateError(RuntimeError):
         self.old, self.new = old, new
         allowed = ", ".join(sorted(s.name for s in TRANSITIONS[old]))
         super().__init__(f"write gate: illegal move {old.name} -> {new.name} (from {old.name}: {allowed})")
+
+
+def _orphan_done(task: asyncio.Task[Any]) -> None:
+    """The end of an admitted write whose caller went away (its deadline passed): nobody else will
+    look at its outcome, so log it (its caller was told the outcome is unknown)."""
+    if task.cancelled():
+        return
+    err = task.exception()
+    if err is not None:
+        log.warning("a write whose caller went away ended with %s: %s", type(err).__name__, err)
 
 
 class _Ticket:
@@ -183,7 +193,12 @@ class WriteGate:
         task = asyncio.get_running_loop().create_task(admitted())
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():  # the caller went away: what the write ends with is still observed
+                task.add_done_callback(_orphan_done)
+            raise
 
     def _enter(self) -> None:
         self._in_flight += 1

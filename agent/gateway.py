@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 
 from metashift.agent import wire
-from metashift.agent.errors import Internal, InvalidArgument, NoSession
+from metashift.agent.errors import HeldForMigration, Internal, InvalidArgument, NoSession, WriteOutcomeUnknown
 from metashift.agent.gate import WriteGate
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.router import Router
@@ -33,7 +33,7 @@ from metashift.stores import (
     Stat,
     paths,
 )
-from metashift.stores.errors import InvalidPath, MetadataStoreError, StoreUnavailable, ValueTooLarge
+from metashift.stores.errors import InvalidPath, MetadataStoreError, StoreFull, StoreUnavailable, ValueTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,8 @@ WATCH_OVERFLOW = "overflow"
 #: What a Watch stream's queue carries: a notification, None (the agent closes), or WATCH_OVERFLOW.
 WatchItem = Notification | None | str
 HELLO_TIMEOUT = 10.0
+#: Methods that never write: whatever fails, nothing was written.
+READ_METHODS = frozenset({"Get", "GetChildren", "Exists", "Watch"})
 MAX_BATCH_OPS = 10_000
 
 
@@ -198,12 +200,23 @@ class Gateway:
                 latency.observe(time.perf_counter() - start)
                 ok_counter.inc()
                 return response
-            detail, code = wire.error_to_pb(error)
+            detail, code = wire.error_to_pb(error, read=method in READ_METHODS)
             latency.observe(time.perf_counter() - start)
             requests.labels(method, code.name).inc()
             await self._abort(context, error, (detail, code))
 
         return handler
+
+    async def _write(self, apply: Callable[[MetadataStore], Awaitable[Any]], context: grpc.aio.ServicerContext) -> Any:
+        """Run ``apply`` through the write gate. Once the gate has handed a write to the store, a
+        store that stops answering leaves its outcome unknown: say so (WriteOutcomeUnknown), never
+        a retry-safe StoreUnavailable."""
+        try:
+            return await self.gate.run(apply, self._hold_budget(context))
+        except (HeldForMigration, StoreFull):
+            raise
+        except StoreUnavailable as err:
+            raise _outcome_unknown(err) from err
 
     def _counted_stream(
         self, method: str, fn: Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
@@ -300,7 +313,10 @@ class Gateway:
                 await store.delete(stat.path, expected_version=stat.version)
             except MetadataStoreError:
                 pass
-            raise NoSession("the session ended while the put was in flight", stat.path)
+            err = NoSession("the session ended while the put was in flight (it was written, then deleted)",
+                            stat.path)
+            err.write_may_have_happened = True
+            raise err
 
     # ---- MetadataStore --------------------------------------------------------------------------
 
@@ -328,7 +344,7 @@ class Gateway:
             await self._after_put(session, op, stat, store)
             return stat
 
-        stat = await self.gate.run(apply, self._hold_budget(context))
+        stat = await self._write(apply, context)
         return pb.PutResponse(stat=self._stat(stat, session))
 
     async def _delete(self, req: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:
@@ -338,7 +354,7 @@ class Gateway:
             await store.delete(op.path, op.expected_version)
             self.registry.record_delete(op.path)
 
-        await self.gate.run(apply, self._hold_budget(context))
+        await self._write(apply, context)
         return pb.DeleteResponse()
 
     async def _batch(self, req: pb.BatchRequest, context: grpc.aio.ServicerContext) -> pb.BatchResponse:
@@ -354,8 +370,10 @@ class Gateway:
             async def apply(store: MetadataStore) -> list[OpResult]:
                 results = await store.batch(ops)
                 ended: NoSession | None = None
-                for op, result in zip(ops, results, strict=True):
-                    if isinstance(op, PutOp) and isinstance(result, Stat):
+                for i, (op, result) in enumerate(zip(ops, results, strict=True)):
+                    if wire.is_write(op) and isinstance(result, StoreUnavailable) and not isinstance(result, StoreFull):
+                        results[i] = _outcome_unknown(result)
+                    elif isinstance(op, PutOp) and isinstance(result, Stat):
                         try:
                             await self._after_put(session, op, result, store)
                         except NoSession as err:  # go on: every ephemeral of the ended session goes
@@ -366,9 +384,13 @@ class Gateway:
                     raise ended
                 return results
 
-            results = await self.gate.run(apply, self._hold_budget(context))
+            results = await self._write(apply, context)
         else:
-            results = await self.router.active.batch(ops)
+            try:
+                results = await self.router.active.batch(ops)
+            except MetadataStoreError as err:
+                err.write_may_have_happened = False  # reads only
+                raise
 
         def stat_to(stat: Stat) -> pb.Stat:
             return self._stat(stat, session)
@@ -422,15 +444,7 @@ class Gateway:
         """End the call with ``error``'s status code and its machine-readable details
         (``encoded``: ``wire.error_to_pb(error)`` when the caller has it already)."""
         detail, code = encoded or wire.error_to_pb(error)
-        await context.abort(
-            code,
-            str(error),
-            trailing_metadata=(
-                (wire.ERROR_DETAIL_KEY, detail.SerializeToString()),
-                (wire.ERROR_KIND_KEY, wire.kind_name(detail.kind)),
-                (wire.ERROR_PATH_KEY, _ascii(detail.path)),
-            ),
-        )
+        await context.abort(code, str(error), trailing_metadata=wire.trailers(detail))
 
     # ---- Session --------------------------------------------------------------------------------
 
@@ -558,7 +572,9 @@ def _unexpected(method: str, err: Exception) -> MetadataStoreError:
     return Internal(f"internal error in the agent ({type(err).__name__}: {err})")
 
 
-def _ascii(text: str) -> str:
-    """Metadata values must be printable ASCII: escape the rest."""
-    return text if text.isascii() and text.isprintable() else text.encode("unicode_escape").decode("ascii")
+def _outcome_unknown(err: StoreUnavailable) -> WriteOutcomeUnknown:
+    """A write the store had and did not answer: ``err`` retold as WriteOutcomeUnknown."""
+    reason = wire.strip_path(str(err), err.path)
+    return WriteOutcomeUnknown(f"the store did not answer the write, which may or may not be applied ({reason})",
+                               err.path)
 

@@ -111,8 +111,13 @@ class SessionRegistry:
         """``end`` in a task of its own (the caller may be being cancelled)."""
         task = asyncio.get_running_loop().create_task(self.end(session, reason))
         self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
+        task.add_done_callback(self._cleanup_done)
         return task
+
+    def _cleanup_done(self, task: asyncio.Task[int]) -> None:
+        self._cleanups.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("ending a session failed", exc_info=task.exception())
 
     async def _delete_ephemeral(self, path: str) -> bool:
         for attempt in range(20):

@@ -11,7 +11,14 @@ from typing import Any
 
 import grpc
 
-from metashift.agent.errors import HeldForMigration, Internal, InvalidArgument, NoSession
+from metashift.agent.errors import (
+    HeldForMigration,
+    Internal,
+    InvalidArgument,
+    NoSession,
+    Unauthenticated,
+    WriteOutcomeUnknown,
+)
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.stores import (
     DeleteOp,
@@ -32,6 +39,10 @@ from metashift.stores import errors as e
 ERROR_DETAIL_KEY = "metashift-error-bin"
 ERROR_KIND_KEY = "metashift-error"
 ERROR_PATH_KEY = "metashift-path"
+#: Trailing metadata: whether the failed call may have written anything (``OUTCOME_*``).
+OUTCOME_KEY = "metashift-outcome"
+OUTCOME_NOT_WRITTEN = "not-written"
+OUTCOME_UNKNOWN = "unknown"
 #: Request metadata naming the caller's session (needed by ephemeral puts).
 SESSION_KEY = "metashift-session"
 
@@ -80,8 +91,10 @@ ERRORS: tuple[ErrorCode, ...] = (
     ErrorCode(InvalidArgument, "InvalidArgument", pb.INVALID_ARGUMENT, grpc.StatusCode.INVALID_ARGUMENT),
     ErrorCode(NoSession, "NoSession", pb.NO_SESSION, grpc.StatusCode.FAILED_PRECONDITION),
     ErrorCode(HeldForMigration, "HeldForMigration", pb.HELD_FOR_MIGRATION, grpc.StatusCode.UNAVAILABLE),
+    ErrorCode(WriteOutcomeUnknown, "WriteOutcomeUnknown", pb.WRITE_OUTCOME_UNKNOWN, grpc.StatusCode.UNKNOWN),
     ErrorCode(e.StoreFull, "StoreFull", pb.STORE_FULL, grpc.StatusCode.RESOURCE_EXHAUSTED),
     ErrorCode(e.StoreUnavailable, "StoreUnavailable", pb.STORE_UNAVAILABLE, grpc.StatusCode.UNAVAILABLE),
+    ErrorCode(Unauthenticated, "Unauthenticated", pb.UNAUTHENTICATED, grpc.StatusCode.UNAUTHENTICATED),
     ErrorCode(e.AuthFailed, "AuthFailed", pb.AUTH_FAILED, grpc.StatusCode.INTERNAL),
     ErrorCode(Internal, "Internal", pb.INTERNAL, grpc.StatusCode.INTERNAL),
 )
@@ -98,6 +111,11 @@ STATUS_WITHOUT_DETAIL: dict[grpc.StatusCode, type[e.MetadataStoreError]] = {
     grpc.StatusCode.PERMISSION_DENIED: e.AuthFailed,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
 }
+#: Of those, the ones after which a write's outcome is unknown (it may have reached the agent).
+_WRITE_MAY_HAVE_HAPPENED = frozenset({
+    grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
+})
 
 
 def error_code(err: e.MetadataStoreError) -> ErrorCode:
@@ -112,9 +130,11 @@ def kind_name(kind: pb.ErrorKind) -> str:
     return _BY_KIND.get(kind, _INTERNAL).name
 
 
-def error_to_pb(err: e.MetadataStoreError) -> tuple[pb.Error, grpc.StatusCode]:
+def error_to_pb(err: e.MetadataStoreError, *, read: bool = False) -> tuple[pb.Error, grpc.StatusCode]:
+    """The detail and status of ``err``; ``read``: the call was a read, it wrote nothing."""
     row = error_code(err)
-    detail = pb.Error(kind=row.kind, path=err.path or "", message=str(err))
+    nothing_written = read or not err.write_may_have_happened
+    detail = pb.Error(kind=row.kind, path=err.path or "", message=str(err), nothing_written=nothing_written)
     if isinstance(err, e.ValueTooLarge):
         detail.size = err.size
         detail.limit = err.limit
@@ -126,18 +146,44 @@ def error_from_pb(detail: pb.Error) -> e.MetadataStoreError:
     cls = _BY_KIND.get(detail.kind, _INTERNAL).cls
     path = detail.path or None
     err = cls.__new__(cls)
-    e.MetadataStoreError.__init__(err, _strip_path(detail.message, path), path)
+    e.MetadataStoreError.__init__(err, strip_path(detail.message, path), path)
     if isinstance(err, e.ValueTooLarge):
         err.size, err.limit = detail.size, detail.limit
+    err.write_may_have_happened = not detail.nothing_written
     return err
 
 
-def error_from_status(code: grpc.StatusCode, message: str, path: str | None) -> e.MetadataStoreError:
-    """The Python error of a failed call that carries no metashift detail."""
-    return STATUS_WITHOUT_DETAIL.get(code, Internal)(message, path)
+def error_from_status(code: grpc.StatusCode, message: str, path: str | None, *, write: bool) -> e.MetadataStoreError:
+    """The Python error of a failed call that carries no metashift detail; ``write``: the call
+    asked for a write (whose outcome is then unknown unless the status rules that out)."""
+    if write and code in _WRITE_MAY_HAVE_HAPPENED:
+        return WriteOutcomeUnknown(message, path)
+    err = STATUS_WITHOUT_DETAIL.get(code, Internal)(message, path)
+    err.write_may_have_happened = write and err.write_may_have_happened
+    return err
 
 
-def _strip_path(message: str, path: str | None) -> str:
+def outcome(detail: pb.Error) -> str:
+    """The ``metashift-outcome`` trailer's value for ``detail``."""
+    return OUTCOME_NOT_WRITTEN if detail.nothing_written else OUTCOME_UNKNOWN
+
+
+def trailers(detail: pb.Error) -> tuple[tuple[str, str | bytes], ...]:
+    """The trailing metadata of a call that failed with ``detail``."""
+    return (
+        (ERROR_DETAIL_KEY, detail.SerializeToString()),
+        (ERROR_KIND_KEY, kind_name(detail.kind)),
+        (OUTCOME_KEY, outcome(detail)),
+        (ERROR_PATH_KEY, _ascii(detail.path)),
+    )
+
+
+def _ascii(text: str) -> str:
+    """Metadata values must be printable ASCII: escape the rest."""
+    return text if text.isascii() and text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def strip_path(message: str, path: str | None) -> str:
     suffix = f": {path}"
     return message[: -len(suffix)] if path is not None and message.endswith(suffix) else message
 
@@ -240,10 +286,14 @@ def op_from_pb(op: pb.Op, index: int) -> Op:
     raise InvalidArgument(f"batch operation {index} is empty")
 
 
+def is_write(op: Op) -> bool:
+    return isinstance(op, PutOp | DeleteOp)
+
+
 def result_to_pb(op: Op, result: OpResult, stat_to: Callable[[Stat], pb.Stat]) -> pb.OpResult:
     """One batch result as the agent sends it; ``stat_to`` makes the caller's view of a stat."""
     if isinstance(result, e.MetadataStoreError):
-        return pb.OpResult(error=error_to_pb(result)[0])
+        return pb.OpResult(error=error_to_pb(result, read=not is_write(op))[0])
     if isinstance(op, GetOp):
         if result is None:
             return pb.OpResult(get=pb.GetResponse(found=False))

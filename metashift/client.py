@@ -11,7 +11,10 @@ async with metashift.client.connect("unix:/run/metashift/agent.sock") as store:
 
 ``connect`` opens a session with the agent and yields an ``AgentClient``: a ``MetadataStore``
 with the same methods, argument checks, semantics and typed errors as a direct store (plus a
-``timeout=`` keyword on each call: the call's deadline in seconds). The ephemerals it creates live
+``timeout=`` keyword on each call: the call's deadline in seconds). Every error says with
+``err.write_may_have_happened`` whether the call may have written anything: ``False``, it wrote
+nothing and never will; ``True`` (``WriteOutcomeUnknown``), a write's outcome is unknown: read
+before retrying. The ephemerals it creates live
 exactly as long as its session. Session events (``add_session_listener``): ConnectionLost when the
 agent goes away; after it comes back the client re-attaches by itself and reports SessionLost then
 SessionReestablished (the old session's ephemerals are gone, like an expired ZooKeeper session);
@@ -32,7 +35,7 @@ import grpc
 
 from metashift.agent import wire
 from metashift.agent.auth import bearer
-from metashift.agent.errors import HeldForMigration
+from metashift.agent.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import (
@@ -56,7 +59,7 @@ DEFAULT_SESSION_TIMEOUT = 10.0
 
 _call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("metashift_call_timeout", default=None)
 
-__all__ = ["AgentClient", "HeldForMigration", "connect"]
+__all__ = ["AgentClient", "HeldForMigration", "WriteOutcomeUnknown", "connect"]
 
 
 def _channel_target(target: str) -> str:
@@ -306,7 +309,7 @@ class AgentClient(MetadataStore):
         t = _call_timeout.get()
         return self.timeout if t is None else t
 
-    def _error(self, err: grpc.aio.AioRpcError, path: str | None) -> MetadataStoreError:
+    def _error(self, err: grpc.aio.AioRpcError, path: str | None, *, write: bool = False) -> MetadataStoreError:
         for key, value in err.trailing_metadata() or ():
             if key == wire.ERROR_DETAIL_KEY:
                 try:
@@ -314,9 +317,10 @@ class AgentClient(MetadataStore):
                 except Exception:
                     break
         code = err.code()
-        return wire.error_from_status(code, f"metashift agent at {self.target}: {code.name}: {err.details()}", path)
+        message = f"metashift agent at {self.target}: {code.name}: {err.details()}"
+        return wire.error_from_status(code, message, path, write=write)
 
-    async def _call(self, rpc: Any, request: Any, path: str | None) -> Any:
+    async def _call(self, rpc: Any, request: Any, path: str | None, *, write: bool = False) -> Any:
         # one deadline for the whole call: waiting for the watch uses up part of it
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout()
@@ -325,7 +329,7 @@ class AgentClient(MetadataStore):
         try:
             return await rpc(request, timeout=max(0.0, deadline - loop.time()), metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
-            raise self._error(err, path) from None
+            raise self._error(err, path, write=write) from None
 
     async def _get(self, path: str) -> GetResult:
         r = await self._call(self._rpc_get, pb.GetRequest(path=path), path)
@@ -343,16 +347,16 @@ class AgentClient(MetadataStore):
         self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
     ) -> Stat:
         request = wire.put_to_pb(PutOp(path, value, expected_version, ephemeral, sequential))
-        r = await self._call(self._rpc_put, request, path)
+        r = await self._call(self._rpc_put, request, path, write=True)
         return wire.stat_from_pb(r.stat)
 
     async def _delete(self, path: str, expected_version: int | None) -> None:
         request = wire.delete_to_pb(DeleteOp(path, expected_version))
-        await self._call(self._rpc_delete, request, path)
+        await self._call(self._rpc_delete, request, path, write=True)
 
     async def _batch(self, ops: list[Op]) -> list[OpResult]:
         request = pb.BatchRequest(ops=[wire.op_to_pb(op) for op in ops])
-        r = await self._call(self._rpc_batch, request, None)
+        r = await self._call(self._rpc_batch, request, None, write=any(wire.is_write(op) for op in ops))
         return [wire.result_from_pb(op, result) for op, result in zip(ops, r.results, strict=True)]
 
     # ---- the store interface, plus a per-call deadline ------------------------------------------

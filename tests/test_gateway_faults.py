@@ -1,0 +1,143 @@
+"""The agent's answers under store faults say whether the write happened (issue 8): a store that
+stops answering a write it had gives "outcome unknown", never a retry-safe code; a write the agent
+answered as "not written" is never applied afterwards; no background task's failure goes
+unobserved. Real ZooKeeper and etcd, stopped with SIGSTOP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import signal
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import grpc
+import pytest
+
+from metashift.agent import wire
+from metashift.client import AgentClient, HeldForMigration, WriteOutcomeUnknown
+from metashift.proto.v1 import gateway_pb2 as pb
+from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+from metashift.stores import MetadataStore, StoreUnavailable
+from tests.harness import Gateways, eventually
+
+
+@contextlib.contextmanager
+def frozen(server: Any) -> Iterator[None]:
+    """The server stopped with SIGSTOP (connections stay open, nothing answers), then resumed."""
+    os.killpg(server.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(server.process.pid, signal.SIGCONT)
+
+
+def _catch_loop_errors(seen: list[dict[str, Any]]) -> None:
+    loop = asyncio.get_running_loop()
+    default = loop.get_exception_handler()
+
+    def handler(lp: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        seen.append(context)
+        if default is not None:
+            default(lp, context)
+        else:
+            lp.default_exception_handler(context)
+
+    loop.set_exception_handler(handler)
+
+
+async def _raw_put(address: str, path: str, deadline: float, sequential: bool = False) -> grpc.aio.AioRpcError:
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = pb_grpc.MetadataStoreStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.Put(pb.PutRequest(path=path, value=b"x", sequential=sequential), timeout=deadline)
+        return err.value
+
+
+def _trailers(err: grpc.aio.AioRpcError) -> dict[str, Any]:
+    return dict(err.trailing_metadata() or ())
+
+
+@pytest.mark.parametrize("kind", ["zk", "etcd"])
+async def test_write_the_store_stops_answering_is_outcome_unknown_not_unavailable(
+    kind: str, gateways: Gateways, fresh_servers: Any, open_stores: Callable[..., Any], caplog: Any
+) -> None:
+    """The store has the write and stops answering; the agent's own store timeout (1 s) comes
+    first. The answer must not be UNAVAILABLE (retry-safe to most callers): UNKNOWN with the
+    WriteOutcomeUnknown detail, outcome "unknown"; and the Python client says so."""
+    server = fresh_servers.of(kind)
+    agent = await gateways.start(server.url + "/faults?timeout=1&session_timeout=60")
+    client: AgentClient = await open_stores(agent.address, timeout=20)
+    await client.put("/seq", b"", expected_version=-1)
+    with frozen(server):
+        err = await _raw_put(agent.address, "/seq/id-", deadline=20, sequential=True)
+        assert err.code() == grpc.StatusCode.UNKNOWN
+        trailers = _trailers(err)
+        assert trailers[wire.ERROR_KIND_KEY] == "WriteOutcomeUnknown"
+        assert trailers[wire.OUTCOME_KEY] == "unknown"
+        detail = pb.Error.FromString(trailers[wire.ERROR_DETAIL_KEY])
+        assert detail.kind == pb.WRITE_OUTCOME_UNKNOWN and not detail.nothing_written
+
+        with pytest.raises(WriteOutcomeUnknown) as typed:
+            await client.put("/seq/id-", b"y", sequential=True, timeout=20)
+        assert typed.value.write_may_have_happened
+        assert isinstance(typed.value, StoreUnavailable)  # old `except StoreUnavailable` still catches it
+
+        # a read that fails wrote nothing, and says so
+        with pytest.raises(StoreUnavailable) as read:
+            await client.get("/seq", timeout=20)
+        assert not read.value.write_may_have_happened
+    await agent.gate.close(30)  # every write handed to the store has ended
+
+
+@pytest.mark.parametrize("kind", ["zk", "etcd"])
+async def test_write_whose_caller_gave_up_is_unknown_and_its_failure_is_observed(
+    kind: str, gateways: Gateways, fresh_servers: Any, open_stores: Callable[..., Any], caplog: Any
+) -> None:
+    """The caller's deadline (1 s) passes while the store holds the write; the write goes on in the
+    agent and fails at the store's timeout (3 s). The caller learns "outcome unknown"; the failure
+    is logged, never left as "Task exception was never retrieved"."""
+    seen: list[dict[str, Any]] = []
+    _catch_loop_errors(seen)
+    server = fresh_servers.of(kind)
+    agent = await gateways.start(server.url + "/faults?timeout=3&session_timeout=60")
+    client: AgentClient = await open_stores(agent.address, timeout=20)
+    caplog.set_level(logging.WARNING, logger="metashift.agent.gate")
+    with frozen(server):
+        with pytest.raises(StoreUnavailable) as err:
+            await client.put("/given-up", b"x", timeout=1)
+        assert isinstance(err.value, WriteOutcomeUnknown)
+        assert err.value.write_may_have_happened
+        await eventually(lambda: agent.gate.in_flight == 0, within=30, what="the write failed in the agent")
+    gc.collect()
+    await asyncio.sleep(0)
+    assert not [c for c in seen if "never retrieved" in str(c.get("message", ""))]
+    assert any("a write whose caller went away ended with" in r.getMessage() for r in caplog.records)
+
+
+async def test_held_write_that_expired_is_never_applied(
+    gateways: Gateways, fresh_servers: Any, open_stores: Callable[..., Any]
+) -> None:
+    """A write held by the closed gate past its caller's deadline is answered "not written" (also on
+    the wire) and is never applied, not when the gate opens, not when the store comes back."""
+    server = fresh_servers.zk()
+    agent = await gateways.start(server.url + "/faults?timeout=2&session_timeout=60")
+    client: AgentClient = await open_stores(agent.address, timeout=20)
+    direct: MetadataStore = await open_stores(server.url + "/faults")
+    await agent.gate.close(5)
+    with frozen(server):
+        with pytest.raises(HeldForMigration) as err:
+            await client.put("/held", b"x", timeout=1)
+        assert not err.value.write_may_have_happened
+        raw = await _raw_put(agent.address, "/held-raw", deadline=1)
+        assert raw.code() == grpc.StatusCode.UNAVAILABLE
+        assert _trailers(raw)[wire.OUTCOME_KEY] == "not-written"
+        assert agent.gate.held == 0
+    assert await agent.gate.open() == 0
+    await client.put("/after", b"y", expected_version=-1)  # a write that follows, through the agent
+    assert await direct.get("/held") is None
+    assert await direct.get("/held-raw") is None
+    assert agent.gate.expired_total == 2
