@@ -141,3 +141,33 @@ async def test_held_write_that_expired_is_never_applied(
     assert await direct.get("/held") is None
     assert await direct.get("/held-raw") is None
     assert agent.gate.expired_total == 2
+
+
+async def test_ephemeral_that_survived_a_zookeeper_outage_ends_with_its_client_session(
+    gateways: Gateways, fresh_servers: Any, open_stores: Callable[..., Any]
+) -> None:
+    """ZooKeeper killed long enough for the agent to declare its session lost, then restarted on
+    the same data: the session survived, and so did the client's ephemeral. The agent must still
+    know it is the client's (created_by_self once the client hears SessionReestablished) and delete
+    it when the client closes its session."""
+    from metashift import SessionEvent
+
+    server = fresh_servers.zk()
+    agent = await gateways.start(server.url + "/outage?session_timeout=12&timeout=2")
+    client: AgentClient = await open_stores(agent.address, timeout=20)
+    events: list[SessionEvent] = []
+    client.add_session_listener(events.append)
+    await client.put("/brokers/b1", b"owner", ephemeral=True)
+    server.kill()
+    await eventually(lambda: SessionEvent.SESSION_LOST in events, within=30, what="SessionLost reaches the client")
+    server.start()  # same data dir: the agent's ZooKeeper session is still there, with its ephemeral
+    await eventually(lambda: SessionEvent.SESSION_REESTABLISHED in events or SessionEvent.RECONNECTED
+                     in events[events.index(SessionEvent.SESSION_LOST):], within=60,
+                     what="the client hears the store is back")
+    got = await client.get("/brokers/b1")
+    assert got is not None and got[0] == b"owner"
+    assert got[1].ephemeral and got[1].created_by_self  # the client is told its ephemeral survived
+    assert agent.registry.ephemeral_count == 1
+    await client.close()
+    direct: MetadataStore = await open_stores(server.url + "/outage")
+    assert await direct.get("/brokers/b1") is None  # gone with the client's session
