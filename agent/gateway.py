@@ -268,11 +268,11 @@ class Gateway:
 
     @staticmethod
     def _path(path: str) -> str:
-        return paths.validate(path)
+        return wire.check_path(path)
 
     @staticmethod
     def _check_put(op: PutOp, store: MetadataStore) -> PutOp:
-        path = paths.validate(op.path)
+        path = wire.check_path(op.path)
         if path == paths.SEPARATOR:
             raise InvalidPath(path, "the root cannot be written")
         if len(op.value) > store.max_value_size:
@@ -283,7 +283,7 @@ class Gateway:
 
     @staticmethod
     def _check_delete(op: DeleteOp) -> DeleteOp:
-        path = paths.validate(op.path)
+        path = wire.check_path(op.path)
         if path == paths.SEPARATOR:
             raise InvalidPath(path, "the root cannot be deleted")
         if op.expected_version is not None and op.expected_version < 0:
@@ -295,7 +295,7 @@ class Gateway:
             return self._check_put(op, self.router.active)
         if isinstance(op, DeleteOp):
             return self._check_delete(op)
-        paths.validate(op.path)
+        wire.check_path(op.path)
         return op
 
     def _require_session(self, context: grpc.aio.ServicerContext, path: str) -> ClientSession:
@@ -405,7 +405,7 @@ class Gateway:
             return
         prefix = req.path_prefix or paths.SEPARATOR
         try:
-            paths.validate(prefix)
+            wire.check_path(prefix)
         except InvalidPath as err:
             await self._abort(context, err)
             return
@@ -444,7 +444,7 @@ class Gateway:
         """End the call with ``error``'s status code and its machine-readable details
         (``encoded``: ``wire.error_to_pb(error)`` when the caller has it already)."""
         detail, code = encoded or wire.error_to_pb(error)
-        await context.abort(code, str(error), trailing_metadata=wire.trailers(detail))
+        await context.abort(code, wire.status_message(detail), trailing_metadata=wire.trailers(detail))
 
     # ---- Session --------------------------------------------------------------------------------
 

@@ -32,19 +32,27 @@ from metashift.stores import (
     PutOp,
     SessionEvent,
     Stat,
+    paths,
 )
 from metashift.stores import errors as e
 
 #: Trailing metadata: the serialized ``metashift.v1.Error`` of a failed call, and its kind as text.
 ERROR_DETAIL_KEY = "metashift-error-bin"
 ERROR_KIND_KEY = "metashift-error"
-ERROR_PATH_KEY = "metashift-path"
 #: Trailing metadata: whether the failed call may have written anything (``OUTCOME_*``).
 OUTCOME_KEY = "metashift-outcome"
 OUTCOME_NOT_WRITTEN = "not-written"
 OUTCOME_UNKNOWN = "unknown"
 #: Request metadata naming the caller's session (needed by ephemeral puts).
 SESSION_KEY = "metashift-session"
+#: Longest path the agent and its client accept, in bytes of UTF-8: a longer one is InvalidPath,
+#: refused before anything is sent (so that every error fits the 8 KiB metadata limit of gRPC
+#: clients, grpc-java's default too).
+MAX_PATH_BYTES = 2048
+#: An error's message (without its path) is cut to this many characters in the answer.
+MAX_MESSAGE_CHARS = 400
+#: The path as ``grpc-message`` (human-readable) shows it; the detail carries it whole, once.
+_SHORT_PATH_CHARS = 120
 
 # ---- gRPC options (client channel and agent server) -----------------------------------------------
 
@@ -130,11 +138,38 @@ def kind_name(kind: pb.ErrorKind) -> str:
     return _BY_KIND.get(kind, _INTERNAL).name
 
 
+def check_path(path: str) -> str:
+    """``path`` if it is valid and within ``MAX_PATH_BYTES``, else ``InvalidPath``."""
+    paths.validate(path)
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        raise e.InvalidPath(path, f"{size} bytes long, over the limit of {MAX_PATH_BYTES}")
+    return path
+
+
+def _clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "\u2026"
+
+
+def _clip_bytes(text: str, limit: int) -> str:
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    return data[: limit - 3].decode("utf-8", "ignore") + "\u2026"
+
+
 def error_to_pb(err: e.MetadataStoreError, *, read: bool = False) -> tuple[pb.Error, grpc.StatusCode]:
-    """The detail and status of ``err``; ``read``: the call was a read, it wrote nothing."""
+    """The detail and status of ``err``; ``read``: the call was a read, it wrote nothing. The path
+    is carried once, whole (cut only when it is itself over the limit); the message without it,
+    cut to ``MAX_MESSAGE_CHARS``."""
     row = error_code(err)
     nothing_written = read or not err.write_may_have_happened
-    detail = pb.Error(kind=row.kind, path=err.path or "", message=str(err), nothing_written=nothing_written)
+    detail = pb.Error(
+        kind=row.kind,
+        path=_clip_bytes(err.path or "", MAX_PATH_BYTES),
+        message=_clip(strip_path(str(err), err.path), MAX_MESSAGE_CHARS),
+        nothing_written=nothing_written,
+    )
     if isinstance(err, e.ValueTooLarge):
         detail.size = err.size
         detail.limit = err.limit
@@ -169,13 +204,20 @@ def outcome(detail: pb.Error) -> str:
 
 
 def trailers(detail: pb.Error) -> tuple[tuple[str, str | bytes], ...]:
-    """The trailing metadata of a call that failed with ``detail``."""
+    """The trailing metadata of a call that failed with ``detail`` (the path only in the detail)."""
     return (
         (ERROR_DETAIL_KEY, detail.SerializeToString()),
         (ERROR_KIND_KEY, kind_name(detail.kind)),
         (OUTCOME_KEY, outcome(detail)),
-        (ERROR_PATH_KEY, _ascii(detail.path)),
     )
+
+
+def status_message(detail: pb.Error) -> str:
+    """The human-readable ``grpc-message`` of ``detail``: printable ASCII, the path shortened."""
+    text = detail.message
+    if detail.path:
+        text = f"{text}: {_clip(detail.path, _SHORT_PATH_CHARS)}"
+    return _clip(_ascii(text), MAX_MESSAGE_CHARS + _SHORT_PATH_CHARS + 8)
 
 
 def _ascii(text: str) -> str:

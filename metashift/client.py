@@ -321,6 +321,8 @@ class AgentClient(MetadataStore):
         return wire.error_from_status(code, message, path, write=write)
 
     async def _call(self, rpc: Any, request: Any, path: str | None, *, write: bool = False) -> Any:
+        if path is not None:
+            wire.check_path(path)  # a path over the agent's limit is refused here, unsent
         # one deadline for the whole call: waiting for the watch uses up part of it
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout()
@@ -355,6 +357,8 @@ class AgentClient(MetadataStore):
         await self._call(self._rpc_delete, request, path, write=True)
 
     async def _batch(self, ops: list[Op]) -> list[OpResult]:
+        for op in ops:
+            wire.check_path(op.path)
         request = pb.BatchRequest(ops=[wire.op_to_pb(op) for op in ops])
         r = await self._call(self._rpc_batch, request, None, write=any(wire.is_write(op) for op in ops))
         return [wire.result_from_pb(op, result) for op, result in zip(ops, r.results, strict=True)]

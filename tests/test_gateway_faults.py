@@ -171,3 +171,69 @@ async def test_ephemeral_that_survived_a_zookeeper_outage_ends_with_its_client_s
     await client.close()
     direct: MetadataStore = await open_stores(server.url + "/outage")
     assert await direct.get("/brokers/b1") is None  # gone with the client's session
+
+
+def _trailer_bytes(err: grpc.aio.AioRpcError) -> int:
+    """What the error's status and trailers weigh on the wire (binary values in base64)."""
+    total = len((err.details() or "").encode())
+    for key, value in err.trailing_metadata() or ():
+        total += len(key) + (len(value) * 4 // 3 + 4 if isinstance(value, bytes) else len(value.encode()))
+    return total
+
+
+@pytest.mark.parametrize("length", [2_000, 6_000, 100_000])
+async def test_errors_fit_in_any_grpc_client_whatever_the_path(
+    length: int, agent: Any, direct: Any, open_stores: Callable[..., Any]
+) -> None:
+    """Raw gRPC calls with long paths: the answer keeps its kind, its trailers stay well under
+    8 KiB (the path carried once), and a path over the documented limit is InvalidPath."""
+    path = "/" + "p" * (length - 1)
+    async with grpc.aio.insecure_channel(agent.address) as channel:
+        stub = pb_grpc.MetadataStoreStub(channel)
+        calls = [
+            stub.Put(pb.PutRequest(path=path, value=b"x", expected_version=3)),
+            stub.Delete(pb.DeleteRequest(path=path)),
+            stub.Get(pb.GetRequest(path=path)),
+        ]
+        for call in calls:
+            if length <= wire.MAX_PATH_BYTES and call is calls[2]:
+                assert not (await call).found
+                continue
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            size = _trailer_bytes(err.value)
+            assert size < 4 * 1024, size
+            trailers = _trailers(err.value)
+            detail = pb.Error.FromString(trailers[wire.ERROR_DETAIL_KEY])
+            if length <= wire.MAX_PATH_BYTES:
+                assert trailers[wire.ERROR_KIND_KEY] in ("BadVersion", "NotFound")
+                assert detail.path == path  # whole, once
+            else:
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert trailers[wire.ERROR_KIND_KEY] == "InvalidPath"
+                assert trailers[wire.OUTCOME_KEY] == "not-written"
+                assert "over the limit of 2048" in detail.message
+    assert await direct.get_children("/") == []
+
+
+async def test_multibyte_path_at_the_limit_and_client_refuses_longer_ones_unsent(
+    agent: Any, direct: Any, open_stores: Callable[..., Any]
+) -> None:
+    from metashift import AlreadyExists, InvalidPath
+
+    client: AgentClient = await open_stores(agent.address)
+    at_limit = "/" + "\u00e9" * ((wire.MAX_PATH_BYTES - 1) // 2)  # 2047 bytes of UTF-8
+    stat = await client.put(at_limit, b"v", expected_version=-1)
+    assert stat.version == 0
+    with pytest.raises(AlreadyExists) as exists:  # the error of a path at the limit names it whole
+        await client.put(at_limit, b"w", expected_version=-1)
+    assert exists.value.path == at_limit and not exists.value.write_may_have_happened
+    too_long = at_limit + "\u00e9"
+    sent = agent.metrics.requests.labels("Put", "INVALID_ARGUMENT")._value.get()
+    for call in (client.put(too_long, b"x"), client.get(too_long), client.delete(too_long)):
+        with pytest.raises(InvalidPath) as err:
+            await call
+        assert not err.value.write_may_have_happened
+    assert agent.metrics.requests.labels("Put", "INVALID_ARGUMENT")._value.get() == sent  # never sent
+    got = await direct.get(at_limit)
+    assert got is not None and got[0] == b"v"
