@@ -127,18 +127,26 @@ class Agent:
             old_umask = os.umask(0o177)  # never world-accessible, even for an instant
             try:
                 server.add_insecure_port(f"unix:{path}")
+            except RuntimeError as e:  # gRPC's "Failed to bind"
+                raise ConfigError("listen", f"cannot listen on the unix socket {path}: {e}") from None
             finally:
                 os.umask(old_umask)
             return f"unix:{path}"
-        if tls.cert is not None and tls.key is not None:
-            credentials = grpc.ssl_server_credentials(
-                [(tls.key.read_bytes(), tls.cert.read_bytes())],
-                root_certificates=tls.client_ca.read_bytes() if tls.client_ca else None,
-                require_client_auth=tls.client_ca is not None,
-            )
-            port = server.add_secure_port(listen.address, credentials)
-        else:  # allow_insecure_tcp (tests only; the config refuses it otherwise)
-            port = server.add_insecure_port(listen.address)
+        try:
+            if tls.cert is not None and tls.key is not None:
+                try:
+                    credentials = grpc.ssl_server_credentials(
+                        [(tls.key.read_bytes(), tls.cert.read_bytes())],
+                        root_certificates=tls.client_ca.read_bytes() if tls.client_ca else None,
+                        require_client_auth=tls.client_ca is not None,
+                    )
+                except OSError as e:
+                    raise ConfigError("tls.cert", f"cannot read the TLS files: {e.strerror or e}") from None
+                port = server.add_secure_port(listen.address, credentials)
+            else:  # allow_insecure_tcp (tests only; the config refuses it otherwise)
+                port = server.add_insecure_port(listen.address)
+        except RuntimeError as e:  # gRPC's "Failed to bind" (address in use, bad TLS files)
+            raise ConfigError("listen", f"cannot listen on {listen.address}: {e}") from None
         if port == 0:
             raise ConfigError("listen", f"cannot listen on {listen.address}")
         host = listen.address.rpartition(":")[0]
