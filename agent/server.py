@@ -104,11 +104,27 @@ class Agent:
                 self.metrics.serve(config.metrics)
             except OSError as e:
                 raise ConfigError("metrics", f"cannot serve metrics on {config.metrics}: {e.strerror or e}") from None
+        self._warn_insecure()
         log.info(
             "agent started",
             extra={"fields": {"node_id": config.node_id, "role": config.role, "listen": self.address,
                               "source": config.source.redacted(), "metrics": config.metrics or None}},
         )
+
+    def _warn_insecure(self) -> None:
+        """Settings that let more callers in than the defaults are allowed, but never silently."""
+        config = self.config
+        if config.listen.kind == "unix" and config.socket_mode & ~0o660 and config.auth_token_file is None:
+            log.warning(
+                "socket_mode %04o is wider than 0660 and no auth.token_file is set: every local user "
+                "the mode lets in can read and write the metadata", config.socket_mode,
+                extra={"fields": {"key": "socket_mode"}},
+            )
+        if config.tls.allow_insecure_tcp:
+            log.warning(
+                "tls.allow_insecure_tcp = true: a tcp:// listen address serves plain TCP, without TLS "
+                "(for tests only)", extra={"fields": {"key": "tls.allow_insecure_tcp"}},
+            )
 
     def _bind(self, server: grpc.aio.Server) -> str:
         listen, tls = self.config.listen, self.config.tls

@@ -5,10 +5,14 @@ real ZooKeeper."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from metashift import cli
 
@@ -56,3 +60,74 @@ async def test_unix_socket_path_over_the_os_limit_is_exit_2_naming_it(zk_url: st
     assert "config key listen" in err and "108 bytes" in err and "107" in err
     assert "Traceback" not in err
     assert not await asyncio.to_thread(Path(path).exists)
+
+
+def _warnings(log: str) -> list[str]:
+    out = []
+    for line in log.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("level") == "warning":
+            out.append(entry["msg"])
+    return out
+
+
+async def test_socket_mode_wider_than_0660_without_a_token_warns(zk_url: str, tmp_path: Path) -> None:
+    directory = tempfile.mkdtemp(prefix="ms-mode-")
+    config = tmp_path / "agent.toml"
+    config.write_text(f'socket_mode = "0666"\nlisten = "unix:{directory}/a.sock"\n[source]\nurl = "{zk_url}"\n')
+    code, err = await _agent("--config", str(config), until_started=True)
+    assert code in (0, -signal.SIGTERM), err  # SIGTERM may come before its handler is installed
+    assert any("socket_mode 0666" in w and "token" in w for w in _warnings(err)), err
+    # with a token, the mode is not the only guard: no warning
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    config.write_text(config.read_text() + f'[auth]\ntoken_file = "{token}"\n')
+    code, err = await _agent("--config", str(config), until_started=True)
+    assert code in (0, -signal.SIGTERM), err  # SIGTERM may come before its handler is installed
+    assert not [w for w in _warnings(err) if "socket_mode" in w], err
+
+
+async def test_allow_insecure_tcp_warns(zk_url: str, tmp_path: Path) -> None:
+    from metashift.local_servers import free_port
+
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'listen = "tcp://127.0.0.1:{free_port()}"\n[source]\nurl = "{zk_url}"\n[tls]\nallow_insecure_tcp = true\n'
+    )
+    code, err = await _agent("--config", str(config), until_started=True)
+    assert code in (0, -signal.SIGTERM), err  # SIGTERM may come before its handler is installed
+    assert any("allow_insecure_tcp" in w for w in _warnings(err)), err
+
+
+async def test_unauthenticated_answers_carry_the_error_trailers(
+    gateways: Any, zk_url: str, tmp_path: Path, open_stores: Any
+) -> None:
+    import grpc
+
+    from metashift import AuthFailed
+    from metashift.agent import wire
+    from metashift.proto.v1 import gateway_pb2 as pb
+    from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    agent = await gateways.start(zk_url, {"auth.token_file": str(token)})
+    async with grpc.aio.insecure_channel(agent.address) as channel:
+        stub = pb_grpc.MetadataStoreStub(channel)
+        for call in (stub.Put(pb.PutRequest(path="/anon", value=b"x")), stub.Get(pb.GetRequest(path="/anon"))):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            trailers = dict(err.value.trailing_metadata() or ())
+            assert trailers[wire.ERROR_KIND_KEY] == "Unauthenticated"
+            assert trailers[wire.OUTCOME_KEY] == "not-written"
+            detail = pb.Error.FromString(trailers[wire.ERROR_DETAIL_KEY])
+            assert detail.kind == pb.UNAUTHENTICATED and detail.nothing_written
+    with pytest.raises(AuthFailed) as refused:
+        await open_stores(agent.address, token="wrong", timeout=5)
+    assert type(refused.value).__name__ == "Unauthenticated" and not refused.value.write_may_have_happened
+    client = await open_stores(agent.address, token="s3cret")
+    assert await client.get("/anon") is None  # nothing was written
