@@ -16,6 +16,9 @@ from typing import Any
 
 import grpc
 
+from metashift.agent import wire
+from metashift.agent.errors import Unauthenticated
+
 METADATA_KEY = "authorization"
 _OPEN_SERVICES = ("/grpc.health.v1.Health/",)
 
@@ -31,6 +34,8 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 
 class TokenAuth(grpc.aio.ServerInterceptor):
+    """Refuses every call (but health checks) that does not present the bearer token."""
+
     def __init__(self, token: str) -> None:
         self._expected = f"Bearer {token}".encode()
 
@@ -56,7 +61,8 @@ def _refusing(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """A handler of the same shape as ``handler`` that only refuses the call."""
 
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong bearer token (auth.token_file)")
+        detail, code = wire.error_to_pb(Unauthenticated("missing or wrong bearer token (auth.token_file)"))
+        await context.abort(code, wire.status_message(detail), trailing_metadata=wire.trailers(detail))
 
     kinds = {
         "unary_unary": grpc.unary_unary_rpc_method_handler,

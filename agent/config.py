@@ -61,6 +61,8 @@ from metashift.stores import StoreURL, parse_url
 from metashift.stores.errors import InvalidStoreURL
 
 ROLES = ("broker", "bookie")
+#: Longest unix socket path the OS takes (sun_path is 108 bytes with its terminating NUL).
+MAX_SOCKET_PATH_BYTES = 107
 ENV_PREFIX = "METASHIFT_"
 
 
@@ -74,6 +76,8 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class Listen:
+    """Where the agent serves: a unix socket path or a TCP host:port."""
+
     kind: str  # "unix" | "tcp"
     address: str
     """Socket path for unix; host:port for tcp."""
@@ -81,6 +85,8 @@ class Listen:
 
 @dataclass(frozen=True)
 class TLSConfig:
+    """The server's TLS files for a tcp:// listen address (mutual TLS with ``client_ca``)."""
+
     cert: Path | None = None
     key: Path | None = None
     client_ca: Path | None = None
@@ -99,6 +105,8 @@ class CoordinatorSettings:
 
 @dataclass(frozen=True)
 class AgentConfig:
+    """Every setting of one agent, checked."""
+
     source: StoreURL
     node_id: str = field(default_factory=socket.gethostname)
     role: str = "broker"
@@ -185,6 +193,12 @@ def _read_file(path: Path) -> dict[str, Any]:
             data = tomllib.load(f)
     except FileNotFoundError:
         raise ConfigError("--config", f"no such file {str(path)!r}") from None
+    except IsADirectoryError:
+        raise ConfigError("--config", f"{str(path)!r} is a directory, not a TOML file") from None
+    except OSError as e:
+        raise ConfigError("--config", f"cannot read {str(path)!r}: {e.strerror or e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError("--config", f"{path} is not UTF-8 text: {e}") from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("--config", f"{path} is not valid TOML: {e}") from None
     flat: dict[str, Any] = {}
@@ -283,7 +297,11 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
     kwargs["tls"] = tls
     token_file = _file(values, "auth.token_file")
     if token_file is not None:
-        if not token_file.read_text().strip():
+        try:
+            token = token_file.read_text()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError("auth.token_file", f"cannot read {str(token_file)!r}: {e}") from None
+        if not token.strip():
             raise ConfigError("auth.token_file", f"{str(token_file)!r} holds no token")
         kwargs["auth_token_file"] = token_file
     if "listen" in values:
@@ -368,6 +386,12 @@ def _listen(text: str, tls: TLSConfig) -> Listen:
             path = path[2:]
         if not path.startswith("/"):
             raise ConfigError("listen", f"a unix socket needs an absolute path, not {text!r}")
+        size = len(path.encode("utf-8", "surrogateescape"))
+        if size > MAX_SOCKET_PATH_BYTES:
+            raise ConfigError(
+                "listen", f"the unix socket path is {size} bytes long, over the OS limit of "
+                f"{MAX_SOCKET_PATH_BYTES}: {path}",
+            )
         return Listen("unix", path)
     if text.startswith("tcp://"):
         address = text[len("tcp://") :]

@@ -6,25 +6,77 @@ in line — and returns once the writes already in flight have finished (their n
 another, in the order they arrived, then lets everything flow concurrently again. A held write
 whose caller's deadline (or ``hold_timeout``) comes first fails with ``HeldForMigration`` and
 writes nothing.
+
+The gate is in one ``GateState`` at a time; ``TRANSITIONS`` lists every legal move and each move
+is checked against it (an illegal one raises ``GateStateError``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from metashift.agent.errors import HeldForMigration
 from metashift.agent.router import Router
 from metashift.stores import MetadataStore
-from metashift.stores.errors import HeldForMigration
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+
+class GateState(enum.Enum):
+    """Where the write gate stands."""
+
+    OPEN = "open"
+    """Writes flow to the active store."""
+    CLOSED = "closed"
+    """New writes wait in line (held); ``close`` drains the writes in flight."""
+    RELEASING = "releasing"
+    """Reopened: the held writes go out one at a time in arrival order; new ones queue behind."""
+    STOPPING = "stopping"
+    """The agent is going away with the gate open: writes flow, but none may wait."""
+    STOPPED = "stopped"
+    """The agent is going away with the gate closed: every write fails at once (nothing written)."""
+
+
+_S = GateState
+#: Every legal move of the gate, listed once (a state's own name: the call leaves it as it is).
+TRANSITIONS: dict[GateState, frozenset[GateState]] = {
+    _S.OPEN: frozenset({_S.OPEN, _S.CLOSED, _S.STOPPING}),
+    _S.CLOSED: frozenset({_S.CLOSED, _S.OPEN, _S.RELEASING, _S.STOPPED}),
+    _S.RELEASING: frozenset({_S.RELEASING, _S.OPEN, _S.CLOSED, _S.STOPPING}),
+    _S.STOPPING: frozenset({_S.STOPPING, _S.STOPPED}),
+    _S.STOPPED: frozenset({_S.STOPPED, _S.STOPPING}),
+}
+#: States in which a write goes straight to the store (when no held write is ahead of it).
+_FLOWING = frozenset({_S.OPEN, _S.STOPPING})
+_SHUTTING_DOWN = frozenset({_S.STOPPING, _S.STOPPED})
+
+
+class GateStateError(RuntimeError):
+    """A move of the write gate that ``TRANSITIONS`` does not allow (a bug in whoever drives it)."""
+
+    def __init__(self, old: GateState, new: GateState) -> None:
+        self.old, self.new = old, new
+        allowed = ", ".join(sorted(s.name for s in TRANSITIONS[old]))
+        super().__init__(f"write gate: illegal move {old.name} -> {new.name} (from {old.name}: {allowed})")
+
+
+def _orphan_done(task: asyncio.Task[Any]) -> None:
+    """The end of an admitted write whose caller went away (its deadline passed): nobody else will
+    look at its outcome, so log it (its caller was told the outcome is unknown)."""
+    if task.cancelled():
+        return
+    err = task.exception()
+    if err is not None:
+        log.warning("a write whose caller went away ended with %s: %s", type(err).__name__, err)
 
 
 class _Ticket:
@@ -39,6 +91,8 @@ class _Ticket:
 
 
 class WriteGate:
+    """Holds writes while the gate is closed and releases them in order; see the module."""
+
     def __init__(
         self,
         router: Router,
@@ -48,15 +102,13 @@ class WriteGate:
     ) -> None:
         self.router = router
         self.hold_timeout = hold_timeout
-        self._open = True
-        self._releasing = False
+        self._state = GateState.OPEN
         self._held: deque[_Ticket] = deque()
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
         self._release_task: asyncio.Task[int] | None = None
         self._runs: set[asyncio.Task[object]] = set()
-        self._failing = False
         self._on_change = on_change
         self.drained_total = 0
         self.held_total = 0
@@ -65,13 +117,27 @@ class WriteGate:
     # ---- state ----------------------------------------------------------------------------------
 
     @property
+    def state(self) -> GateState:
+        return self._state
+
+    def _move(self, new: GateState) -> None:
+        """Go to ``new``, if ``TRANSITIONS`` allows it from here."""
+        if new not in TRANSITIONS[self._state]:
+            raise GateStateError(self._state, new)
+        self._state = new
+
+    @property
     def is_open(self) -> bool:
-        return self._open
+        """The gate admits writes (releasing held ones counts as open)."""
+        return self._state in (GateState.OPEN, GateState.RELEASING, GateState.STOPPING)
 
     @property
     def shutting_down(self) -> bool:
         """``shutdown`` was called: writes that would wait fail at once."""
-        return self._failing
+        return self._state in _SHUTTING_DOWN
+
+    def _must_wait(self) -> bool:
+        return self._state not in _FLOWING or bool(self._held)
 
     @property
     def held(self) -> int:
@@ -92,7 +158,7 @@ class WriteGate:
         """Admit one write; yields the store to write to. ``wait``: the seconds the caller can
         still wait (its deadline), however long; ``None`` (no deadline) means ``hold_timeout``."""
         ticket: _Ticket | None = None
-        if not self._open or self._releasing or self._held:
+        if self._must_wait():
             ticket = await self._hold(wait)  # returns admitted: already counted in flight
         else:
             self._enter()
@@ -110,7 +176,7 @@ class WriteGate:
         store may already have applied it — so what follows it (bookkeeping of ephemerals) still
         happens, and the gate counts it in flight until it has really finished."""
         ticket: _Ticket | None = None
-        if not self._open or self._releasing or self._held:
+        if self._must_wait():
             ticket = await self._hold(wait)
         else:
             self._enter()
@@ -127,7 +193,12 @@ class WriteGate:
         task = asyncio.get_running_loop().create_task(admitted())
         self._runs.add(task)
         task.add_done_callback(self._runs.discard)
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():  # the caller went away: what the write ends with is still observed
+                task.add_done_callback(_orphan_done)
+            raise
 
     def _enter(self) -> None:
         self._in_flight += 1
@@ -147,7 +218,7 @@ class WriteGate:
         ticket.go.set_result(None)
 
     async def _hold(self, wait: float | None) -> _Ticket:
-        if self._failing:
+        if self.shutting_down:
             raise HeldForMigration("the write gate is closed and the agent is shutting down")
         ticket = _Ticket(asyncio.get_running_loop())
         self._held.append(ticket)
@@ -189,10 +260,9 @@ class WriteGate:
         """Stop admitting writes; wait (up to ``within`` seconds) until the writes in flight are done.
         Returns how many were drained. Raises ``TimeoutError`` when they did not finish in time
         (the gate stays closed)."""
-        self._open = False
+        self._move(GateState.STOPPED if self.shutting_down else GateState.CLOSED)
         if self._release_task is not None and not self._release_task.done():
             self._release_task.cancel()
-        self._releasing = False
         drained = self._in_flight
         log.info("write gate closed; draining %d write(s) in flight", drained)
         self._changed()
@@ -206,22 +276,30 @@ class WriteGate:
         there in arrival order; returns how many were released in order."""
         if towards is not None:
             self.router.switch(towards)
-        self._open = True
-        running = self._release_task
-        if running is not None and not running.done():
-            # already releasing: that release hands the held writes out one after another; a
-            # second loop beside it would let them run side by side, out of order
-            self._changed()
-            try:
-                return await asyncio.shield(running)
-            except asyncio.CancelledError:
-                if running.cancelled():
-                    return 0
-                raise
+        while True:
+            if self.shutting_down:  # nothing is held any more; writes flow but never wait
+                self._move(GateState.STOPPING)
+                self._changed()
+                return 0
+            running = self._release_task
+            if running is None or running.done():
+                break
+            if self._state is GateState.RELEASING:
+                # already releasing: that release hands the held writes out one after another; a
+                # second loop beside it would let them run side by side, out of order
+                self._changed()
+                try:
+                    return await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    if running.cancelled():
+                        return 0
+                    raise
+            await asyncio.wait([running])  # a release cancelled by close: let it wind down first
         if not self._held:
+            self._move(GateState.OPEN)
             self._changed()
             return 0
-        self._releasing = True
+        self._move(GateState.RELEASING)
         self._changed()
         task = asyncio.create_task(self._release(len(self._held)))
         self._release_task = task
@@ -236,7 +314,7 @@ class WriteGate:
         released = 0
         try:
             for _ in range(count):
-                if not self._open or not self._held:
+                if self._state is not GateState.RELEASING or not self._held:
                     break
                 ticket = self._held.popleft()
                 if ticket.go.done():
@@ -244,7 +322,7 @@ class WriteGate:
                 self._admit(ticket)
                 released += 1
                 await ticket.done.wait()
-            if self._open:  # the rest (arrived while releasing) flow concurrently, still in order
+            if self._state is GateState.RELEASING:  # the rest (arrived while releasing) flow concurrently, in order
                 while self._held:
                     ticket = self._held.popleft()
                     if not ticket.go.done():
@@ -253,13 +331,14 @@ class WriteGate:
             log.info("write gate open towards %s; released %d held write(s)", self.router.active_name, released)
             return released
         finally:
-            self._releasing = False
+            if self._state is GateState.RELEASING:
+                self._move(GateState.OPEN)
             self._changed()
 
     def shutdown(self) -> int:
         """The agent is going away: fail every held write now, and from now on every write that
         would have to wait. Returns how many held writes failed."""
-        self._failing = True
+        self._move(GateState.STOPPING if self.is_open else GateState.STOPPED)
         return self.fail_held()
 
     def fail_held(self) -> int:

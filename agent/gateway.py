@@ -17,17 +17,14 @@ from typing import Any
 import grpc
 
 from metashift.agent import wire
+from metashift.agent.errors import HeldForMigration, Internal, InvalidArgument, NoSession, WriteOutcomeUnknown
 from metashift.agent.gate import WriteGate
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.router import Router
 from metashift.agent.sessions import ClientSession, SessionRegistry
-from metashift.agent.wire import InvalidArgument, NoSession
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.stores import (
     DeleteOp,
-    ExistsOp,
-    GetChildrenOp,
-    GetOp,
     MetadataStore,
     Notification,
     Op,
@@ -36,7 +33,7 @@ from metashift.stores import (
     Stat,
     paths,
 )
-from metashift.stores.errors import InvalidPath, MetadataStoreError, StoreUnavailable, ValueTooLarge
+from metashift.stores.errors import InvalidPath, MetadataStoreError, StoreFull, StoreUnavailable, ValueTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +45,8 @@ WATCH_OVERFLOW = "overflow"
 #: What a Watch stream's queue carries: a notification, None (the agent closes), or WATCH_OVERFLOW.
 WatchItem = Notification | None | str
 HELLO_TIMEOUT = 10.0
+#: Methods that never write: whatever fails, nothing was written.
+READ_METHODS = frozenset({"Get", "GetChildren", "Exists", "Watch"})
 MAX_BATCH_OPS = 10_000
 
 
@@ -73,7 +72,6 @@ class NotificationHub:
 
     def __init__(self, router: Router) -> None:
         self._queues: dict[asyncio.Queue[WatchItem], str] = {}
-        self._router = router
         self._remove = router.active.add_listener(self._publish)
         router.on_switch(self._switched)
 
@@ -202,12 +200,23 @@ class Gateway:
                 latency.observe(time.perf_counter() - start)
                 ok_counter.inc()
                 return response
-            detail, code = wire.error_to_pb(error)
+            detail, code = wire.error_to_pb(error, read=method in READ_METHODS)
             latency.observe(time.perf_counter() - start)
             requests.labels(method, code.name).inc()
             await self._abort(context, error, (detail, code))
 
         return handler
+
+    async def _write(self, apply: Callable[[MetadataStore], Awaitable[Any]], context: grpc.aio.ServicerContext) -> Any:
+        """Run ``apply`` through the write gate. Once the gate has handed a write to the store, a
+        store that stops answering leaves its outcome unknown: say so (WriteOutcomeUnknown), never
+        a retry-safe StoreUnavailable."""
+        try:
+            return await self.gate.run(apply, self._hold_budget(context))
+        except (HeldForMigration, StoreFull):
+            raise
+        except StoreUnavailable as err:
+            raise _outcome_unknown(err) from err
 
     def _counted_stream(
         self, method: str, fn: Callable[[Any, grpc.aio.ServicerContext], Awaitable[None]]
@@ -259,29 +268,35 @@ class Gateway:
 
     @staticmethod
     def _path(path: str) -> str:
-        return paths.validate(path)
+        return wire.check_path(path)
 
     @staticmethod
-    def _check_put(req: pb.PutRequest, store: MetadataStore) -> int | None:
-        path = paths.validate(req.path)
+    def _check_put(op: PutOp, store: MetadataStore) -> PutOp:
+        path = wire.check_path(op.path)
         if path == paths.SEPARATOR:
             raise InvalidPath(path, "the root cannot be written")
-        if len(req.value) > store.max_value_size:
-            raise ValueTooLarge(path, len(req.value), store.max_value_size)
-        expected = req.expected_version if req.HasField("expected_version") else None
-        if expected is not None and expected < -1:
-            raise InvalidArgument(f"expected_version {expected} is not valid", path)
-        return expected
+        if len(op.value) > store.max_value_size:
+            raise ValueTooLarge(path, len(op.value), store.max_value_size)
+        if op.expected_version is not None and op.expected_version < -1:
+            raise InvalidArgument(f"expected_version {op.expected_version} is not valid", path)
+        return op
 
     @staticmethod
-    def _check_delete(req: pb.DeleteRequest) -> int | None:
-        path = paths.validate(req.path)
+    def _check_delete(op: DeleteOp) -> DeleteOp:
+        path = wire.check_path(op.path)
         if path == paths.SEPARATOR:
             raise InvalidPath(path, "the root cannot be deleted")
-        expected = req.expected_version if req.HasField("expected_version") else None
-        if expected is not None and expected < 0:
-            raise InvalidArgument(f"expected_version {expected} is not valid", path)
-        return expected
+        if op.expected_version is not None and op.expected_version < 0:
+            raise InvalidArgument(f"expected_version {op.expected_version} is not valid", path)
+        return op
+
+    def _check_op(self, op: Op) -> Op:
+        if isinstance(op, PutOp):
+            return self._check_put(op, self.router.active)
+        if isinstance(op, DeleteOp):
+            return self._check_delete(op)
+        wire.check_path(op.path)
+        return op
 
     def _require_session(self, context: grpc.aio.ServicerContext, path: str) -> ClientSession:
         session = self._session_of(context)
@@ -289,18 +304,19 @@ class Gateway:
             raise NoSession(f"an ephemeral put needs a live session ({wire.SESSION_KEY} metadata)", path)
         return session
 
-    async def _after_put(
-        self, session: ClientSession | None, req: pb.PutRequest, stat: Stat, store: MetadataStore
-    ) -> None:
-        self.registry.record_put(session, req.value, req.ephemeral, stat)
-        if req.ephemeral and session is not None and session.ended and stat.ephemeral:
+    async def _after_put(self, session: ClientSession | None, op: PutOp, stat: Stat, store: MetadataStore) -> None:
+        self.registry.record_put(session, op.value, op.ephemeral, stat)
+        if op.ephemeral and session is not None and session.ended and stat.ephemeral:
             # the session ended while this put was in flight: its ephemeral must not outlive it
             self.registry.record_delete(stat.path)
             try:
                 await store.delete(stat.path, expected_version=stat.version)
             except MetadataStoreError:
                 pass
-            raise NoSession("the session ended while the put was in flight", stat.path)
+            err = NoSession("the session ended while the put was in flight (it was written, then deleted)",
+                            stat.path)
+            err.write_may_have_happened = True
+            raise err
 
     # ---- MetadataStore --------------------------------------------------------------------------
 
@@ -319,63 +335,47 @@ class Gateway:
         return pb.ExistsResponse(exists=await self.router.active.exists(self._path(req.path)))
 
     async def _put(self, req: pb.PutRequest, context: grpc.aio.ServicerContext) -> pb.PutResponse:
-        expected = self._check_put(req, self.router.active)
-        session = self._require_session(context, req.path) if req.ephemeral else self._session_of(context)
+        op = self._check_put(wire.put_from_pb(req), self.router.active)
+        session = self._require_session(context, op.path) if op.ephemeral else self._session_of(context)
 
         async def apply(store: MetadataStore) -> Stat:
-            stat = await store.put(req.path, req.value, expected, ephemeral=req.ephemeral, sequential=req.sequential)
-            await self._after_put(session, req, stat, store)
+            stat = await store.put(op.path, op.value, op.expected_version, ephemeral=op.ephemeral,
+                                   sequential=op.sequential)
+            await self._after_put(session, op, stat, store)
             return stat
 
-        stat = await self.gate.run(apply, self._hold_budget(context))
+        stat = await self._write(apply, context)
         return pb.PutResponse(stat=self._stat(stat, session))
 
     async def _delete(self, req: pb.DeleteRequest, context: grpc.aio.ServicerContext) -> pb.DeleteResponse:
-        expected = self._check_delete(req)
+        op = self._check_delete(wire.delete_from_pb(req))
 
         async def apply(store: MetadataStore) -> None:
-            await store.delete(req.path, expected)
-            self.registry.record_delete(req.path)
+            await store.delete(op.path, op.expected_version)
+            self.registry.record_delete(op.path)
 
-        await self.gate.run(apply, self._hold_budget(context))
+        await self._write(apply, context)
         return pb.DeleteResponse()
 
     async def _batch(self, req: pb.BatchRequest, context: grpc.aio.ServicerContext) -> pb.BatchResponse:
         if len(req.ops) > MAX_BATCH_OPS:
             raise InvalidArgument(f"a batch holds at most {MAX_BATCH_OPS} operations, not {len(req.ops)}")
-        ops: list[Op] = []
         session: ClientSession | None = self._session_of(context)
-        writes = False
-        for i, op in enumerate(req.ops):
-            kind = op.WhichOneof("op")
-            if kind == "get":
-                ops.append(GetOp(self._path(op.get.path)))
-            elif kind == "get_children":
-                ops.append(GetChildrenOp(self._path(op.get_children.path)))
-            elif kind == "exists":
-                ops.append(ExistsOp(self._path(op.exists.path)))
-            elif kind == "put":
-                p = op.put
-                expected = self._check_put(p, self.router.active)
-                if p.ephemeral and session is None:
-                    self._require_session(context, p.path)
-                ops.append(PutOp(p.path, p.value, expected, p.ephemeral, p.sequential))
-                writes = True
-            elif kind == "delete":
-                ops.append(DeleteOp(op.delete.path, self._check_delete(op.delete)))
-                writes = True
-            else:
-                raise InvalidArgument(f"batch operation {i} is empty")
-        if writes:
+        ops = [self._check_op(wire.op_from_pb(op, i)) for i, op in enumerate(req.ops)]
+        for op in ops:
+            if isinstance(op, PutOp) and op.ephemeral and session is None:
+                self._require_session(context, op.path)
+        if any(isinstance(op, PutOp | DeleteOp) for op in ops):
 
             async def apply(store: MetadataStore) -> list[OpResult]:
                 results = await store.batch(ops)
                 ended: NoSession | None = None
-                for op, result in zip(ops, results, strict=True):
-                    if isinstance(op, PutOp) and isinstance(result, Stat):
-                        req_put = pb.PutRequest(path=op.path, value=op.value, ephemeral=op.ephemeral)
+                for i, (op, result) in enumerate(zip(ops, results, strict=True)):
+                    if wire.is_write(op) and isinstance(result, StoreUnavailable) and not isinstance(result, StoreFull):
+                        results[i] = _outcome_unknown(result)
+                    elif isinstance(op, PutOp) and isinstance(result, Stat):
                         try:
-                            await self._after_put(session, req_put, result, store)
+                            await self._after_put(session, op, result, store)
                         except NoSession as err:  # go on: every ephemeral of the ended session goes
                             ended = ended or err
                     elif isinstance(op, DeleteOp) and result is None:
@@ -384,28 +384,20 @@ class Gateway:
                     raise ended
                 return results
 
-            results = await self.gate.run(apply, self._hold_budget(context))
+            results = await self._write(apply, context)
         else:
-            results = await self.router.active.batch(ops)
-        return pb.BatchResponse(results=[self._result(op, r, session) for op, r in zip(ops, results, strict=True)])
+            try:
+                results = await self.router.active.batch(ops)
+            except MetadataStoreError as err:
+                err.write_may_have_happened = False  # reads only
+                raise
 
-    def _result(self, op: Op, result: OpResult, session: ClientSession | None) -> pb.OpResult:
-        if isinstance(result, MetadataStoreError):
-            return pb.OpResult(error=wire.error_to_pb(result)[0])
-        if isinstance(op, GetOp):
-            if result is None:
-                return pb.OpResult(get=pb.GetResponse(found=False))
-            assert isinstance(result, tuple)
-            return pb.OpResult(get=pb.GetResponse(found=True, value=result[0], stat=self._stat(result[1], session)))
-        if isinstance(op, GetChildrenOp):
-            assert isinstance(result, list)
-            return pb.OpResult(get_children=pb.GetChildrenResponse(children=result))
-        if isinstance(op, ExistsOp):
-            return pb.OpResult(exists=pb.ExistsResponse(exists=bool(result)))
-        if isinstance(op, PutOp):
-            assert isinstance(result, Stat)
-            return pb.OpResult(put=pb.PutResponse(stat=self._stat(result, session)))
-        return pb.OpResult(delete=pb.DeleteResponse())
+        def stat_to(stat: Stat) -> pb.Stat:
+            return self._stat(stat, session)
+
+        return pb.BatchResponse(
+            results=[wire.result_to_pb(op, r, stat_to) for op, r in zip(ops, results, strict=True)]
+        )
 
     async def _watch(self, req: Any, context: grpc.aio.ServicerContext) -> None:
         if isinstance(req, _Malformed):
@@ -413,7 +405,7 @@ class Gateway:
             return
         prefix = req.path_prefix or paths.SEPARATOR
         try:
-            paths.validate(prefix)
+            wire.check_path(prefix)
         except InvalidPath as err:
             await self._abort(context, err)
             return
@@ -452,15 +444,7 @@ class Gateway:
         """End the call with ``error``'s status code and its machine-readable details
         (``encoded``: ``wire.error_to_pb(error)`` when the caller has it already)."""
         detail, code = encoded or wire.error_to_pb(error)
-        await context.abort(
-            code,
-            str(error),
-            trailing_metadata=(
-                (wire.ERROR_DETAIL_KEY, detail.SerializeToString()),
-                (wire.ERROR_KIND_KEY, wire.kind_name(detail.kind)),
-                (wire.ERROR_PATH_KEY, _ascii(detail.path)),
-            ),
-        )
+        await context.abort(code, wire.status_message(detail), trailing_metadata=wire.trailers(detail))
 
     # ---- Session --------------------------------------------------------------------------------
 
@@ -585,10 +569,12 @@ def _unexpected(method: str, err: Exception) -> MetadataStoreError:
     """Log a handler's unexpected exception with its traceback (call from its ``except``) and
     make it the error the caller gets: INTERNAL with the Internal detail."""
     log.exception("%s failed unexpectedly", method)
-    return MetadataStoreError(f"internal error in the agent ({type(err).__name__}: {err})")
+    return Internal(f"internal error in the agent ({type(err).__name__}: {err})")
 
 
-def _ascii(text: str) -> str:
-    """Metadata values must be printable ASCII: escape the rest."""
-    return text if text.isascii() and text.isprintable() else text.encode("unicode_escape").decode("ascii")
+def _outcome_unknown(err: StoreUnavailable) -> WriteOutcomeUnknown:
+    """A write the store had and did not answer: ``err`` retold as WriteOutcomeUnknown."""
+    reason = wire.strip_path(str(err), err.path)
+    return WriteOutcomeUnknown(f"the store did not answer the write, which may or may not be applied ({reason})",
+                               err.path)
 

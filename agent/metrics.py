@@ -11,6 +11,8 @@ _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0
 
 
 class AgentMetrics:
+    """The agent's Prometheus metrics; ``phase`` is driven by the migration participant."""
+
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry

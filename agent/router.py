@@ -17,6 +17,8 @@ SwitchListener = Callable[[MetadataStore, MetadataStore], None]
 
 
 class Router:
+    """Points reads and writes at the source or the target store."""
+
     def __init__(self, source: MetadataStore) -> None:
         self.source = source
         self.target: MetadataStore | None = None

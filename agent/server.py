@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from metashift.agent import wire
 from metashift.agent.auth import TokenAuth, read_token
 from metashift.agent.config import AgentConfig, ConfigError
 from metashift.agent.gate import WriteGate
@@ -34,18 +35,12 @@ from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, open_store, parse_url
+from metashift.stores.aio import run_loop
 
 log = logging.getLogger(__name__)
 
 #: Something that runs beside an agent for as long as it runs (the coordinator).
 Companion = Callable[["Agent"], Coroutine[Any, Any, None]]
-
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-GRPC_OPTIONS = [
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.so_reuseport", 0),
-]
 
 
 class Agent:
@@ -105,7 +100,7 @@ class Agent:
         interceptors = []
         if config.auth_token_file is not None:
             interceptors.append(TokenAuth(read_token(config.auth_token_file)))
-        server = grpc.aio.server(options=GRPC_OPTIONS, interceptors=interceptors)
+        server = grpc.aio.server(options=wire.SERVER_OPTIONS, interceptors=interceptors)
         server.add_generic_rpc_handlers(tuple(self.gateway.handlers()))
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
@@ -129,11 +124,27 @@ class Agent:
                 self.metrics.serve(config.metrics)
             except OSError as e:
                 raise ConfigError("metrics", f"cannot serve metrics on {config.metrics}: {e.strerror or e}") from None
+        self._warn_insecure()
         log.info(
             "agent started",
             extra={"fields": {"node_id": config.node_id, "role": config.role, "listen": self.address,
                               "source": config.source.redacted(), "metrics": config.metrics or None}},
         )
+
+    def _warn_insecure(self) -> None:
+        """Settings that let more callers in than the defaults are allowed, but never silently."""
+        config = self.config
+        if config.listen.kind == "unix" and config.socket_mode & ~0o660 and config.auth_token_file is None:
+            log.warning(
+                "socket_mode %04o is wider than 0660 and no auth.token_file is set: every local user "
+                "the mode lets in can read and write the metadata", config.socket_mode,
+                extra={"fields": {"key": "socket_mode"}},
+            )
+        if config.tls.allow_insecure_tcp:
+            log.warning(
+                "tls.allow_insecure_tcp = true: a tcp:// listen address serves plain TCP, without TLS "
+                "(for tests only)", extra={"fields": {"key": "tls.allow_insecure_tcp"}},
+            )
 
     def _bind(self, server: grpc.aio.Server) -> str:
         listen, tls = self.config.listen, self.config.tls
@@ -152,18 +163,26 @@ class Agent:
             old_umask = os.umask(0o177)  # never world-accessible, even for an instant
             try:
                 server.add_insecure_port(f"unix:{path}")
+            except RuntimeError as e:  # gRPC's "Failed to bind"
+                raise ConfigError("listen", f"cannot listen on the unix socket {path}: {e}") from None
             finally:
                 os.umask(old_umask)
             return f"unix:{path}"
-        if tls.cert is not None and tls.key is not None:
-            credentials = grpc.ssl_server_credentials(
-                [(tls.key.read_bytes(), tls.cert.read_bytes())],
-                root_certificates=tls.client_ca.read_bytes() if tls.client_ca else None,
-                require_client_auth=tls.client_ca is not None,
-            )
-            port = server.add_secure_port(listen.address, credentials)
-        else:  # allow_insecure_tcp (tests only; the config refuses it otherwise)
-            port = server.add_insecure_port(listen.address)
+        try:
+            if tls.cert is not None and tls.key is not None:
+                try:
+                    credentials = grpc.ssl_server_credentials(
+                        [(tls.key.read_bytes(), tls.cert.read_bytes())],
+                        root_certificates=tls.client_ca.read_bytes() if tls.client_ca else None,
+                        require_client_auth=tls.client_ca is not None,
+                    )
+                except OSError as e:
+                    raise ConfigError("tls.cert", f"cannot read the TLS files: {e.strerror or e}") from None
+                port = server.add_secure_port(listen.address, credentials)
+            else:  # allow_insecure_tcp (tests only; the config refuses it otherwise)
+                port = server.add_insecure_port(listen.address)
+        except RuntimeError as e:  # gRPC's "Failed to bind" (address in use, bad TLS files)
+            raise ConfigError("listen", f"cannot listen on {listen.address}: {e}") from None
         if port == 0:
             raise ConfigError("listen", f"cannot listen on {listen.address}")
         host = listen.address.rpartition(":")[0]
@@ -312,7 +331,6 @@ async def serve(config: AgentConfig, companion: Companion | None = None) -> int:
 
 
 def run(config: AgentConfig, companion: Companion | None = None) -> int:
+    """``metashift agent``: log JSON lines and serve (with ``companion`` beside it) on uvloop until SIGTERM."""
     setup_logging(config.log_level)
-    import uvloop
-
-    return int(uvloop.run(serve(config, companion)))
+    return run_loop(serve(config, companion))

@@ -6,7 +6,10 @@ the ephemerals it created and their latest value, so that it can:
 
 - delete them when the client's session ends (stream closed or broken, keep-alive timed out), so
   each client's ephemerals live exactly as long as its own session, independently of the others;
-- re-create them in another store (the migration target) with ``recreate_in``.
+- re-create them in another store (the migration target) with ``recreate_in``;
+- after a store outage (SessionLost, then the store back), find which of them still exist under
+  the agent's store session (``revalidate``) before telling the clients, and keep deleting those
+  with their client's session.
 """
 
 from __future__ import annotations
@@ -19,11 +22,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from metashift.agent.errors import HeldForMigration
 from metashift.agent.gate import WriteGate
 from metashift.stores import MetadataStore, SessionEvent, Stat
 from metashift.stores.errors import (
     BadVersion,
-    HeldForMigration,
     MetadataStoreError,
     NotFound,
     StoreUnavailable,
@@ -36,6 +39,8 @@ EventSink = Callable[[SessionEvent], None]
 
 @dataclass(eq=False)
 class ClientSession:
+    """One client's Session stream: its keep-alive deadline and the ephemerals it owns."""
+
     id: str
     name: str
     timeout: float
@@ -53,6 +58,8 @@ class ClientSession:
 
 
 class SessionRegistry:
+    """Every open client session, who owns which ephemeral, and the deletion of a session's ephemerals."""
+
     def __init__(self, gate: WriteGate, *, on_change: Callable[[int], None] | None = None) -> None:
         self.gate = gate
         self.sessions: dict[str, ClientSession] = {}
@@ -61,6 +68,9 @@ class SessionRegistry:
         self._prefix = f"{os.getpid():x}-{int(time.time() * 1000):x}"
         self._on_change = on_change
         self._cleanups: set[asyncio.Task[int]] = set()
+        self._unsure = False
+        """The store declared our session lost: the tracked ephemerals are checked when it is back."""
+        self._events: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
         return len(self.sessions)
@@ -107,8 +117,13 @@ class SessionRegistry:
         """``end`` in a task of its own (the caller may be being cancelled)."""
         task = asyncio.get_running_loop().create_task(self.end(session, reason))
         self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
+        task.add_done_callback(self._cleanup_done)
         return task
+
+    def _cleanup_done(self, task: asyncio.Task[int]) -> None:
+        self._cleanups.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("ending a session failed", exc_info=task.exception())
 
     async def _delete_ephemeral(self, path: str) -> bool:
         for attempt in range(20):
@@ -200,14 +215,54 @@ class SessionRegistry:
     # ---- events from the agent's own store session ----------------------------------------------
 
     def store_event(self, event: SessionEvent) -> None:
-        """Forward the agent's store session event to every client. A lost store session took every
-        ephemeral with it: forget them (clients are told by SessionLost)."""
+        """Forward the agent's store session event to every client, in order.
+
+        SessionLost does not make the agent forget its clients' ephemerals: the store session may
+        have survived (a ZooKeeper ensemble that was down itself expires no session). When the
+        store is back (Reconnected, SessionReestablished) the agent first checks which of them
+        still exist as ephemerals of its own store session, keeps tracking those (they are still
+        deleted when their client's session ends) and forgets the rest; only then does it pass the
+        event on, so that a client checking ``created_by_self`` on it gets the truth."""
         if event is SessionEvent.SESSION_LOST:
-            for session in self.sessions.values():
-                session.ephemerals.clear()
-            self._owner.clear()
+            self._unsure = True
+        check = self._unsure and event in (SessionEvent.RECONNECTED, SessionEvent.SESSION_REESTABLISHED)
+        if check:
+            self._unsure = False
+        previous = self._events
+        task = asyncio.get_running_loop().create_task(self._deliver(previous, event, check))
+        self._events = task
+        task.add_done_callback(self._delivered)
+
+    async def _deliver(self, previous: asyncio.Task[None] | None, event: SessionEvent, check: bool) -> None:
+        if previous is not None:
+            await asyncio.wait([previous])
+        if check:
+            await self.revalidate()
         for session in list(self.sessions.values()):
             session.sink(event)
+
+    def _delivered(self, task: asyncio.Task[None]) -> None:
+        if self._events is task:
+            self._events = None
+        if not task.cancelled() and task.exception() is not None:
+            log.error("forwarding a store session event failed", exc_info=task.exception())
+
+    async def revalidate(self) -> int:
+        """Forget every tracked ephemeral that is no longer an ephemeral of the agent's own store
+        session (the store lost it, or someone replaced it); returns how many are still tracked."""
+        store = self.gate.router.active
+        for path in list(self._owner):
+            try:
+                got = await store.get(path)
+            except MetadataStoreError as e:  # the store went away again: keep it, check next time
+                log.warning("cannot check ephemeral %s after the store came back (%s)", path, e)
+                self._unsure = True
+                continue
+            if got is None or not got[1].ephemeral or not got[1].created_by_self:
+                log.info("ephemeral %s did not survive the store outage; forgotten", path)
+                self.record_delete(path)
+        log.info("%d client ephemeral(s) survived the store outage", len(self._owner))
+        return len(self._owner)
 
     def _changed(self) -> None:
         if self._on_change is not None:

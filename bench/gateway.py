@@ -156,6 +156,6 @@ async def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    import uvloop
+    from metashift.stores.aio import run_loop
 
-    sys.exit(uvloop.run(main()))
+    sys.exit(run_loop(main()))

@@ -73,6 +73,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    import uvloop
+    from metashift.stores.aio import run_loop
 
-    uvloop.run(main())
+    run_loop(main())

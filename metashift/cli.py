@@ -15,17 +15,13 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from metashift.stores import MetadataStoreError
+from metashift.stores.aio import run_loop
 
 EXIT_USER_ERROR = 2
 
 
 def _run(coro: Coroutine[Any, Any, int]) -> int:
-    try:
-        import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:  # pragma: no cover - uvloop is a dependency; keep working without it
-        return asyncio.run(coro)
+    return run_loop(coro)
 
 
 # ---- demo ---------------------------------------------------------------------------------------

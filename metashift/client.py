@@ -11,7 +11,10 @@ async with metashift.client.connect("unix:/run/metashift/agent.sock") as store:
 
 ``connect`` opens a session with the agent and yields an ``AgentClient``: a ``MetadataStore``
 with the same methods, argument checks, semantics and typed errors as a direct store (plus a
-``timeout=`` keyword on each call: the call's deadline in seconds). The ephemerals it creates live
+``timeout=`` keyword on each call: the call's deadline in seconds). Every error says with
+``err.write_may_have_happened`` whether the call may have written anything: ``False``, it wrote
+nothing and never will; ``True`` (``WriteOutcomeUnknown``), a write's outcome is unknown: read
+before retrying. The ephemerals it creates live
 exactly as long as its session. Session events (``add_session_listener``): ConnectionLost when the
 agent goes away; after it comes back the client re-attaches by itself and reports SessionLost then
 SessionReestablished (the old session's ephemerals are gone, like an expired ZooKeeper session);
@@ -32,13 +35,11 @@ import grpc
 
 from metashift.agent import wire
 from metashift.agent.auth import bearer
+from metashift.agent.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import (
     DeleteOp,
-    ExistsOp,
-    GetChildrenOp,
-    GetOp,
     MetadataStore,
     Op,
     OpResult,
@@ -48,12 +49,7 @@ from metashift.stores import (
     StoreURL,
 )
 from metashift.stores.aio import cancel_and_wait
-from metashift.stores.errors import (
-    AuthFailed,
-    HeldForMigration,
-    MetadataStoreError,
-    StoreUnavailable,
-)
+from metashift.stores.errors import MetadataStoreError, StoreUnavailable
 from metashift.stores.notifications import NotificationListener
 from metashift.stores.ops import GetResult
 
@@ -61,11 +57,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_SESSION_TIMEOUT = 10.0
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 _call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("metashift_call_timeout", default=None)
 
-__all__ = ["AgentClient", "HeldForMigration", "connect"]
+__all__ = ["AgentClient", "HeldForMigration", "WriteOutcomeUnknown", "connect"]
 
 
 def _channel_target(target: str) -> str:
@@ -101,15 +96,7 @@ class AgentClient(MetadataStore):
         self.max_value_size = 0
         self.session_id = ""
         self.node_id = ""
-        options = [
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.initial_reconnect_backoff_ms", 100),
-            ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
-            ("grpc.keepalive_time_ms", 10_000),
-            ("grpc.keepalive_timeout_ms", 5_000),
-        ]
+        options = wire.CHANNEL_OPTIONS
         channel_target = _channel_target(target)
         if ca is not None or cert is not None:
             credentials = grpc.ssl_channel_credentials(
@@ -323,7 +310,7 @@ class AgentClient(MetadataStore):
         t = _call_timeout.get()
         return self.timeout if t is None else t
 
-    def _error(self, err: grpc.aio.AioRpcError, path: str | None) -> MetadataStoreError:
+    def _error(self, err: grpc.aio.AioRpcError, path: str | None, *, write: bool = False) -> MetadataStoreError:
         for key, value in err.trailing_metadata() or ():
             if key == wire.ERROR_DETAIL_KEY:
                 try:
@@ -331,16 +318,12 @@ class AgentClient(MetadataStore):
                 except Exception:
                     break
         code = err.code()
-        details = err.details() or code.name
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
-            return StoreUnavailable(f"metashift agent at {self.target}: {code.name}: {details}", path)
-        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
-            return AuthFailed(f"metashift agent at {self.target} refused us: {details}", path)
-        if code == grpc.StatusCode.INVALID_ARGUMENT:
-            return wire.InvalidArgument(details, path)
-        return MetadataStoreError(f"metashift agent at {self.target}: {code.name}: {details}", path)
+        message = f"metashift agent at {self.target}: {code.name}: {err.details()}"
+        return wire.error_from_status(code, message, path, write=write)
 
-    async def _call(self, rpc: Any, request: Any, path: str | None) -> Any:
+    async def _call(self, rpc: Any, request: Any, path: str | None, *, write: bool = False) -> Any:
+        if path is not None:
+            wire.check_path(path)  # a path over the agent's limit is refused here, unsent
         # one deadline for the whole call: waiting for the watch uses up part of it
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout()
@@ -349,7 +332,7 @@ class AgentClient(MetadataStore):
         try:
             return await rpc(request, timeout=max(0.0, deadline - loop.time()), metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
-            raise self._error(err, path) from None
+            raise self._error(err, path, write=write) from None
 
     async def _get(self, path: str) -> GetResult:
         r = await self._call(self._rpc_get, pb.GetRequest(path=path), path)
@@ -366,18 +349,20 @@ class AgentClient(MetadataStore):
     async def _put(
         self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
     ) -> Stat:
-        request = _put_request(PutOp(path, value, expected_version, ephemeral, sequential))
-        r = await self._call(self._rpc_put, request, path)
+        request = wire.put_to_pb(PutOp(path, value, expected_version, ephemeral, sequential))
+        r = await self._call(self._rpc_put, request, path, write=True)
         return wire.stat_from_pb(r.stat)
 
     async def _delete(self, path: str, expected_version: int | None) -> None:
-        request = pb.DeleteRequest(path=path, expected_version=expected_version)
-        await self._call(self._rpc_delete, request, path)
+        request = wire.delete_to_pb(DeleteOp(path, expected_version))
+        await self._call(self._rpc_delete, request, path, write=True)
 
     async def _batch(self, ops: list[Op]) -> list[OpResult]:
-        request = pb.BatchRequest(ops=[_op_to_pb(op) for op in ops])
-        r = await self._call(self._rpc_batch, request, None)
-        return [_result_from_pb(op, result) for op, result in zip(ops, r.results, strict=True)]
+        for op in ops:
+            wire.check_path(op.path)
+        request = pb.BatchRequest(ops=[wire.op_to_pb(op) for op in ops])
+        r = await self._call(self._rpc_batch, request, None, write=any(wire.is_write(op) for op in ops))
+        return [wire.result_from_pb(op, result) for op, result in zip(ops, r.results, strict=True)]
 
     # ---- the store interface, plus a per-call deadline ------------------------------------------
 
@@ -433,44 +418,6 @@ class _deadline:
     def __exit__(self, *exc: object) -> None:
         if self._token is not None:
             _call_timeout.reset(self._token)
-
-
-def _put_request(op: PutOp) -> pb.PutRequest:
-    return pb.PutRequest(
-        path=op.path, value=op.value, expected_version=op.expected_version,
-        ephemeral=op.ephemeral, sequential=op.sequential,
-    )
-
-
-def _op_to_pb(op: Op) -> pb.Op:
-    if isinstance(op, GetOp):
-        return pb.Op(get=pb.GetRequest(path=op.path))
-    if isinstance(op, GetChildrenOp):
-        return pb.Op(get_children=pb.GetChildrenRequest(path=op.path))
-    if isinstance(op, ExistsOp):
-        return pb.Op(exists=pb.ExistsRequest(path=op.path))
-    if isinstance(op, PutOp):
-        return pb.Op(put=_put_request(op))
-    assert isinstance(op, DeleteOp)
-    return pb.Op(delete=pb.DeleteRequest(path=op.path, expected_version=op.expected_version))
-
-
-def _result_from_pb(op: Op, result: pb.OpResult) -> OpResult:
-    kind = result.WhichOneof("result")
-    if kind == "error":
-        return wire.error_from_pb(result.error)
-    if kind == "get":
-        r = result.get
-        return (r.value, wire.stat_from_pb(r.stat)) if r.found else None
-    if kind == "get_children":
-        return list(result.get_children.children)
-    if kind == "exists":
-        return bool(result.exists.exists)
-    if kind == "put":
-        return wire.stat_from_pb(result.put.stat)
-    if kind == "delete":
-        return None
-    return MetadataStoreError(f"the agent sent no result for {type(op).__name__} {op.path}")
 
 
 class connect:

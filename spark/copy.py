@@ -26,9 +26,10 @@ import time
 from typing import Any
 
 from metashift.stores import open_store
+from metashift.stores.aio import run_loop as run
 
 from . import tasks
-from .job import check_urls, run, run_partitions
+from .job import check_urls, run_partitions
 from .plan import Item, Plan, make_source_plan
 from .report import CopyConflict, CopyReport, CounterReport, NoProgress, Progress, raise_task_error
 from .rules import Rules

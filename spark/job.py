@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import socket
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from metashift.stores import InvalidStoreURL, StoreURL, paths
@@ -18,15 +17,6 @@ from .rules import Rules
 
 T = TypeVar("T")
 POLL_SECONDS = 0.25
-
-
-def run(coro: Coroutine[Any, Any, T]) -> T:
-    """Run driver-side store work (listing, counters) on its own event loop."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 def check_urls(source: str, target: str) -> tuple[StoreURL, StoreURL]:

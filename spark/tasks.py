@@ -22,6 +22,7 @@ from metashift.stores import (
     Store,
     open_store,
 )
+from metashift.stores.aio import run_loop
 
 from .plan import Item
 from .rules import Judgement, Rules, Side, Verdict, judge
@@ -36,14 +37,6 @@ READ_CHUNK = 500
 #: A partition that failed because a store did not answer is run again (the copy resumes where
 #: it stopped: it reads the target first), after 2 s, then 4 s.
 RETRIES = 2
-
-
-def _run(coro: Coroutine[Any, Any, T]) -> T:
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is a dependency
-        return asyncio.run(coro)
-    return uvloop.run(coro)
 
 
 def _error(e: MetadataStoreError) -> dict[str, Any]:
@@ -130,7 +123,7 @@ def _partition(
 ) -> dict:
     """Run ``work`` on one partition with retries; ``progress`` is an optional pair of Spark
     accumulators (nodes, bytes)."""
-    result = _with_retries(lambda: _run(work(items, source_url, target_url, rules)))
+    result = _with_retries(lambda: run_loop(work(items, source_url, target_url, rules)))
     if progress is not None:
         progress[0].add(len(items))
         progress[1].add(result["bytes"])

@@ -12,9 +12,10 @@ import time
 from typing import Any
 
 from metashift.stores import open_store, paths
+from metashift.stores.aio import run_loop as run
 
 from . import tasks
-from .job import check_urls, run, run_partitions
+from .job import check_urls, run_partitions
 from .plan import Plan, make_plan, make_source_plan
 from .report import Mismatch, NoProgress, Progress, VerifyReport, raise_task_error
 from .rules import Rules, counter_ok

@@ -14,10 +14,10 @@ import pytest
 
 from metashift import MetadataStore, Stat, Store
 from metashift.agent import wire
-from metashift.client import AgentClient
+from metashift.client import AgentClient, HeldForMigration
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
-from metashift.stores.errors import HeldForMigration, MetadataStoreError
+from metashift.stores.errors import MetadataStoreError
 from metashift.stores.ops import GetResult
 from tests.harness import Gateways
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Coroutine, Iterable
+from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: How long a close waits for its background tasks to honour their cancellation.
 CANCEL_WAIT = 5.0
@@ -30,3 +32,13 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None], owner: str,
         task.print_stack(file=stack)
         log.warning("%s: task %s did not end %.0fs after it was cancelled:\n%s", owner, task.get_name(), within,
                     stack.getvalue())
+
+
+def run_loop(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` to its end on a new uvloop event loop (plain asyncio where uvloop is missing):
+    the one runner of the command line, the agent and Spark's driver and executors."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency; keep working without it
+        return asyncio.run(coro)
+    return uvloop.run(coro)

@@ -11,20 +11,30 @@ from __future__ import annotations
 class MetadataStoreError(Exception):
     """Base of every error a store raises."""
 
+    write_may_have_happened: bool = True
+    """False: the call wrote nothing and never will (safe to retry as is). True: a write's outcome
+    is unknown, as after ZooKeeper's ConnectionLoss; it may have been applied or be applied later:
+    read before retrying. Through the agent (``metashift.client``) it is exact for every answer
+    (reads always False); on a store opened directly it follows the error's class."""
+
     def __init__(self, message: str, path: str | None = None) -> None:
         self.path = path
         super().__init__(f"{message}: {path}" if path is not None else message)
 
 
 class NotFound(MetadataStoreError):
-    """The node does not exist."""
+    """The node does not exist (the store refused the call)."""
+
+    write_may_have_happened = False
 
     def __init__(self, path: str, message: str = "node does not exist") -> None:
         super().__init__(message, path)
 
 
 class BadVersion(MetadataStoreError):
-    """A conditional write's expected version does not match the node's."""
+    """The node's version is not the expected one (the store refused the call)."""
+
+    write_may_have_happened = False
 
     def __init__(self, path: str, message: str = "version does not match") -> None:
         super().__init__(message, path)
@@ -40,12 +50,16 @@ class AlreadyExists(BadVersion):
 class NotEmpty(MetadataStoreError):
     """ZooKeeper refuses to delete a node that has children; etcd (like Pulsar's) does not."""
 
+    write_may_have_happened = False
+
     def __init__(self, path: str, message: str = "node has children") -> None:
         super().__init__(message, path)
 
 
 class ValueTooLarge(MetadataStoreError):
-    """A value (with its path) over the store's size limit; nothing was sent."""
+    """The value (with its path) is over the store's request limit; refused before sending."""
+
+    write_may_have_happened = False
 
     def __init__(self, path: str, size: int, limit: int) -> None:
         self.size = size
@@ -54,7 +68,9 @@ class ValueTooLarge(MetadataStoreError):
 
 
 class InvalidPath(MetadataStoreError):
-    """A path that breaks the path rules (``paths.validate``) or that the store refuses."""
+    """The path breaks the path rules; refused before sending."""
+
+    write_may_have_happened = False
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(f"invalid path ({reason})", path)
@@ -68,15 +84,16 @@ class StoreFull(StoreUnavailable):
     """The store refuses writes because it ran out of space (etcd's NOSPACE alarm, "mvcc: database
     space exceeded"): an operator must compact, defragment and disarm the alarm (or raise the quota)."""
 
-
-class HeldForMigration(StoreUnavailable):
-    """A write the agent's write gate held while a migration ran, until the caller's deadline passed:
-    nothing was written; retry (the gate reopens towards the source or the target)."""
+    write_may_have_happened = False
 
 
 class AuthFailed(MetadataStoreError):
     """The store refused our credentials."""
 
+    write_may_have_happened = False
+
 
 class InvalidStoreURL(MetadataStoreError, ValueError):
     """A store URL that cannot be parsed; raised before anything is contacted."""
+
+    write_may_have_happened = False

@@ -23,6 +23,8 @@ class ErrorKind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NO_SESSION: _ClassVar[ErrorKind]
     AUTH_FAILED: _ClassVar[ErrorKind]
     INTERNAL: _ClassVar[ErrorKind]
+    WRITE_OUTCOME_UNKNOWN: _ClassVar[ErrorKind]
+    UNAUTHENTICATED: _ClassVar[ErrorKind]
 
 class NotificationType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -53,6 +55,8 @@ INVALID_ARGUMENT: ErrorKind
 NO_SESSION: ErrorKind
 AUTH_FAILED: ErrorKind
 INTERNAL: ErrorKind
+WRITE_OUTCOME_UNKNOWN: ErrorKind
+UNAUTHENTICATED: ErrorKind
 NOTIFICATION_TYPE_UNSPECIFIED: NotificationType
 CREATED: NotificationType
 MODIFIED: NotificationType
@@ -81,18 +85,20 @@ class Stat(_message.Message):
     def __init__(self, path: _Optional[str] = ..., version: _Optional[int] = ..., creation_timestamp: _Optional[int] = ..., modification_timestamp: _Optional[int] = ..., ephemeral: _Optional[bool] = ..., created_by_self: _Optional[bool] = ...) -> None: ...
 
 class Error(_message.Message):
-    __slots__ = ("kind", "path", "message", "size", "limit")
+    __slots__ = ("kind", "path", "message", "size", "limit", "nothing_written")
     KIND_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    NOTHING_WRITTEN_FIELD_NUMBER: _ClassVar[int]
     kind: ErrorKind
     path: str
     message: str
     size: int
     limit: int
-    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., path: _Optional[str] = ..., message: _Optional[str] = ..., size: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    nothing_written: bool
+    def __init__(self, kind: _Optional[_Union[ErrorKind, str]] = ..., path: _Optional[str] = ..., message: _Optional[str] = ..., size: _Optional[int] = ..., limit: _Optional[int] = ..., nothing_written: _Optional[bool] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("path",)

@@ -1,0 +1,133 @@
+"""Starting the agent (issue 8): every config error is exit 2 naming the problem, no traceback;
+insecure settings start with a warning in the log. Real `metashift agent` processes in front of a
+real ZooKeeper."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from metashift import cli
+
+
+async def _agent(*args: str, until_started: bool = False) -> tuple[int, str]:
+    """Run ``metashift agent ARGS``; with ``until_started``, stop it (SIGTERM) once it logged that
+    it started. Returns the exit status and stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "metashift.cli", "agent", *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    lines: list[str] = []
+    try:
+        async with asyncio.timeout(60):
+            while True:
+                line = (await proc.stderr.readline()).decode()
+                if not line:
+                    break
+                lines.append(line)
+                if until_started and '"agent started"' in line:
+                    proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode is not None
+    return proc.returncode, "".join(lines)
+
+
+async def test_config_pointing_at_a_directory_is_exit_2_naming_it(tmp_path: Path) -> None:
+    code, err = await _agent("--config", str(tmp_path))
+    assert code == cli.EXIT_USER_ERROR, err
+    assert "config key --config" in err and "is a directory" in err and str(tmp_path) in err
+    assert "Traceback" not in err
+
+
+async def test_unix_socket_path_over_the_os_limit_is_exit_2_naming_it(zk_url: str) -> None:
+    directory = tempfile.mkdtemp(prefix="ms-long-")
+    path = directory + "/" + "s" * (108 - len(directory) - 1)  # 108 bytes: one over the limit
+    assert len(path.encode()) == 108
+    code, err = await _agent("--source", zk_url, "--listen", f"unix:{path}")
+    assert code == cli.EXIT_USER_ERROR, err
+    assert "config key listen" in err and "108 bytes" in err and "107" in err
+    assert "Traceback" not in err
+    assert not await asyncio.to_thread(Path(path).exists)
+
+
+def _warnings(log: str) -> list[str]:
+    out = []
+    for line in log.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if entry.get("level") == "warning":
+            out.append(entry["msg"])
+    return out
+
+
+async def test_socket_mode_wider_than_0660_without_a_token_warns(zk_url: str, tmp_path: Path) -> None:
+    directory = tempfile.mkdtemp(prefix="ms-mode-")
+    config = tmp_path / "agent.toml"
+    config.write_text(f'socket_mode = "0666"\nlisten = "unix:{directory}/a.sock"\n[source]\nurl = "{zk_url}"\n')
+    code, err = await _agent("--config", str(config), until_started=True)
+    assert code in (0, -signal.SIGTERM), err  # SIGTERM may come before its handler is installed
+    assert any("socket_mode 0666" in w and "token" in w for w in _warnings(err)), err
+    # with a token, the mode is not the only guard: no warning
+    token = tmp_path / "token"
+    token.write_text("t0ken\n")
+    config.write_text(config.read_text() + f'[auth]\ntoken_file = "{token}"\n')
+    code, err = await _agent("--config", str(config), until_started=True)
+    assert code in (0, -signal.SIGTERM), err  # SIGTERM may come before its handler is installed
+    assert not [w for w in _warnings(err) if "socket_mode" in w], err
+
+
+async def test_allow_insecure_tcp_warns(zk_url: str, tmp_path: Path) -> None:
+    from metashift.local_servers import free_port
+
+    config = tmp_path / "agent.toml"
+    config.write_text(
+        f'listen = "tcp://127.0.0.1:{free_port()}"\n[source]\nurl = "{zk_url}"\n[tls]\nallow_insecure_tcp = true\n'
+    )
+    code, err = await _agent("--config", str(config), until_started=True)
+    assert code in (0, -signal.SIGTERM), err  # SIGTERM may come before its handler is installed
+    assert any("allow_insecure_tcp" in w for w in _warnings(err)), err
+
+
+async def test_unauthenticated_answers_carry_the_error_trailers(
+    gateways: Any, zk_url: str, tmp_path: Path, open_stores: Any
+) -> None:
+    import grpc
+
+    from metashift import AuthFailed
+    from metashift.agent import wire
+    from metashift.proto.v1 import gateway_pb2 as pb
+    from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    agent = await gateways.start(zk_url, {"auth.token_file": str(token)})
+    async with grpc.aio.insecure_channel(agent.address) as channel:
+        stub = pb_grpc.MetadataStoreStub(channel)
+        for call in (stub.Put(pb.PutRequest(path="/anon", value=b"x")), stub.Get(pb.GetRequest(path="/anon"))):
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            trailers = dict(err.value.trailing_metadata() or ())
+            assert trailers[wire.ERROR_KIND_KEY] == "Unauthenticated"
+            assert trailers[wire.OUTCOME_KEY] == "not-written"
+            detail = pb.Error.FromString(trailers[wire.ERROR_DETAIL_KEY])
+            assert detail.kind == pb.UNAUTHENTICATED and detail.nothing_written
+    with pytest.raises(AuthFailed) as refused:
+        await open_stores(agent.address, token="wrong", timeout=5)
+    assert type(refused.value).__name__ == "Unauthenticated" and not refused.value.write_may_have_happened
+    client = await open_stores(agent.address, token="s3cret")
+    assert await client.get("/anon") is None  # nothing was written
