@@ -99,6 +99,7 @@ class WriteGate:
         *,
         hold_timeout: float = 30.0,
         on_change: Callable[[WriteGate], None] | None = None,
+        on_released: Callable[[float], None] | None = None,
     ) -> None:
         self.router = router
         self.hold_timeout = hold_timeout
@@ -110,6 +111,8 @@ class WriteGate:
         self._release_task: asyncio.Task[int] | None = None
         self._runs: set[asyncio.Task[object]] = set()
         self._on_change = on_change
+        self._on_released = on_released
+        """Told how long each held write waited, when it is let through (the write-hold metric)."""
         self.drained_total = 0
         self.held_total = 0
         self.expired_total = 0
@@ -216,6 +219,8 @@ class WriteGate:
         ticket.admitted = True
         self._enter()
         ticket.go.set_result(None)
+        if self._on_released is not None:
+            self._on_released(time.monotonic() - ticket.since)
 
     async def _hold(self, wait: float | None) -> _Ticket:
         if self.shutting_down:

@@ -7,6 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram
 
 PHASES = ["NOT_STARTED", "PREPARATION", "COPYING", "COMPLETED", "FAILED"]
 
+_HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -32,6 +33,10 @@ class AgentMetrics:
         )
         self.drained_writes = Counter(
             "metashift_agent_drained_writes", "Writes in flight drained when the gate closed", registry=r
+        )
+        self.write_hold = Histogram(
+            "metashift_agent_write_hold_seconds", "How long held writes waited at the closed write gate",
+            buckets=_HOLD_BUCKETS, registry=r,
         )
         self.gate_open = Gauge("metashift_agent_write_gate_open", "1 when the write gate admits writes", registry=r)
         self.sessions = Gauge("metashift_agent_sessions", "Open client sessions", registry=r)

@@ -89,7 +89,10 @@ class Agent:
         config = self.config
         assert self.source is not None
         self.router = Router(self.source)
-        self.gate = WriteGate(self.router, hold_timeout=config.hold_timeout, on_change=self._gate_changed)
+        self.gate = WriteGate(
+            self.router, hold_timeout=config.hold_timeout, on_change=self._gate_changed,
+            on_released=self.metrics.write_hold.observe,
+        )
         self.registry = SessionRegistry(self.gate, on_change=self.metrics.sessions.set)
         self.metrics.ephemerals.set_function(lambda: self.registry.ephemeral_count)
         self.gateway = Gateway(

@@ -49,6 +49,13 @@ async def test_full_migration_zk_to_etcd_loses_no_acknowledged_write(cluster: Cl
     assert status["copy"]["verified"] is True
     assert all(p["acknowledged"] for p in status["participants"]) and len(status["participants"]) == 5
     await eventually(cluster.all_on_target, what="agents serve from the target")
+    for agent in cluster.agents.values():  # the agent's own view, in its metrics
+        registry = agent.metrics.registry
+        assert registry.get_sample_value("metashift_agent_migration_phase",
+                                         {"metashift_agent_migration_phase": "COMPLETED"}) == 1.0
+        assert registry.get_sample_value("metashift_agent_active_store",
+                                         {"metashift_agent_active_store": "target"}) == 1.0
+        assert (registry.get_sample_value("metashift_agent_write_hold_seconds_count") or 0) >= 1
     # keep writing through the switch, then look in the target
     await cluster.writes_continue()
     await cluster.stop_writers()
