@@ -49,6 +49,41 @@ def _positive_int(text: str) -> int:
     return value
 
 
+# ---- sandbox ------------------------------------------------------------------------------------
+
+
+async def _sandbox(args: argparse.Namespace) -> int:
+    from metashift.sandbox import Options, run_sandbox
+
+    return await run_sandbox(
+        Options(
+            topics=args.topics, brokers=args.brokers, bookies=args.bookies, clients_per_agent=args.clients,
+            json=args.json, kill_agent_at=args.kill_agent_at, keep=args.keep, spark_master=args.spark_master,
+        )
+    )
+
+
+def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "sandbox",
+        help="a whole migration on this machine: ZooKeeper, etcd, agent processes, clients writing all along",
+        description="Start local ZooKeeper and etcd, a Pulsar-shaped tree, one metashift agent process per "
+        "broker and bookie with clients writing through them, migrate ZooKeeper -> etcd while they write, "
+        "then check every acknowledged write and verify the tree. Exit 0 when the migration completed with "
+        "nothing lost and verification passed.",
+    )
+    p.add_argument("--topics", type=_positive_int, default=2000, help="Pulsar tree size (default 2000, ~10k nodes)")
+    p.add_argument("--brokers", type=_positive_int, default=3, help="broker agents (default 3)")
+    p.add_argument("--bookies", type=_positive_int, default=2, help="bookie agents (default 2)")
+    p.add_argument("--clients", type=_positive_int, default=2, help="writing clients per agent (default 2)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    p.add_argument("--spark-master", metavar="M", help="Spark master of the coordinator's copy (default local[*])")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (agent logs and configs)")
+    # for tests: SIGKILL the coordinator's agent process as soon as the migration is in PHASE
+    p.add_argument("--kill-agent-at", choices=["PREPARATION", "COPYING"], help=argparse.SUPPRESS)
+    p.set_defaults(handler=lambda a: _run(_sandbox(a)))
+
+
 # ---- servers ------------------------------------------------------------------------------------
 
 
@@ -276,6 +311,7 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_agent,
+    _add_sandbox,
     _add_demo,
     _add_servers,
     _add_generate,

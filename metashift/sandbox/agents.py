@@ -1,0 +1,183 @@
+"""The sandbox's agents: one ``metashift agent`` process per broker and bookie, each with its own
+config file, unix socket and log file in the sandbox's work directory."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from metashift.stores import MetadataStoreError
+
+#: Seconds an agent gets after SIGTERM to drain and exit before it gets SIGKILL.
+STOP_GRACE = 10.0
+
+
+class AgentStartError(RuntimeError):
+    pass
+
+
+def die_with_parent(command: list[str]) -> list[str]:
+    """Prefix ``command`` so that it gets SIGKILL when the sandbox dies, even by SIGKILL (util-linux
+    ``setpriv --pdeathsig``: no Python runs between fork and exec)."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
+
+
+def agent_command() -> list[str]:
+    """How to run ``metashift agent`` with this interpreter's installation."""
+    return [sys.executable, "-m", "metashift.cli", "agent"]
+
+
+@dataclass
+class AgentProcess:
+    """One ``metashift agent`` process of the sandbox."""
+
+    node_id: str
+    role: str
+    work_dir: Path
+    source_url: str
+    hold_timeout: float
+    prepare_timeout: float
+    spark_master: str | None = None
+    process: asyncio.subprocess.Process | None = None
+    killed: bool = False
+
+    @property
+    def socket_path(self) -> Path:
+        return self.work_dir / f"{self.node_id}.sock"
+
+    @property
+    def address(self) -> str:
+        return f"unix:{self.socket_path}"
+
+    @property
+    def config_path(self) -> Path:
+        return self.work_dir / f"{self.node_id}.toml"
+
+    @property
+    def log_path(self) -> Path:
+        return self.work_dir / f"{self.node_id}.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    def config_text(self) -> str:
+        lines = [
+            f"node_id = {_toml(self.node_id)}",
+            f"role = {_toml(self.role)}",
+            f"listen = {_toml(self.address)}",
+            'metrics = ""',
+            'log_level = "info"',
+            "",
+            "[source]",
+            f"url = {_toml(self.source_url)}",
+            "",
+            "[gate]",
+            f"hold_timeout = {self.hold_timeout:g}",
+            "drain_timeout = 5",
+            "",
+            "[coordinator]",
+            "enabled = true",
+            f"prepare_timeout = {self.prepare_timeout:g}",
+        ]
+        if self.spark_master:
+            lines.append(f"spark_master = {_toml(self.spark_master)}")
+        return "\n".join(lines) + "\n"
+
+    async def start(self) -> None:
+        """Start the process (it does not wait for it to serve: ``wait_serving``)."""
+        self.config_path.write_text(self.config_text())
+        env = dict(os.environ)
+        env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        with open(self.log_path, "ab") as log:  # noqa: ASYNC230 - a local file, opened once
+            # a session of its own: a Ctrl-C at the terminal reaches the sandbox only, which then
+            # stops its agents in order (writers first, then SIGTERM, then SIGKILL)
+            self.process = await asyncio.create_subprocess_exec(
+                *die_with_parent([*agent_command(), "--config", str(self.config_path)]),
+                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True, env=env,
+            )  # fmt: skip
+
+    async def wait_serving(self, within: float = 60.0) -> None:
+        """Return once a client session with the agent opens; raise ``AgentStartError`` if the
+        process exits or does not serve in time."""
+        from metashift.client import connect
+
+        deadline = time.monotonic() + within
+        while True:
+            if not self.running:
+                raise AgentStartError(f"agent {self.node_id} exited before serving; its log:\n{self.log_tail()}")
+            if self.socket_path.exists():
+                try:
+                    client = await connect(self.address, timeout=2.0)
+                except MetadataStoreError:
+                    pass
+                else:
+                    await client.close()
+                    return
+            if time.monotonic() > deadline:
+                raise AgentStartError(f"agent {self.node_id} did not serve within {within:g}s; log {self.log_path}")
+            await asyncio.sleep(0.1)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+    def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the agent's process group (the agent and the copy it may run)."""
+        if self.running:
+            assert self.process is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+
+    async def kill(self) -> None:
+        """SIGKILL, like a crash of the node."""
+        self.killed = True
+        self.signal(signal.SIGKILL)
+        if self.process is not None:
+            await self.process.wait()
+
+    async def stop(self, grace: float = STOP_GRACE) -> None:
+        """SIGTERM (the agent drains and exits), then SIGKILL after ``grace`` seconds."""
+        if self.process is None:
+            return
+        self.signal(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.process.wait(), grace)
+        except TimeoutError:
+            self.signal(signal.SIGKILL)
+            await self.process.wait()
+
+
+def _toml(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+async def start_agents(agents: list[AgentProcess], within: float = 90.0) -> None:
+    """Start every agent process, then wait until each serves."""
+    for agent in agents:
+        await agent.start()
+    await asyncio.gather(*(agent.wait_serving(within) for agent in agents))
+
+
+async def stop_agents(agents: list[AgentProcess], grace: float = STOP_GRACE) -> None:
+    """Stop every agent at once (SIGTERM, then SIGKILL after ``grace``); never raises."""
+    results = await asyncio.gather(*(agent.stop(grace) for agent in agents), return_exceptions=True)
+    for agent, result in zip(agents, results, strict=True):
+        if isinstance(result, BaseException):
+            with contextlib.suppress(Exception):
+                agent.signal(signal.SIGKILL)

@@ -1,0 +1,197 @@
+"""The sandbox's simulated clients: brokers' and bookies' metadata clients talking to their own
+agent through ``metashift.client``. Each holds an ephemeral (a broker's registration and maybe a
+bundle ownership, a bookie's availability) and keeps writing: a compare-and-set counter of its
+own, creates, sequential ids. Every write the agent acknowledged is remembered (path -> value),
+every failure counted, every write timed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from metashift.stores import MetadataStore, MetadataStoreError
+
+#: The sandbox's own subtree (counters and items); sequential ids go under ``/counters/<client>``.
+WRITER_ROOT = "/sandbox"
+COUNTER_ROOT = "/counters"
+#: Pause between two rounds of writes of one client.
+PAUSE = 0.05
+#: Errors kept (as text) per client for the report.
+ERRORS_KEPT = 5
+
+
+@dataclass
+class WriteTiming:
+    """One write: when it started (wall clock, s), how long it took (s), and whether it was
+    acknowledged."""
+
+    started: float
+    seconds: float
+    ok: bool
+
+
+@dataclass
+class SimClient:
+    """One metadata client of one agent (``name`` is unique in the sandbox)."""
+
+    name: str
+    node_id: str
+    role: str
+    address: str
+    ephemerals: dict[str, bytes] = field(default_factory=dict)
+    write_timeout: float = 300.0
+    client: Any = None
+    acked: dict[str, bytes] = field(default_factory=dict)
+    failed: int = 0
+    duplicates: list[str] = field(default_factory=list)
+    """Sequential paths handed out twice (each also counts as a lost write)."""
+    errors: list[str] = field(default_factory=list)
+    timings: list[WriteTiming] = field(default_factory=list)
+    stopped_early: bool = False
+    """Its agent was killed: it stopped writing then."""
+    _task: asyncio.Task[None] | None = None
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def base(self) -> str:
+        return f"{WRITER_ROOT}/{self.name}"
+
+    @property
+    def sequence_parent(self) -> str:
+        return f"{COUNTER_ROOT}/{self.name}"
+
+    async def connect(self) -> None:
+        from metashift.client import connect
+
+        self.client = await connect(self.address, name=self.name, timeout=30.0)
+
+    async def start(self) -> None:
+        """Take the ephemerals and the counter, then write in the background until ``stop``."""
+        assert self.client is not None
+        for path, value in self.ephemerals.items():
+            await self.client.put(path, value, ephemeral=True)
+        await self.client.put(self.sequence_parent, b"", expected_version=-1)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name=f"client {self.name}")
+
+    async def _write(self, path: str, value: bytes, **kwargs: Any) -> Any:
+        """One timed write; None when it failed (counted)."""
+        started_wall, started = time.time(), time.monotonic()
+        try:
+            stat = await self.client.put(path, value, timeout=self.write_timeout, **kwargs)
+        except MetadataStoreError as e:
+            self.timings.append(WriteTiming(started_wall, time.monotonic() - started, False))
+            self.failed += 1
+            if len(self.errors) < ERRORS_KEPT:
+                self.errors.append(f"{type(e).__name__}: {e}")
+            return None
+        self.timings.append(WriteTiming(started_wall, time.monotonic() - started, True))
+        return stat
+
+    async def _run(self) -> None:
+        counter = f"{self.base}/counter"
+        stat = await self.client.put(counter, b"0", expected_version=-1, timeout=self.write_timeout)
+        self.acked[counter] = b"0"
+        version = stat.version
+        i = 0
+        while not self._stop.is_set():
+            i += 1
+            value = str(i).encode()
+            stat = await self._write(counter, value, expected_version=version)
+            if stat is not None:
+                version = stat.version
+                self.acked[counter] = value
+            else:
+                version = await self._reread(counter, value, version)
+            item, item_value = f"{self.base}/item-{i}", b"v%d" % i
+            if await self._write(item, item_value, expected_version=-1) is not None:
+                self.acked[item] = item_value
+            if i % 5 == 0:
+                seq_value = b"%s-%d" % (self.name.encode(), i)
+                stat = await self._write(f"{self.sequence_parent}/id-", seq_value, sequential=True)
+                if stat is not None:
+                    if stat.path in self.acked:
+                        self.duplicates.append(stat.path)
+                    self.acked[stat.path] = seq_value
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), PAUSE)
+
+    async def _reread(self, counter: str, attempted: bytes, version: int) -> int:
+        """After a failed compare-and-set (its outcome may be unknown): where the counter stands.
+        A write that did apply is the counter's newest value, whatever the answer said."""
+        try:
+            got = await self.client.get(counter, timeout=self.write_timeout)
+        except MetadataStoreError:
+            return version
+        if got is None:
+            return version
+        if got[0] == attempted:
+            self.acked[counter] = attempted
+        return int(got[1].version)
+
+    async def stop(self) -> None:
+        """Finish the write in progress, then stop writing."""
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+
+    async def abandon(self) -> None:
+        """Stop at once (its agent is gone, or the sandbox is interrupted): cancel, close."""
+        self._stop.set()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        await self.close()
+
+    async def close(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(client.close(), 10.0)
+
+    @property
+    def writes_acknowledged(self) -> int:
+        return sum(1 for t in self.timings if t.ok)
+
+    def error(self) -> str | None:
+        """The writing task's own failure (not a counted write failure), if it ended with one."""
+        task = self._task
+        if task is None or not task.done() or task.cancelled() or task.exception() is None:
+            return None
+        return repr(task.exception())
+
+
+async def missing(clients: list[SimClient], store: MetadataStore, concurrency: int = 64) -> list[str]:
+    """Every acknowledged write ``store`` does not hold with its acknowledged value."""
+    sem = asyncio.Semaphore(concurrency)
+    out: list[str] = []
+
+    async def check(path: str, value: bytes) -> None:
+        async with sem:
+            got = await store.get(path)
+        if got is None or got[0] != value:
+            out.append(f"{path}: acknowledged {value!r}, found {got[0] if got else None!r}")
+
+    await asyncio.gather(*(check(p, v) for c in clients for p, v in c.acked.items()))
+    out.extend(f"{p}: sequential path handed out twice" for c in clients for p in c.duplicates)
+    return sorted(out)
+
+
+async def carried(clients: list[SimClient], store: MetadataStore) -> tuple[int, list[str]]:
+    """How many of the live clients' ephemerals ``store`` holds, as ephemerals with their value;
+    and the ones it does not."""
+    count, absent = 0, []
+    for c in clients:
+        if c.stopped_early:
+            continue
+        for path, value in c.ephemerals.items():
+            got = await store.get(path)
+            if got is not None and got[0] == value and got[1].ephemeral:
+                count += 1
+            else:
+                absent.append(path)
+    return count, absent

@@ -1,0 +1,151 @@
+"""The sandbox's report: what ``metashift sandbox`` prints, as text or as one JSON object."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .clients import SimClient, WriteTiming
+
+
+def percentiles(samples_ms: list[float]) -> dict[str, float]:
+    """p50, p99 and max (nearest rank) of ``samples_ms``, rounded to 0.1 ms; zeros when empty."""
+    if not samples_ms:
+        return {"p50": 0.0, "p99": 0.0, "max": 0.0, "count": 0}
+    ordered = sorted(samples_ms)
+
+    def rank(p: float) -> float:
+        return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+    return {"p50": round(rank(50), 1), "p99": round(rank(99), 1), "max": round(ordered[-1], 1),
+            "count": len(ordered)}  # fmt: skip
+
+
+def split_timings(clients: list[SimClient], freeze: tuple[float, float] | None) -> tuple[list[float], list[float]]:
+    """The latencies (ms) of the writes that overlapped the freeze ``(start, end)`` (wall clock,
+    seconds) and of all the others."""
+    during: list[float] = []
+    outside: list[float] = []
+    timings: list[WriteTiming] = [t for c in clients for t in c.timings]
+    for t in timings:
+        if freeze is not None and t.started <= freeze[1] and t.started + t.seconds >= freeze[0]:
+            during.append(t.seconds * 1000)
+        else:
+            outside.append(t.seconds * 1000)
+    return during, outside
+
+
+@dataclass
+class SandboxReport:
+    phase: str = "NOT_STARTED"
+    reason: str | None = None
+    epoch: int = 0
+    coordinator: str | None = None
+    topics: int = 0
+    brokers: int = 0
+    bookies: int = 0
+    clients: int = 0
+    nodes: int = 0
+    """Persistent nodes of the generated Pulsar tree."""
+    copied_nodes: int = 0
+    phases: dict[str, float] = field(default_factory=dict)
+    """Seconds per stage: setup, generate, agents, PREPARATION, COPYING, after, check."""
+    writes_acknowledged: int = 0
+    writes_lost: int = 0
+    lost: list[str] = field(default_factory=list)
+    writes_failed: int = 0
+    failures: list[str] = field(default_factory=list)
+    ephemerals: int = 0
+    ephemerals_carried: int = 0
+    ephemerals_missing: list[str] = field(default_factory=list)
+    write_hold_ms: dict[str, float] = field(default_factory=dict)
+    write_ms: dict[str, float] = field(default_factory=dict)
+    coordinator_verified: bool = False
+    tree_verified: bool | None = None
+    tree_check: dict[str, Any] = field(default_factory=dict)
+    lives_on: str = ""
+    """Where the cluster lives at the end (the target after COMPLETED, else the source)."""
+    killed_agent: str | None = None
+    seconds: float = 0.0
+    work_dir: str = ""
+
+    @property
+    def verified(self) -> bool:
+        return self.coordinator_verified and self.tree_verified is True
+
+    @property
+    def ok(self) -> bool:
+        return self.phase == "COMPLETED" and self.writes_lost == 0 and self.verified
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase,
+            "reason": self.reason,
+            "epoch": self.epoch,
+            "coordinator": self.coordinator,
+            "ok": self.ok,
+            "verified": self.verified,
+            "coordinator_verified": self.coordinator_verified,
+            "tree_verified": self.tree_verified,
+            "tree_check": self.tree_check,
+            "topics": self.topics,
+            "brokers": self.brokers,
+            "bookies": self.bookies,
+            "clients": self.clients,
+            "nodes": self.nodes,
+            "copied_nodes": self.copied_nodes,
+            "phases": {k: round(v, 3) for k, v in self.phases.items()},
+            "writes_acknowledged": self.writes_acknowledged,
+            "writes_lost": self.writes_lost,
+            "lost": self.lost[:20],
+            "writes_failed": self.writes_failed,
+            "failures": self.failures[:20],
+            "ephemerals": self.ephemerals,
+            "ephemerals_carried": self.ephemerals_carried,
+            "ephemerals_missing": self.ephemerals_missing,
+            "write_hold_ms": self.write_hold_ms,
+            "write_ms": self.write_ms,
+            "lives_on": self.lives_on,
+            "killed_agent": self.killed_agent,
+            "seconds": round(self.seconds, 3),
+        }
+
+    def text(self) -> str:
+        mark = "PASSED" if self.ok else "FAILED"
+        lines = [
+            f"metashift sandbox: {mark}",
+            f"  cluster        {self.brokers} brokers, {self.bookies} bookies ({self.clients} clients), "
+            f"{self.topics} topics, {self.nodes} nodes",
+            f"  migration      {self.phase} (epoch {self.epoch}, coordinator {self.coordinator})"
+            + (f": {self.reason}" if self.reason else ""),
+        ]
+        if self.killed_agent:
+            lines.append(f"  killed         {self.killed_agent} (SIGKILL)")
+        lines.append("  phases         " + ", ".join(f"{k} {v:.1f}s" for k, v in self.phases.items()))
+        h, w = self.write_hold_ms, self.write_ms
+        lines += [
+            f"  write hold     p50 {h.get('p50', 0):.0f} ms, p99 {h.get('p99', 0):.0f} ms, max {h.get('max', 0):.0f} ms"
+            f" ({h.get('count', 0)} writes during the freeze)",
+            f"  other writes   p50 {w.get('p50', 0):.1f} ms, p99 {w.get('p99', 0):.1f} ms, "
+            f"max {w.get('max', 0):.0f} ms",
+            f"  writes         {self.writes_acknowledged} acknowledged, {self.writes_lost} lost, "
+            f"{self.writes_failed} failed (checked on {self.lives_on or '-'})",
+        ]
+        lines += [f"    lost: {p}" for p in self.lost[:10]]
+        lines += [f"    failed: {e}" for e in self.failures[:5]]
+        lines.append(f"  ephemerals     {self.ephemerals_carried} of {self.ephemerals} carried into the target")
+        lines += [f"    missing: {p}" for p in self.ephemerals_missing[:10]]
+        tree = self.tree_check
+        tree_line = (
+            "not checked" if self.tree_verified is None
+            else f"{tree.get('nodes', 0)} untouched nodes and {tree.get('counters', 0)} counters "
+            + ("equal in source and target" if self.tree_verified else f"{tree.get('mismatch_count', '?')} mismatches")
+        )  # fmt: skip
+        lines += [
+            f"  verification   coordinator: {'passed' if self.coordinator_verified else 'not passed'} "
+            f"({self.copied_nodes} nodes copied); tree: {tree_line}",
+        ]
+        lines += [f"    {m}" for m in tree.get("shown", [])[:10]]
+        lines.append(f"  took           {self.seconds:.1f}s")
+        return "\n".join(lines)

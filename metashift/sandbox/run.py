@@ -1,0 +1,380 @@
+"""``metashift sandbox``: a whole migration on this machine, end to end.
+
+Local ZooKeeper and etcd, a Pulsar-shaped tree on ZooKeeper, one ``metashift agent`` process per
+broker and bookie, simulated clients writing through them all the time, the migration started and
+followed the way ``metashift migrate start --wait`` does, a few more seconds of writes after the
+switch, then the checks: every acknowledged write where the cluster then lives, the clients'
+ephemerals carried, the coordinator's verification, and the untouched tree compared between the
+two stores by ``metashift verify``. Everything it started goes away at the end, on Ctrl-C and on
+SIGTERM too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from metashift.coordinator import control
+from metashift.local_servers import LocalEtcd, LocalZooKeeper, ServerStartError
+from metashift.migration.flag import read_flag
+from metashift.migration.phase import Phase
+from metashift.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
+from metashift.stores import MetadataStore, MetadataStoreError, open_store
+
+from .agents import AgentProcess, AgentStartError, die_with_parent, start_agents, stop_agents
+from .clients import WRITER_ROOT, SimClient, carried, missing
+from .report import SandboxReport, percentiles, split_timings
+
+#: How often the flag is read while following the migration.
+FOLLOW_SECONDS = 0.25
+#: After the switch: writes every live client must still get acknowledged (within a minute).
+MORE_WRITES = 3
+
+
+@dataclass
+class Options:
+    topics: int = 2000
+    brokers: int = 3
+    bookies: int = 2
+    clients_per_agent: int = 2
+    json: bool = False
+    warmup: float = 2.0
+    """Seconds of writes before the migration starts."""
+    after: float = 3.0
+    """Seconds of writes after COMPLETED (or FAILED)."""
+    hold_timeout: float = 300.0
+    prepare_timeout: float = 60.0
+    spark_master: str | None = None
+    kill_agent_at: str | None = None
+    """A phase name: SIGKILL the coordinator's agent process as soon as the migration is in it."""
+    keep: bool = False
+    """Keep the work directory (logs, configs) instead of removing it."""
+
+
+def say(text: str) -> None:
+    print(f"sandbox: {text}", file=sys.stderr, flush=True)
+
+
+def bundles(topics: int) -> list[str]:
+    """The bundle-ownership paths of the generated tree (``sample_tree``'s namespaces)."""
+    namespaces = max(1, -(-topics // TOPICS_PER_NAMESPACE))
+    tenants = max(1, namespaces // 4)
+    out = []
+    for ns_index in range(namespaces):
+        for k in range(BUNDLES_PER_NAMESPACE):
+            lo, hi = k * (1 << 32) // BUNDLES_PER_NAMESPACE, (k + 1) * (1 << 32) // BUNDLES_PER_NAMESPACE
+            out.append(f"/namespace/tenant-{ns_index % tenants}/ns-{ns_index}/0x{lo:08x}_0x{min(hi, 0xFFFFFFFF):08x}")
+    return out
+
+
+class Sandbox:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.report = SandboxReport(topics=options.topics, brokers=options.brokers, bookies=options.bookies)
+        self.work_dir: Path | None = None
+        self.zk: LocalZooKeeper | None = None
+        self.etcd: LocalEtcd | None = None
+        self.source: MetadataStore | None = None
+        self.agents: list[AgentProcess] = []
+        self.clients: list[SimClient] = []
+        self.stores: list[MetadataStore] = []
+        self.procs: list[asyncio.subprocess.Process] = []
+        self._started = time.monotonic()
+        self._mark = self._started
+
+    def _lap(self, name: str) -> None:
+        now = time.monotonic()
+        self.report.phases[name] = now - self._mark
+        self._mark = now
+
+    # ---- the run --------------------------------------------------------------------------------
+
+    async def run(self) -> SandboxReport:
+        r, o = self.report, self.options
+        self.work_dir = Path(tempfile.mkdtemp(prefix="metashift-sandbox-"))
+        r.work_dir = str(self.work_dir)
+        say(f"work directory {self.work_dir}")
+        self.zk = LocalZooKeeper(self.work_dir / "zookeeper")
+        self.etcd = LocalEtcd(self.work_dir / "etcd")
+        # in this (the main) thread: the servers die with the thread that started them
+        self.zk.start()
+        self.etcd.start()
+        say(f"ZooKeeper at {self.zk.url}, etcd at {self.etcd.url}")
+        self._lap("servers")
+
+        self.source = await open_store(self.zk.url)
+        tree = await generate(self.source, o.topics, seed=0, ephemerals=False, on_progress=_generate_progress())
+        r.nodes = tree.persistent
+        say(f"generated {tree.persistent} nodes ({tree.bytes / 1e6:.1f} MB) for {o.topics} topics on ZooKeeper")
+        self._lap("generate")
+
+        self.agents = [self._agent(f"broker-{i}", "broker") for i in range(1, o.brokers + 1)]
+        self.agents += [self._agent(f"bookie-{i}", "bookie") for i in range(1, o.bookies + 1)]
+        say(f"starting {len(self.agents)} agent processes ...")
+        await start_agents(self.agents)
+        say("agents serving: " + ", ".join(f"{a.node_id} (pid {a.pid})" for a in self.agents))
+        self._lap("agents")
+
+        self.clients = self._make_clients()
+        for c in self.clients:
+            await c.connect()
+            await c.start()
+        r.clients = len(self.clients)
+        r.ephemerals = sum(len(c.ephemerals) for c in self.clients)
+        say(f"{len(self.clients)} clients writing, holding {r.ephemerals} ephemerals")
+        await asyncio.sleep(o.warmup)
+        self._lap("warm-up")
+
+        freeze = await self._migrate()
+        await self._keep_writing()
+        for c in self.clients:
+            await c.stop()
+        self._lap("after")
+
+        await self._check(freeze)
+        self._lap("check")
+        r.seconds = time.monotonic() - self._started
+        return r
+
+    def _agent(self, node_id: str, role: str) -> AgentProcess:
+        o = self.options
+        assert self.work_dir is not None and self.zk is not None
+        return AgentProcess(
+            node_id, role, self.work_dir, self.zk.url, hold_timeout=o.hold_timeout,
+            prepare_timeout=o.prepare_timeout, spark_master=o.spark_master,
+        )  # fmt: skip
+
+    def _make_clients(self) -> list[SimClient]:
+        owned = iter(bundles(self.options.topics))
+        clients = []
+        for agent in self.agents:
+            for k in range(1, self.options.clients_per_agent + 1):
+                name = f"{agent.node_id}-c{k}"
+                ephemerals: dict[str, bytes] = {}
+                if k == 1 and agent.role == "broker":
+                    ephemerals[f"/loadbalance/brokers/{agent.node_id}:8080"] = json.dumps(
+                        {"webServiceUrl": f"http://{agent.node_id}:8080", "brokerVersion": "sandbox"}).encode()
+                elif k == 1:
+                    ephemerals[f"/ledgers/available/{agent.node_id}:3181"] = b""
+                if agent.role == "broker" and (bundle := next(owned, None)) is not None:
+                    ephemerals[bundle] = json.dumps({"nativeUrl": f"pulsar://{agent.node_id}:6650"}).encode()
+                clients.append(SimClient(name, agent.node_id, agent.role, agent.address, ephemerals,
+                                         write_timeout=self.options.hold_timeout))
+        return clients
+
+    async def _migrate(self) -> tuple[float, float] | None:
+        """Start the migration and follow it to COMPLETED or FAILED; returns the freeze (wall-clock
+        start and end, seconds)."""
+        r, o = self.report, self.options
+        assert self.source is not None and self.etcd is not None
+        flag = await control.start(self.source, self.etcd.url)
+        r.epoch = flag.epoch
+        say(f"migration epoch {flag.epoch} started: {self.zk.url if self.zk else ''} -> {self.etcd.url}")
+        since: dict[str, float] = {Phase.PREPARATION.value: flag.started_at / 1000.0}
+        last_line = ""
+        last_shown = 0.0
+        while True:
+            status = (await control.status(self.source)).to_dict()
+            now_flag = await read_flag(self.source)
+            phase = status["phase"]
+            if now_flag is not None and now_flag.epoch == flag.epoch and now_flag.phase.value not in since:
+                since[now_flag.phase.value] = now_flag.phase_since / 1000.0
+            if o.kill_agent_at == phase and r.killed_agent is None:
+                await self._kill_coordinator(status)
+            line = _progress_line(status)
+            ended = phase in (Phase.COMPLETED.value, Phase.FAILED.value)
+            fresh = phase != last_line.split(":")[0] or time.monotonic() - last_shown > 2.0
+            if not ended and line != last_line and fresh:
+                say(line)
+                last_line, last_shown = line, time.monotonic()
+            if phase in (Phase.COMPLETED.value, Phase.FAILED.value):
+                break
+            await asyncio.sleep(FOLLOW_SECONDS)
+        r.phase, r.reason, r.coordinator = phase, status["reason"], status["coordinator"]
+        copy = status.get("copy") or {}
+        r.coordinator_verified = phase == Phase.COMPLETED.value and bool(copy.get("verified"))
+        r.copied_nodes = int(copy.get("total") or 0)
+        say(f"migration {phase}" + (f": {r.reason}" if r.reason else ""))
+        start = since[Phase.PREPARATION.value]
+        end = since.get(phase, time.time())
+        copying = since.get(Phase.COPYING.value)
+        r.phases[Phase.PREPARATION.value] = (copying if copying is not None else end) - start
+        if copying is not None:
+            r.phases[Phase.COPYING.value] = end - copying
+        self._mark = time.monotonic()
+        return (start, end)
+
+    async def _kill_coordinator(self, status: dict[str, Any]) -> None:
+        victim = next((a for a in self.agents if a.node_id == status.get("coordinator")), self.agents[0])
+        say(f"SIGKILL to agent {victim.node_id} (pid {victim.pid}) in {status['phase']}")
+        await victim.kill()
+        self.report.killed_agent = victim.node_id
+        for c in self.clients:
+            if c.node_id == victim.node_id:
+                c.stopped_early = True
+                await c.abandon()
+
+    async def _keep_writing(self) -> None:
+        """Writes go on through the switch: ``after`` seconds, and at least a few more acknowledged
+        writes per live client (a minute at most)."""
+        live = [c for c in self.clients if not c.stopped_early]
+        start = {c.name: c.writes_acknowledged for c in live}
+        await asyncio.sleep(self.options.after)
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline:
+            if all(c.writes_acknowledged >= start[c.name] + MORE_WRITES for c in live):
+                return
+            await asyncio.sleep(0.1)
+        say("some clients got no more writes acknowledged after the migration")
+
+    async def _check(self, freeze: tuple[float, float] | None) -> None:
+        r = self.report
+        assert self.zk is not None and self.etcd is not None and self.source is not None
+        completed = r.phase == Phase.COMPLETED.value
+        lives_on = self.etcd.url if completed else self.zk.url
+        r.lives_on = "etcd (target)" if completed else "ZooKeeper (source)"
+        store = await open_store(lives_on, watch=False, create_root=False)
+        self.stores.append(store)
+        say(f"checking every acknowledged write on {r.lives_on} ...")
+        lost = await missing(self.clients, store)
+        r.writes_lost, r.lost = len(lost), lost
+        r.writes_acknowledged = sum(c.writes_acknowledged for c in self.clients)
+        r.writes_failed = sum(c.failed for c in self.clients)
+        r.failures = [f"{c.name}: {e}" for c in self.clients for e in c.errors]
+        r.failures += [f"{c.name}: stopped: {e}" for c in self.clients if (e := c.error())]
+        r.ephemerals_carried, r.ephemerals_missing = await carried(self.clients, store)
+        during, outside = split_timings(self.clients, freeze)
+        r.write_hold_ms, r.write_ms = percentiles(during), percentiles(outside)
+        if freeze is not None and during:
+            last = max(t.started + t.seconds for c in self.clients for t in c.timings
+                       if freeze[0] <= t.started + t.seconds and t.started <= freeze[1])  # fmt: skip
+            r.phases["switch"] = max(0.0, last - freeze[1])
+        if completed:
+            await self._verify_tree()
+
+    async def _verify_tree(self) -> None:
+        """``metashift verify`` (Spark) of the source against the target, leaving out what the
+        clients wrote (it went on in the target after the switch)."""
+        r = self.report
+        assert self.zk is not None and self.etcd is not None
+        excluded = [WRITER_ROOT, *(c.sequence_parent for c in self.clients)]
+        command = [sys.executable, "-m", "metashift.cli", "verify", "--source", self.zk.url,
+                   "--target", self.etcd.url, "--json", "--no-progress"]  # fmt: skip
+        for path in excluded:
+            command += ["--exclude", path]
+        say("verifying the untouched tree: source against target (metashift verify, on Spark) ...")
+        proc = await asyncio.create_subprocess_exec(
+            *die_with_parent(command), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        self.procs.append(proc)
+        out, err = await proc.communicate()
+        try:
+            body = json.loads(out)
+        except ValueError:
+            r.tree_verified = False
+            r.tree_check = {"error": (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]}
+            return
+        r.tree_verified = bool(body.get("ok"))
+        r.tree_check = {
+            "nodes": body.get("nodes"), "counters": body.get("counters"), "mismatch_count": body.get("mismatch_count"),
+            "excluded": [*excluded[:1], f"{len(excluded) - 1} client counters under /counters"],
+            "shown": [f"{m['kind']} {m['path']}: {m['detail']}" for m in (body.get("mismatches") or [])[:10]],
+            "seconds": round(float(body.get("seconds") or 0.0), 3),
+        }
+
+    # ---- cleanup --------------------------------------------------------------------------------
+
+    async def cleanup(self) -> None:
+        """Stop and remove everything this sandbox started; never raises."""
+        await asyncio.gather(*(c.abandon() for c in self.clients), return_exceptions=True)
+        await stop_agents(self.agents)
+        for proc in self.procs:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                with contextlib.suppress(Exception):
+                    await proc.wait()
+        for store in [*self.stores, self.source]:
+            if store is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(store.close(), 10.0)
+        for server in (self.zk, self.etcd):
+            if server is not None:
+                with contextlib.suppress(Exception):
+                    server.cleanup()
+        if self.work_dir is not None:
+            if self.options.keep:
+                say(f"kept the work directory {self.work_dir}")
+            else:
+                shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def _generate_progress() -> Any:
+    shown = [-1]
+
+    def on_progress(done: int, total: int) -> None:
+        tenth = done * 10 // max(total, 1)
+        if tenth != shown[0]:
+            shown[0] = tenth
+            say(f"generating the Pulsar tree on ZooKeeper: {done}/{total} nodes")
+
+    return on_progress
+
+
+def _progress_line(status: dict[str, Any]) -> str:
+    phase = status["phase"]
+    if phase == Phase.PREPARATION.value:
+        acked = sum(1 for p in status["participants"] if p["acknowledged"])
+        return f"{phase}: {acked}/{len(status['participants'])} agents acknowledged (writes held)"
+    if phase == Phase.COPYING.value:
+        copy = status.get("copy") or {}
+        return f"{phase}: {copy.get('stage') or 'starting Spark'} {copy.get('done') or 0}/{copy.get('total') or '?'}"
+    return phase
+
+
+async def run_sandbox(options: Options) -> int:
+    """Run the sandbox and print its report; the exit status (0: COMPLETED, nothing lost,
+    verified; 1 otherwise; 130 when interrupted)."""
+    sandbox = Sandbox(options)
+    loop = asyncio.get_running_loop()
+    work = loop.create_task(sandbox.run(), name="sandbox")
+    interrupted: list[int] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        if not interrupted:
+            interrupted.append(sig)
+            say(f"{sig.name}: stopping and cleaning up ...")
+            work.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        try:
+            report = await work
+        except asyncio.CancelledError:
+            if not interrupted:
+                raise
+            return 130
+        except (AgentStartError, ServerStartError, MetadataStoreError) as e:
+            say(f"error: {e}")
+            return 1
+        finally:
+            await sandbox.cleanup()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+    if options.json:
+        print(json.dumps(report.to_dict(), indent=2), flush=True)
+    else:
+        print(report.text(), flush=True)
+    return 0 if report.ok else 1
