@@ -142,8 +142,9 @@ async def test_shut_down_gate_fails_writes_that_would_wait_and_lets_others_flow(
     await gate.close(5)
     gate.shutdown()
     assert gate.state is S.STOPPED and not gate.is_open
-    with pytest.raises(HeldForMigration):
+    with pytest.raises(HeldForMigration) as err:
         await gate.run(lambda s: s.put("/never", b"x"))
+    assert not err.value.write_may_have_happened
     assert not await store.exists("/never")
     await gate.open()  # the agent stops with the gate open again: writes flow, none waits
     assert gate.state is S.STOPPING and gate.is_open
