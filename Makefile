@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 DEBS := zookeeper etcd-server etcd-client default-jre-headless openssl util-linux
 PYTEST_ARGS ?=
 
-.PHONY: setup test lint pytest demo bench proto clean
+.PHONY: setup test lint pytest demo demo-copy bench proto clean
 
 setup: .stamp-debs .stamp-venv
 
@@ -37,7 +37,12 @@ pytest: setup
 
 test: setup lint pytest
 
+# the whole migration on this machine (metashift sandbox: ZooKeeper -> etcd with agents and writers)
 demo: setup
+	$(BIN)/metashift sandbox
+
+# the copy alone (Spark copy + verification of a sample tree)
+demo-copy: setup
 	$(BIN)/metashift demo
 
 bench: setup

@@ -134,7 +134,7 @@ class SimClient:
     async def stop(self) -> None:
         """Finish the write in progress, then stop writing."""
         self._stop.set()
-        if self._task is not None:
+        if self._task is not None and not self._task.done():
             with contextlib.suppress(Exception):
                 await self._task
 

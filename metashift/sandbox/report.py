@@ -22,18 +22,19 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
             "count": len(ordered)}  # fmt: skip
 
 
-def split_timings(clients: list[SimClient], freeze: tuple[float, float] | None) -> tuple[list[float], list[float]]:
-    """The latencies (ms) of the writes that overlapped the freeze ``(start, end)`` (wall clock,
-    seconds) and of all the others."""
-    during: list[float] = []
-    outside: list[float] = []
+def split_timings(clients: list[SimClient], frozen: tuple[float, float] | None) -> tuple[list[float], list[float]]:
+    """The latencies (ms) of the held writes — those in flight at some moment of ``frozen``
+    (wall clock, seconds: from the last acknowledgement, when every agent holds its writes, to
+    the end of the migration) — and of all the others."""
+    held: list[float] = []
+    others: list[float] = []
     timings: list[WriteTiming] = [t for c in clients for t in c.timings]
     for t in timings:
-        if freeze is not None and t.started <= freeze[1] and t.started + t.seconds >= freeze[0]:
-            during.append(t.seconds * 1000)
+        if frozen is not None and t.started <= frozen[1] and t.started + t.seconds >= frozen[0]:
+            held.append(t.seconds * 1000)
         else:
-            outside.append(t.seconds * 1000)
-    return during, outside
+            others.append(t.seconds * 1000)
+    return held, others
 
 
 @dataclass
@@ -126,7 +127,7 @@ class SandboxReport:
         h, w = self.write_hold_ms, self.write_ms
         lines += [
             f"  write hold     p50 {h.get('p50', 0):.0f} ms, p99 {h.get('p99', 0):.0f} ms, max {h.get('max', 0):.0f} ms"
-            f" ({h.get('count', 0)} writes during the freeze)",
+            f" ({h.get('count', 0)} writes held through the freeze)",
             f"  other writes   p50 {w.get('p50', 0):.1f} ms, p99 {w.get('p99', 0):.1f} ms, "
             f"max {w.get('max', 0):.0f} ms",
             f"  writes         {self.writes_acknowledged} acknowledged, {self.writes_lost} lost, "

@@ -134,13 +134,13 @@ class Sandbox:
         await asyncio.sleep(o.warmup)
         self._lap("warm-up")
 
-        freeze = await self._migrate()
+        frozen = await self._migrate()
         await self._keep_writing()
         for c in self.clients:
             await c.stop()
         self._lap("after")
 
-        await self._check(freeze)
+        await self._check(frozen)
         self._lap("check")
         r.seconds = time.monotonic() - self._started
         return r
@@ -172,8 +172,9 @@ class Sandbox:
         return clients
 
     async def _migrate(self) -> tuple[float, float] | None:
-        """Start the migration and follow it to COMPLETED or FAILED; returns the freeze (wall-clock
-        start and end, seconds)."""
+        """Start the migration and follow it to COMPLETED or FAILED; returns when every agent held
+        its writes (wall clock, seconds: from COPYING, which follows the last acknowledgement, or
+        from the start when it failed before, to the end)."""
         r, o = self.report, self.options
         assert self.source is not None and self.etcd is not None
         flag = await control.start(self.source, self.etcd.url)
@@ -211,7 +212,7 @@ class Sandbox:
         if copying is not None:
             r.phases[Phase.COPYING.value] = end - copying
         self._mark = time.monotonic()
-        return (start, end)
+        return (copying if copying is not None else start, end)
 
     async def _kill_coordinator(self, status: dict[str, Any]) -> None:
         victim = next((a for a in self.agents if a.node_id == status.get("coordinator")), self.agents[0])
@@ -236,7 +237,7 @@ class Sandbox:
             await asyncio.sleep(0.1)
         say("some clients got no more writes acknowledged after the migration")
 
-    async def _check(self, freeze: tuple[float, float] | None) -> None:
+    async def _check(self, frozen: tuple[float, float] | None) -> None:
         r = self.report
         assert self.zk is not None and self.etcd is not None and self.source is not None
         completed = r.phase == Phase.COMPLETED.value
@@ -252,12 +253,13 @@ class Sandbox:
         r.failures = [f"{c.name}: {e}" for c in self.clients for e in c.errors]
         r.failures += [f"{c.name}: stopped: {e}" for c in self.clients if (e := c.error())]
         r.ephemerals_carried, r.ephemerals_missing = await carried(self.clients, store)
-        during, outside = split_timings(self.clients, freeze)
-        r.write_hold_ms, r.write_ms = percentiles(during), percentiles(outside)
-        if freeze is not None and during:
+        held, others = split_timings(self.clients, frozen)
+        r.write_hold_ms, r.write_ms = percentiles(held), percentiles(others)
+        if frozen is not None and held:
+            # from the end of the migration to the last held write's answer
             last = max(t.started + t.seconds for c in self.clients for t in c.timings
-                       if freeze[0] <= t.started + t.seconds and t.started <= freeze[1])  # fmt: skip
-            r.phases["switch"] = max(0.0, last - freeze[1])
+                       if frozen[0] <= t.started + t.seconds and t.started <= frozen[1])  # fmt: skip
+            r.phases["switch"] = max(0.0, last - frozen[1])
         if completed:
             await self._verify_tree()
 

@@ -1,0 +1,148 @@
+"""``metashift sandbox`` end to end, as a user runs it: real ZooKeeper, etcd and Spark, one
+``metashift agent`` process per broker and bookie, clients writing all along. Also the issue's
+"agents as separate processes, one killed with SIGKILL mid-migration", and nothing left behind
+after Ctrl-C or SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytestmark = pytest.mark.timeout(900)
+
+SANDBOX = [sys.executable, "-m", "metashift.cli", "sandbox", "--topics", "20", "--brokers", "3", "--bookies", "2"]
+
+
+def _run_json(*extra: str) -> tuple[int, dict[str, Any], str]:
+    proc = subprocess.run([*SANDBOX, "--json", *extra], capture_output=True, text=True, timeout=800)
+    try:
+        body = json.loads(proc.stdout)
+    except ValueError:
+        pytest.fail(f"no JSON on stdout (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr[-5000:]}")
+    return proc.returncode, body, proc.stderr
+
+
+def test_sandbox_migrates_with_agents_as_processes_and_loses_no_write() -> None:
+    code, report, stderr = _run_json()
+    assert report["phase"] == "COMPLETED", (report, stderr[-3000:])
+    assert report["verified"] is True and report["tree_verified"] is True, report
+    assert report["writes_lost"] == 0, report["lost"]
+    assert report["writes_acknowledged"] > 0
+    assert report["ephemerals_carried"] >= 5 and report["ephemerals_carried"] == report["ephemerals"], report
+    assert report["nodes"] > 0 and report["seconds"] > 0
+    assert set(report["write_hold_ms"]) >= {"p50", "p99", "max"}
+    assert {"PREPARATION", "COPYING"} <= set(report["phases"])
+    assert code == 0, stderr[-3000:]
+    # the agents were separate processes
+    assert len(re.findall(r"(?:broker|bookie)-\d \(pid \d+\)", stderr)) == 5, stderr
+
+
+def test_sandbox_coordinator_agent_killed_mid_copy() -> None:
+    """SIGKILL to the coordinator's agent process while it copies: a new leader finishes or fails
+    the migration; every acknowledged write is where the cluster then lives."""
+    code, report, stderr = _run_json("--kill-agent-at", "COPYING")
+    assert report["killed_agent"], (report, stderr[-3000:])
+    assert report["phase"] in ("COMPLETED", "FAILED"), report
+    assert report["writes_lost"] == 0, report["lost"]
+    assert report["writes_acknowledged"] > 0
+    if report["phase"] == "COMPLETED":
+        assert report["verified"] is True, report
+        assert report["ephemerals_missing"] == [] and report["ephemerals_carried"] >= 3, report
+        assert code == 0
+    else:
+        assert report["reason"], report
+        assert code == 1
+
+
+# ---- nothing left behind --------------------------------------------------------------------------
+
+
+def _starttime(pid: int) -> str | None:
+    """The start time of ``pid`` (field 22 of /proc/pid/stat), None when it is gone or a zombie."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text.rpartition(")")[2].split()
+    if fields[0] == "Z":
+        return None
+    return fields[19]
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every live process below ``root`` (pid -> start time)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                text = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry)] = int(text.rpartition(")")[2].split()[1])
+    found: dict[int, str] = {}
+    frontier = [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, ppid in parents.items():
+            if ppid == parent and pid not in found and (start := _starttime(pid)) is not None:
+                found[pid] = start
+                frontier.append(pid)
+    return found
+
+
+@pytest.mark.parametrize(
+    ("sig", "when"),
+    [(signal.SIGINT, "COPYING"), (signal.SIGTERM, "clients writing")],
+    ids=["sigint-while-copying", "sigterm-while-writing"],
+)
+def test_sandbox_interrupted_leaves_no_process_nor_directory(sig: signal.Signals, when: str) -> None:
+    proc = subprocess.Popen([*SANDBOX, "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: dict[int, str] = {}
+    work_dir: Path | None = None
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            if m := re.search(r"work directory (\S+)", line):
+                work_dir = Path(m.group(1))
+            if when in line:
+                break
+        assert any(when in line for line in lines), "".join(lines)
+        time.sleep(1.0)  # the copy's Spark gets going
+        seen = _descendants(proc.pid)
+        assert work_dir is not None and work_dir.exists()
+        agents = [pid for pid in seen if "agent" in _cmdline(pid)]
+        assert len(agents) >= 5, {pid: _cmdline(pid) for pid in seen}
+        proc.send_signal(sig)
+        _out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, "".join(lines) + err
+    deadline = time.monotonic() + 15
+    while (alive := {p for p, start in seen.items() if _starttime(p) == start}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not alive, {pid: _cmdline(pid) for pid in alive}
+    assert not work_dir.exists()
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
