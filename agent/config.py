@@ -39,6 +39,7 @@ password_file = ""
 enabled = true                  # false: this agent never stands for election
 prepare_timeout = 60            # seconds to wait for every participant's acknowledgement
 spark_master = "local[*]"       # where the coordinator runs the copy
+spark_delta_threshold = 10000   # changed paths in the freeze from which a Spark pass carries them
 ```
 
 Environment: ``METASHIFT_NODE_ID``, ``METASHIFT_ROLE``, ``METASHIFT_LISTEN``, ``METASHIFT_METRICS``,
@@ -101,6 +102,9 @@ class CoordinatorSettings:
     prepare_timeout: float = 60.0
     """Longest wait for every live participant's acknowledgement before the migration FAILS."""
     spark_master: str = "local[*]"
+    spark_delta_threshold: int = 10_000
+    """Changed paths in the freeze's last delta from which a Spark pass carries them (fewer: the
+    store layer directly, no Spark job inside the freeze)."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +158,7 @@ _SCHEMA: dict[str, str] = {
     "coordinator.enabled": "bool",
     "coordinator.prepare_timeout": "float",
     "coordinator.spark_master": "str",
+    "coordinator.spark_delta_threshold": "count",
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -229,6 +234,11 @@ def _from_text(key: str, kind: str, text: str) -> Any:
         if low in ("0", "false", "no", "off"):
             return False
         raise ConfigError(key, f"must be true or false, not {text!r}")
+    if kind == "count":
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(key, f"must be a whole number, not {text!r}") from None
     if kind == "float":
         try:
             return float(text)
@@ -243,6 +253,8 @@ def _typed(flat: dict[str, Any], key: str, kind: str) -> Any:
         raise ConfigError(key, f"must be a string, not {type(value).__name__}")
     if kind == "bool" and not isinstance(value, bool):
         raise ConfigError(key, f"must be true or false, not {value!r}")
+    if kind == "count" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise ConfigError(key, f"must be a whole number of at least 0, not {value!r}")
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(key, f"must be a number, not {value!r}")
@@ -318,12 +330,9 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
             kwargs[attr] = values[key]
     kwargs["target_username"], kwargs["target_password"] = _credentials(values, "target", None, None)
     coordinator = CoordinatorSettings()
-    if "coordinator.enabled" in values:
-        coordinator = dataclasses.replace(coordinator, enabled=values["coordinator.enabled"])
-    if "coordinator.prepare_timeout" in values:
-        coordinator = dataclasses.replace(coordinator, prepare_timeout=values["coordinator.prepare_timeout"])
-    if values.get("coordinator.spark_master"):
-        coordinator = dataclasses.replace(coordinator, spark_master=values["coordinator.spark_master"])
+    for attr in ("enabled", "prepare_timeout", "spark_master", "spark_delta_threshold"):
+        if values.get(f"coordinator.{attr}") not in (None, ""):
+            coordinator = dataclasses.replace(coordinator, **{attr: values[f"coordinator.{attr}"]})
     kwargs["coordinator"] = coordinator
     config = AgentConfig(**kwargs)
     if config.session_timeout > config.session_max_timeout:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
 
-PHASES = ["NOT_STARTED", "PREPARATION", "COPYING", "COMPLETED", "FAILED"]
+PHASES = ["NOT_STARTED", "SYNCING", "PREPARATION", "COPYING", "COMPLETED", "FAILED"]
 
 _HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)

@@ -3,6 +3,7 @@
 It registers the agent under ``participants/`` (a sequential ephemeral in the source), follows
 the flag, and acts on each phase:
 
+- SYNCING: nothing: writes flow while the coordinator copies.
 - PREPARATION, COPYING: close the write gate and drain the writes in flight, open the target
   (the flag names it; credentials come from the agent's own ``[target]`` config), re-create there
   every ephemeral of its clients with the same value and version, then acknowledge the epoch by a
@@ -147,7 +148,10 @@ class Participant:
             self._seen(Phase.NOT_STARTED, 0)
             return
         self._seen(flag.phase, flag.epoch)
-        if flag.phase.frozen:
+        if flag.phase is Phase.SYNCING:
+            if self._holding or self._target is not None:  # a freeze of an older epoch never ended here
+                await self._roll_back("a new migration started")
+        elif flag.phase.frozen:
             await self._prepare(flag)
         elif flag.phase is Phase.COMPLETED:
             await self._complete(flag)

@@ -34,7 +34,7 @@ from metashift.agent.participant import Participant
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
 from metashift.migration.phase import Phase
-from metashift.stores import MetadataStore, open_store, parse_url
+from metashift.stores import MetadataStore, Store, open_store, parse_url
 from metashift.stores.aio import run_loop
 
 log = logging.getLogger(__name__)
@@ -199,7 +199,7 @@ class Agent:
         self._companions.append(task)
         return task
 
-    async def open_target(self, url: str) -> MetadataStore:
+    async def open_target(self, url: str) -> Store:
         """Open a migration's target (named by the flag) with this agent's own credentials."""
         parsed = parse_url(url)
         if self.config.target_username is not None:

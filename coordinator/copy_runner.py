@@ -17,6 +17,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 ProgressListener = Callable[[str, int, int], None]
+#: The report is one JSON line that lists every mismatch of the verification (while writes flow,
+#: one per path changed during the pass): far above asyncio's 64 KiB default line.
+REPORT_LINE_LIMIT = 512 * 1024 * 1024
 
 
 @dataclass
@@ -26,6 +29,17 @@ class CopyOutcome:
     ok: bool
     report: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+
+    @property
+    def conflicts(self) -> list[str]:
+        """Paths the copy stopped on: the target had them ahead of the source."""
+        return [str(p) for p in self.report.get("conflict_paths", [])]
+
+    @property
+    def mismatches(self) -> list[dict[str, Any]]:
+        """The verification's mismatches (``path``, ``kind``, ``detail``)."""
+        verify = self.report.get("verify") or {}
+        return list(verify.get("mismatches") or [])
 
     def failure(self) -> str:
         """A one-line reason for the flag."""
@@ -59,6 +73,7 @@ class CopyRunner:
             sys.executable, "-m", "metashift.coordinator.copy_job",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
             env=env, preexec_fn=_die_with_parent, start_new_session=True,
+            limit=REPORT_LINE_LIMIT,
         )
         proc = self._proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -89,7 +104,8 @@ class CopyRunner:
                 elif kind == "report":
                     outcome = CopyOutcome(bool(event.get("ok")), event)
                 elif kind == "error":
-                    outcome = CopyOutcome(False, error=f"copy failed: {event.get('message')}")
+                    outcome = CopyOutcome(False, {"conflict_paths": event.get("paths") or []},
+                                          error=f"copy failed: {event.get('message')}")
             code = await proc.wait()
             await stderr_task
         finally:

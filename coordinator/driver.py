@@ -1,12 +1,13 @@
 """The coordinator's phase machine. It runs in the agent elected leader and sees only the
-source store, a way to open the target, and the copy runner.
+source store, a way to open the target, and the copy passes.
 
 Each phase is resumed from the flag, so a new leader picks up where a dead one stopped:
-- PREPARATION: wait for every live participant's acknowledgement of the epoch; all in → COPYING
-  (the watch on the frozen source starts first); ``prepare_timeout`` since the phase began →
-  FAILED, naming who did not acknowledge.
-- COPYING: the Spark copy with its verification, in a child process, while the frozen source is
-  watched; copy and verification passed and nothing changed → COMPLETED, else FAILED with why.
+- SYNCING: the online pre-copy while writes flow (``passes.Passes.sync``) → PREPARATION.
+- PREPARATION: wait for every live participant's acknowledgement of the epoch; all in →
+  COPYING; ``prepare_timeout`` since the phase began → FAILED, naming who did not acknowledge.
+- COPYING: the last delta, checked, the source held frozen (``Passes.final``) → COMPLETED.
+  A leader that did not follow the source since the last full pass (a failover inside the
+  freeze, a broken change stream) cannot trust the delta: FAILED, never an incomplete copy.
 - FAILED: remove what the migration put into the target, then mark the flag ``targetCleaned``.
 
 Every move is a compare-and-set on the flag as read; a leader that finds the flag moved under it
@@ -18,29 +19,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from metashift.migration import paths
-from metashift.migration.flag import FlagChanged, MigrationFlag, move, now_ms, read_flag, write_flag
+from metashift.migration.flag import FlagChanged, MigrationFlag, move, read_flag, write_flag
 from metashift.migration.participants import list_participants
 from metashift.migration.phase import Phase
-from metashift.stores import MetadataStore, MetadataStoreError, Notification, StoreURL, parse_url
+from metashift.stores import MetadataStoreError, Notification, Store, StoreURL, parse_url
 
+from .change_tracker import ChangeTracker
 from .cleanup import empty_target
-from .copy_runner import CopyOutcome, CopyRunner
 from .election import LeaderElection
-from .freeze_watch import FreezeWatch
+from .passes import Abandoned, Passes
 
 log = logging.getLogger(__name__)
 
-TargetOpener = Callable[[str], Awaitable[MetadataStore]]
+TargetOpener = Callable[[str], Awaitable[Store]]
 #: How often the leader looks again when no notification came.
 POLL_SECONDS = 0.5
-#: Least time between two progress writes.
-PROGRESS_EVERY = 1.0
+#: Paths in the last delta from which the freeze runs a Spark pass instead of the store layer.
+SPARK_DELTA_THRESHOLD = 10_000
 
 
 class Deposed(Exception):
@@ -52,7 +52,7 @@ class Coordinator:
 
     def __init__(
         self,
-        source: MetadataStore,
+        source: Store,
         *,
         node_id: str,
         source_url: StoreURL,
@@ -60,19 +60,21 @@ class Coordinator:
         target_credentials: tuple[str | None, str | None] = (None, None),
         prepare_timeout: float = 60.0,
         spark_master: str | None = None,
+        spark_delta_threshold: int = SPARK_DELTA_THRESHOLD,
     ) -> None:
         self.source = source
         self.node_id = node_id
-        self.source_url = source_url
         self._open_target = open_target
         self._target_credentials = target_credentials
         self.prepare_timeout = prepare_timeout
-        self.spark_master = spark_master
         self.election = LeaderElection(source, node_id)
-        self.watch = FreezeWatch(source)
+        self.tracker = ChangeTracker(source)
+        self.passes = Passes(
+            source, self.tracker, source_url=source_url, target_url=self._target_url, open_target=open_target,
+            still_leader=self._check_leader, spark_master=spark_master, spark_delta_threshold=spark_delta_threshold,
+        )
         self.leading = False
         self._changed = asyncio.Event()
-        self._last_progress = 0.0
 
     # ---- life cycle -----------------------------------------------------------------------------
 
@@ -93,7 +95,7 @@ class Coordinator:
                     await asyncio.sleep(POLL_SECONDS)
                 finally:
                     self.leading = False
-                    self.watch.stop()
+                    self.tracker.stop()
         finally:
             remove()
             with contextlib.suppress(Exception):
@@ -127,17 +129,29 @@ class Coordinator:
                 if flag is None or flag.phase is Phase.COMPLETED or (
                     flag.phase is Phase.FAILED and flag.target_cleaned
                 ):
-                    self.watch.stop()
+                    self.tracker.stop()
                     await self._wait_change()
+                elif flag.phase is Phase.SYNCING:
+                    await self._sync(flag)
                 elif flag.phase is Phase.PREPARATION:
                     await self._await_acknowledgements(flag)
                 elif flag.phase is Phase.COPYING:
-                    await self._copy(flag)
+                    await self._finish(flag)
                 elif flag.phase is Phase.FAILED:
-                    self.watch.stop()
+                    self.tracker.stop()
                     await self._clean(flag)
             except FlagChanged:
                 log.info("the flag moved under the coordinator; reading it again")
+            except Abandoned:
+                log.info("the flag moved while copying; reading it again")
+
+    async def _sync(self, flag: MigrationFlag) -> None:
+        result = await self.passes.sync(flag)
+        if result.failure is not None:
+            await self._fail(flag, result.failure)
+            return
+        await move(self.source, flag, Phase.PREPARATION, coordinator=self.node_id)
+        log.info("pre-copy done in %d full pass(es): freezing", result.passes)
 
     async def _await_acknowledgements(self, flag: MigrationFlag) -> None:
         deadline = flag.phase_since / 1000.0 + self.prepare_timeout
@@ -149,64 +163,29 @@ class Coordinator:
             participants = await list_participants(self.source)
             waiting = [p for p in participants if p.acknowledged != flag.epoch]
             if not waiting:
-                self.watch.start()  # from the last acknowledgement on, the source must not change
                 await move(self.source, flag, Phase.COPYING, coordinator=self.node_id)
                 log.info("every participant (%d) acknowledged epoch %d: copying", len(participants), flag.epoch)
                 return
             if time.time() > deadline:
                 names = ", ".join(sorted(p.node_id for p in waiting))
-                reason = f"not acknowledged within {self.prepare_timeout:g}s by: {names}"
-                await self._fail(flag, reason)
+                await self._fail(flag, f"not acknowledged within {self.prepare_timeout:g}s by: {names}")
                 return
             await self._wait_change(min(POLL_SECONDS, max(0.05, deadline - time.time())))
 
-    async def _copy(self, flag: MigrationFlag) -> None:
-        self.watch.start()  # a leader that resumes COPYING watches from now, then copies everything
-        target_url = self._target_url(flag.target_url)
-        runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master)
-        log.info("copying %s -> %s", self.source_url, target_url)
-        copying = asyncio.get_running_loop().create_task(runner.run(lambda s, d, t: self._progress(flag, s, d, t)))
-        try:
-            while not copying.done():
-                await asyncio.wait([copying], timeout=POLL_SECONDS)
-                if copying.done():
-                    break
-                await self._check_leader()
-                current = await read_flag(self.source)
-                if current is None or current.version != flag.version:
-                    return  # aborted or taken over: the finally stops the copy
-                why = await self.watch.violation()
-                if why is not None:
-                    await self._fail(flag, why)
-                    return
-            outcome: CopyOutcome = copying.result()
-        finally:
-            if not copying.done():
-                runner.kill()
-                with contextlib.suppress(BaseException):
-                    await copying
+    async def _finish(self, flag: MigrationFlag) -> None:
+        result = await self.passes.final(flag)
         await self._check_leader()
-        if not outcome.ok:
-            await self._fail(flag, outcome.failure())
+        if result.failure is not None:
+            await self._fail(flag, result.failure)
             return
-        target = await self._open_target(flag.target_url)
-        try:
-            why = await self.watch.violation(target)
-        finally:
-            await target.close()
-        if why is not None:
-            await self._fail(flag, why)
-            return
-        nodes = int(outcome.report.get("nodes", 0))
-        await self._write_progress(flag, "verified", nodes, nodes, verified=True)
         await move(self.source, flag, Phase.COMPLETED, coordinator=self.node_id)
-        self.watch.stop()
+        self.tracker.stop()
         log.info("migration epoch %d completed", flag.epoch)
 
     async def _fail(self, flag: MigrationFlag, reason: str) -> None:
         log.warning("migration epoch %d fails: %s", flag.epoch, reason)
         await move(self.source, flag, Phase.FAILED, coordinator=self.node_id, reason=reason)
-        self.watch.stop()
+        self.tracker.stop()
 
     async def _clean(self, flag: MigrationFlag) -> None:
         try:
@@ -228,25 +207,9 @@ class Coordinator:
         await write_flag(self.source, dataclasses.replace(flag, target_cleaned=True), flag.version)
         log.info("the target is clean again after the failed migration (epoch %d)", flag.epoch)
 
-    # ---- helpers --------------------------------------------------------------------------------
-
     def _target_url(self, public: str) -> StoreURL:
         url = parse_url(public)
         username, password = self._target_credentials
         if username is not None:
             url = dataclasses.replace(url, username=username, password=password)
         return url
-
-    def _progress(self, flag: MigrationFlag, stage: str, done: int, total: int) -> None:
-        if time.monotonic() - self._last_progress < PROGRESS_EVERY:
-            return
-        self._last_progress = time.monotonic()
-        asyncio.get_running_loop().create_task(self._write_progress(flag, stage, done, total))
-
-    async def _write_progress(
-        self, flag: MigrationFlag, stage: str, done: int, total: int, *, verified: bool = False
-    ) -> None:
-        body = {"epoch": flag.epoch, "stage": stage, "done": done, "total": total, "verified": verified,
-                "updatedAt": now_ms()}
-        with contextlib.suppress(MetadataStoreError):
-            await self.source.put(paths.PROGRESS, json.dumps(body).encode())

@@ -4,6 +4,7 @@ unless the config says ``coordinator.enabled = false``."""
 from __future__ import annotations
 
 from metashift.agent.server import Agent
+from metashift.stores import Store
 
 from .driver import Coordinator
 
@@ -11,7 +12,7 @@ from .driver import Coordinator
 def coordinator_for(agent: Agent) -> Coordinator:
     """A coordinator candidate that shares ``agent``'s source session and target credentials."""
     config = agent.config
-    assert agent.source is not None, "the agent must be started first"
+    assert isinstance(agent.source, Store), "the agent must be started first, on a store of its own"
     return Coordinator(
         agent.source,
         node_id=config.node_id,
@@ -20,6 +21,7 @@ def coordinator_for(agent: Agent) -> Coordinator:
         target_credentials=(config.target_username, config.target_password),
         prepare_timeout=config.coordinator.prepare_timeout,
         spark_master=config.coordinator.spark_master,
+        spark_delta_threshold=config.coordinator.spark_delta_threshold,
     )
 
 

@@ -43,7 +43,7 @@ def _error(e: MetadataStoreError) -> dict[str, Any]:
     return {"type": type(e).__name__, "message": str(e), "path": e.path}
 
 
-def _side(result: OpResult) -> Side | None:
+def side_of(result: OpResult) -> Side | None:
     if isinstance(result, MetadataStoreError):
         raise result
     if result is None:
@@ -77,7 +77,7 @@ async def _read_pairs(
         ops = [GetOp(path) for path, _, _ in chunk]
         got_source, got_target = await asyncio.gather(source.batch(ops), target.batch(ops))
         return [
-            (path, _side(s), _side(t)) for (path, _, _), s, t in zip(chunk, got_source, got_target, strict=True)
+            (path, side_of(s), side_of(t)) for (path, _, _), s, t in zip(chunk, got_source, got_target, strict=True)
         ]
 
     tasks = [asyncio.ensure_future(read(chunks[0]))] if chunks else []
@@ -130,7 +130,7 @@ def _partition(
     return result
 
 
-def _judged(pairs: list[Pair], rules: Rules, out: dict[str, Any]) -> Iterator[tuple[str, Side, Side | None, Judgement]]:
+def judged(pairs: list[Pair], rules: Rules, out: dict[str, Any]) -> Iterator[tuple[str, Side, Side | None, Judgement]]:
     """The persistent source nodes of ``pairs`` with the judgement of their target side; nodes
     that vanished from the source and ephemerals are only counted (``out``), as are the nodes
     and bytes judged. Copy and verify see the tree through this one filter."""
@@ -161,7 +161,7 @@ async def _copy(items: list[Item], source_url: str, target_url: str, rules: Rule
         next_chunk = await _read_pairs(source, target, items)
         while pairs := await next_chunk():
             restores: list[Restore] = []
-            for path, src, tgt, j in _judged(pairs, rules, out):
+            for path, src, tgt, j in judged(pairs, rules, out):
                 if j.verdict is Verdict.EQUAL:
                     out["unchanged"] += 1
                 elif j.verdict is Verdict.CONFLICT:
@@ -200,7 +200,7 @@ async def _verify(items: list[Item], source_url: str, target_url: str, rules: Ru
     async def body(source: Store, target: Store) -> None:
         next_chunk = await _read_pairs(source, target, items)
         while pairs := await next_chunk():
-            for path, _, _, j in _judged(pairs, rules, out):
+            for path, _, _, j in judged(pairs, rules, out):
                 if j.verdict is not Verdict.EQUAL:
                     out["mismatches"].append((path, j.kind, j.detail))
 

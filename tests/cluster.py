@@ -26,7 +26,8 @@ class Writer:
 
     node_id: str
     client: Any
-    acked: dict[str, bytes] = field(default_factory=dict)
+    acked: dict[str, bytes | None] = field(default_factory=dict)
+    """Path -> the value last acknowledged there (``None``: an acknowledged delete)."""
     failed: int = 0
     errors: list[str] = field(default_factory=list)
     ephemeral: str = ""
@@ -57,6 +58,10 @@ class Writer:
                 if i % 5 == 0:
                     seq = await self.client.put(f"/counters/{self.node_id}-", b"s", sequential=True, timeout=90)
                     self.acked[seq.path] = b"s"
+                if i % 4 == 0 and i > 2:  # deletions must reach the target too
+                    doomed = f"{base}/item-{i - 2}"
+                    await self.client.delete(doomed, timeout=90)
+                    self.acked[doomed] = None
             except StoreUnavailable as e:
                 self.failed += 1
                 self.errors.append(repr(e))
@@ -182,7 +187,7 @@ class Cluster:
         for writer in self.writers.values():
             for path, value in writer.acked.items():
                 got = await store.get(path)
-                if got is None or got[0] != value:
+                if (got[0] if got else None) != value:
                     missing.append(f"{path}: acked {value!r}, found {got[0] if got else None!r}")
         return missing
 

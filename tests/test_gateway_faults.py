@@ -22,7 +22,7 @@ from metashift.client import AgentClient, HeldForMigration, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import MetadataStore, StoreUnavailable
-from tests.harness import Gateways, eventually
+from tests.harness import Gateways, eventually, user_roots
 
 
 @contextlib.contextmanager
@@ -213,7 +213,7 @@ async def test_errors_fit_in_any_grpc_client_whatever_the_path(
                 assert trailers[wire.ERROR_KIND_KEY] == "InvalidPath"
                 assert trailers[wire.OUTCOME_KEY] == "not-written"
                 assert "over the limit of 2048" in detail.message
-    assert await direct.get_children("/") == []
+    assert await user_roots(direct) == []
 
 
 async def test_multibyte_path_at_the_limit_and_client_refuses_longer_ones_unsent(

@@ -26,10 +26,11 @@ from metashift.migration.phase import TRANSITIONS, IllegalTransition, Phase, che
 from metashift.stores import MetadataStore
 
 LEGAL = {
-    ("NOT_STARTED", "PREPARATION"),
+    ("NOT_STARTED", "SYNCING"),
+    ("SYNCING", "PREPARATION"), ("SYNCING", "FAILED"),
     ("PREPARATION", "COPYING"), ("PREPARATION", "FAILED"),
     ("COPYING", "COMPLETED"), ("COPYING", "FAILED"),
-    ("FAILED", "PREPARATION"),
+    ("FAILED", "SYNCING"),
 }
 
 
@@ -80,9 +81,9 @@ async def test_a_stale_leaders_phase_write_is_refused(zk_url: str, open_stores: 
     # a new leader takes over: its fencing write moves the flag's version on
     await write_flag(store, MigrationFlag(**{**stale.__dict__, "coordinator": "new-leader"}), stale.version)
     with pytest.raises(FlagChanged):
-        await move(store, stale, Phase.COPYING, coordinator="old-leader")
+        await move(store, stale, Phase.PREPARATION, coordinator="old-leader")
     now = await read_flag(store)
-    assert now is not None and now.phase is Phase.PREPARATION and now.coordinator == "new-leader"
+    assert now is not None and now.phase is Phase.SYNCING and now.coordinator == "new-leader"
     with pytest.raises(IllegalTransition):  # the table is checked before anything is sent
         await move(store, now, Phase.COMPLETED)
 
@@ -131,10 +132,10 @@ async def test_commands_refuse_what_the_phase_does_not_allow(zk_url: str, etcd_u
                      ephemeral=True, sequential=True)
     flag = await control.start(source, etcd_url)
     done = _cli("migrate", "start", "--source", zk_url, "--target", etcd_url)
-    assert done.returncode == 2 and "already in progress (phase PREPARATION)" in done.stderr, done.stderr
+    assert done.returncode == 2 and "already in progress (phase SYNCING)" in done.stderr, done.stderr
     status = json.loads(_cli("migrate", "status", "--source", zk_url, "--json").stdout)
     assert {k: status[k] for k in ("phase", "target", "epoch", "reason", "copy")} == {
-        "phase": "PREPARATION", "target": etcd_url, "epoch": 1, "reason": None, "copy": None}
+        "phase": "SYNCING", "target": etcd_url, "epoch": 1, "reason": None, "copy": None}
     assert [(p["node_id"], p["role"], p["acknowledged"]) for p in status["participants"]] == [("b", "broker", False)]
     assert "coordinator" in status and status["elapsed_s"] >= 0
     done = _cli("migrate", "abort", "--source", zk_url)

@@ -122,12 +122,12 @@ class MigrationFlag:
 
 
 def new_flag(target_url: str, previous: MigrationFlag | None) -> MigrationFlag:
-    """The flag of a new start: PREPARATION, the epoch after ``previous``'s."""
+    """The flag of a new start: SYNCING, the epoch after ``previous``'s."""
     old_phase = previous.phase if previous is not None else Phase.NOT_STARTED
-    check_transition(old_phase, Phase.PREPARATION)
+    check_transition(old_phase, Phase.SYNCING)
     stamp = now_ms()
     return MigrationFlag(
-        Phase.PREPARATION, target_url, (previous.epoch if previous else 0) + 1,
+        Phase.SYNCING, target_url, (previous.epoch if previous else 0) + 1,
         started_at=stamp, phase_since=stamp, version=previous.version if previous else -1,
     )
 

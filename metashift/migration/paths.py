@@ -16,6 +16,9 @@ LEADER = f"{ROOT}/leader"
 #: The copy's progress, written by the coordinator while it copies (not part of the flag, so
 #: that progress updates never race a phase move).
 PROGRESS = f"{ROOT}/progress"
+#: Written by the coordinator inside the freeze; its notification coming back proves that every
+#: change written before it has reached the coordinator's change tracker.
+BARRIER = f"{ROOT}/barrier"
 
 
 def is_protocol_path(path: str) -> bool:

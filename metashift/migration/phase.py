@@ -9,6 +9,8 @@ class Phase(enum.Enum):
     """Where a migration stands, as recorded in the flag (``phase`` in its JSON)."""
 
     NOT_STARTED = "NOT_STARTED"
+    SYNCING = "SYNCING"
+    """Online pre-copy: writes flow while the coordinator copies and follows the changes."""
     PREPARATION = "PREPARATION"
     COPYING = "COPYING"
     COMPLETED = "COMPLETED"
@@ -22,7 +24,7 @@ class Phase(enum.Enum):
     @property
     def in_progress(self) -> bool:
         """A migration runs: a new ``start`` is refused, ``abort`` is allowed."""
-        return self in (Phase.PREPARATION, Phase.COPYING)
+        return self in (Phase.SYNCING, Phase.PREPARATION, Phase.COPYING)
 
     @property
     def final(self) -> bool:
@@ -31,13 +33,14 @@ class Phase(enum.Enum):
 
 #: Every legal move, listed once. FAILED is reachable from every phase before COMPLETED;
 #: COMPLETED is the end (a way back is a new migration in the other direction); a new start
-#: leaves FAILED (or NOT_STARTED) for PREPARATION with a new epoch.
+#: leaves FAILED (or NOT_STARTED) for SYNCING with a new epoch.
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
-    Phase.NOT_STARTED: frozenset({Phase.PREPARATION}),
+    Phase.NOT_STARTED: frozenset({Phase.SYNCING}),
+    Phase.SYNCING: frozenset({Phase.PREPARATION, Phase.FAILED}),
     Phase.PREPARATION: frozenset({Phase.COPYING, Phase.FAILED}),
     Phase.COPYING: frozenset({Phase.COMPLETED, Phase.FAILED}),
     Phase.COMPLETED: frozenset(),
-    Phase.FAILED: frozenset({Phase.PREPARATION}),
+    Phase.FAILED: frozenset({Phase.SYNCING}),
 }
 
 

@@ -8,6 +8,7 @@ import logging
 
 from ..aio import cancel_and_wait
 from ..errors import InvalidStoreURL, StoreFull, StoreUnavailable
+from ..notifications import SessionEvent
 from ..store import Store
 from ..urls import StoreURL
 from .bulk import EtcdBulk
@@ -27,7 +28,7 @@ class EtcdStore(EtcdBulk, Store):
         self._keys = Keys(url.root)
         self._conn = EtcdConnection(url, self._keys)
         self._lease = SessionLease(self._conn, self._session_event)
-        self._watcher = Watcher(self._conn, self._notify)
+        self._watcher = Watcher(self._conn, self._notify, self._missed_changes)
         self._conn.on_failover = self._watcher.restart
         self._tasks: list[asyncio.Task[None]] = []
         self._watch_enabled = True
@@ -68,6 +69,12 @@ class EtcdStore(EtcdBulk, Store):
             except TimeoutError:
                 raise StoreUnavailable(f"etcd at {self.url.host_string()} did not set up the watch") from None
         self._tasks.append(asyncio.create_task(self._lease.keepalive_loop(), name=f"etcd-keepalive {self.url}"))
+
+    def _missed_changes(self) -> None:
+        """The watch resumed after a compaction: listeners lost changes, which is what a lost
+        connection tells them (ConnectionLost, then Reconnected), so they read again."""
+        self._session_event(SessionEvent.CONNECTION_LOST)
+        self._session_event(SessionEvent.RECONNECTED)
 
     async def close(self) -> None:
         """Stop the tasks, revoke the session lease (our ephemerals vanish at once), close the

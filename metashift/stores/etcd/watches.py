@@ -24,9 +24,14 @@ log = logging.getLogger(__name__)
 class Watcher:
     """The watch stream of one store, turning etcd events into notifications."""
 
-    def __init__(self, conn: EtcdConnection, notify: Callable[[Notification], None]) -> None:
+    def __init__(
+        self, conn: EtcdConnection, notify: Callable[[Notification], None],
+        missed: Callable[[], None] | None = None,
+    ) -> None:
         self._conn = conn
         self._notify = notify
+        self._missed = missed
+        """Told when the watch resumed after a compaction: changes in between were missed."""
         #: Set once the server confirmed the watch.
         self.ready = asyncio.Event()
         self._call: Any = None
@@ -67,6 +72,8 @@ class Watcher:
                             resp.compact_revision,
                         )
                         self._next_rev = resp.compact_revision
+                        if self._missed is not None:
+                            self._missed()
                     for event in resp.events:
                         self._on_event(event)
                         self._next_rev = max(self._next_rev, event.kv.mod_revision + 1)

@@ -1,0 +1,111 @@
+"""Following every change to the source outside the migration's own subtree.
+
+From the start of a full pass on, the tracker collects the paths that changed, so that the
+coordinator can carry them over again (SYNCING, while writes flow) and, inside the freeze, carry
+exactly the last ones and then hold the source to being frozen: a change after the barrier is a
+writer that bypasses the agents. A break in the stream (connection lost, session lost, an etcd
+watch resumed after compaction, which the store reports as ConnectionLost) means changes may
+have been missed: the delta is no longer trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from metashift.migration import paths
+from metashift.stores import MetadataStore, Notification, NotificationType, SessionEvent
+
+log = logging.getLogger(__name__)
+
+
+class ChangeTracker:
+    """Collects every change to the source outside ``/pulsar/migration-coordinator``."""
+
+    def __init__(self, source: MetadataStore) -> None:
+        self.source = source
+        self.pending: dict[str, NotificationType] = {}
+        """Changed since they were last carried over (``take``)."""
+        self.since_pass: set[str] = set()
+        """Changed since the last full pass began: mismatches there are expected."""
+        self.broken: str | None = None
+        self._removers: list[Callable[[], None]] = []
+        self._barriers: dict[str, asyncio.Event] = {}
+
+    @property
+    def active(self) -> bool:
+        return bool(self._removers)
+
+    @property
+    def trusted(self) -> bool:
+        """Following since the last full pass without a break."""
+        return self.active and self.broken is None
+
+    def start(self) -> None:
+        """Follow from now on, forgetting what was collected (a new full pass begins)."""
+        self.pending.clear()
+        self.since_pass.clear()
+        self.broken = None
+        if not self.active:
+            self._removers = [
+                self.source.add_listener(self._on_change),
+                self.source.add_session_listener(self._on_session_event),
+            ]
+
+    def stop(self) -> None:
+        for remove in self._removers:
+            remove()
+        self._removers = []
+
+    def take(self) -> dict[str, NotificationType]:
+        """The changes collected since the last ``take``; collecting goes on."""
+        taken, self.pending = self.pending, {}
+        return taken
+
+    def _on_change(self, n: Notification) -> None:
+        if paths.is_protocol_path(n.path):
+            barrier = self._barriers.get(n.path)
+            if barrier is not None:
+                barrier.set()
+            return
+        # child lists change with every create and delete, which are reported on their own
+        if n.type is NotificationType.CHILDREN_CHANGED:
+            return
+        if n.type is not NotificationType.DELETED or n.path not in self.pending:
+            self.pending[n.path] = n.type  # a write after a delete is what counts
+        self.since_pass.add(n.path)
+
+    def _on_session_event(self, event: SessionEvent) -> None:
+        if event in (SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST) and self.broken is None:
+            self.broken = f"the coordinator's watch on the source broke ({event.value}): changes may have been missed"
+            log.warning("%s", self.broken)
+
+    async def barrier(self, path: str, write: Callable[[], object], within: float) -> None:
+        """Make every change written before now reach the tracker: ``write`` a node of the
+        protocol subtree at ``path`` and wait for its own notification (a store delivers its
+        notifications in order). ``TimeoutError`` after ``within`` seconds."""
+        event = self._barriers[path] = asyncio.Event()
+        try:
+            result = write()
+            if asyncio.iscoroutine(result):
+                await result
+            await asyncio.wait_for(event.wait(), within)
+        finally:
+            self._barriers.pop(path, None)
+
+    async def violation(self, target: MetadataStore | None = None) -> str | None:
+        """Why the frozen source cannot be trusted, or ``None``: a break, or a change still
+        pending. A deleted node counts only when the target still has it (an ephemeral that went
+        with a dead agent's session was never copied); with no ``target``, deletions wait."""
+        if self.broken is not None:
+            return self.broken
+        for path, kind in sorted(self.pending.items()):
+            if kind is NotificationType.DELETED:
+                if target is None:
+                    continue
+                got = await self.source.get(path)
+                if got is None and not await target.exists(path):
+                    continue
+            return f"{path} was written in the source during the freeze ({kind.value}), bypassing the agents"
+        return None

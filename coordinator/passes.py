@@ -1,0 +1,236 @@
+"""The coordinator's copy passes: the online pre-copy of SYNCING and the last delta of the freeze.
+
+SYNCING, while writes flow: follow the source's changes from before the bulk copy starts, run
+the Spark copy with its verification, carry the paths that changed meanwhile again (and again,
+while the set shrinks), and accept only mismatches on paths that changed since the pass began.
+A break in the change stream means another full pass.
+
+COPYING, inside the freeze: make every change written before the last acknowledgement reach the
+tracker (a barrier), carry exactly those paths (through the store layer, or a Spark pass when the
+delta is large), check exactly those paths, and hold the source to being frozen since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from metashift.migration import paths
+from metashift.migration.flag import MigrationFlag, now_ms, read_flag
+from metashift.spark.delta import carry, check
+from metashift.spark.rules import Rules
+from metashift.stores import MetadataStoreError, Store, StoreURL
+from metashift.stores import paths as store_paths
+
+from .change_tracker import ChangeTracker
+from .copy_runner import CopyOutcome, CopyRunner
+
+log = logging.getLogger(__name__)
+
+#: How often a running copy is checked on (leadership, flag, freeze).
+POLL_SECONDS = 0.5
+#: Least time between two progress writes.
+PROGRESS_EVERY = 1.0
+#: Delta passes at most in SYNCING before the freeze (they stop earlier when the set stops shrinking).
+MAX_DELTA_PASSES = 5
+#: Longest wait for the barrier's own notification.
+BARRIER_SECONDS = 15.0
+
+
+class Abandoned(Exception):
+    """The flag moved or leadership went while a pass ran: the pass stops, the driver decides."""
+
+
+@dataclass
+class PassResult:
+    """How a phase's copy work ended: ``failure`` set means the migration must fail."""
+
+    failure: str | None = None
+    passes: int = 0
+
+
+class Passes:
+    """The copy work of one coordinator: full passes on Spark, delta passes on the store layer."""
+
+    def __init__(
+        self,
+        source: Store,
+        tracker: ChangeTracker,
+        *,
+        source_url: StoreURL,
+        target_url: Callable[[str], StoreURL],
+        open_target: Callable[[str], Awaitable[Store]],
+        still_leader: Callable[[], Awaitable[None]],
+        spark_master: str | None,
+        spark_delta_threshold: int,
+    ) -> None:
+        self.source = source
+        self.tracker = tracker
+        self.source_url = source_url
+        self._target_url = target_url
+        self._open_target = open_target
+        self._still_leader = still_leader
+        self.spark_master = spark_master
+        self.spark_delta_threshold = spark_delta_threshold
+        self.rules = Rules()
+        self.passes = 0
+        self._last_progress = 0.0
+        self.progress: dict[str, object] = {}
+
+    # ---- SYNCING -------------------------------------------------------------------------------
+
+    async def sync(self, flag: MigrationFlag) -> PassResult:
+        """Full passes until one ran with an unbroken change stream, then delta passes."""
+        while True:
+            self.tracker.start()  # before the bulk copy: nothing that changes during it is missed
+            self.passes += 1
+            outcome = await self._full_pass(flag, f"pass {self.passes}")
+            if outcome.conflicts and set(outcome.conflicts) <= self.tracker.since_pass:
+                # deleted and created again while the pass ran: carry them, then a clean full pass
+                await self._carry(flag, set(outcome.conflicts))
+                continue
+            if not outcome.ok and not outcome.report.get("verify"):
+                return PassResult(outcome.failure(), self.passes)
+            if self.tracker.broken is not None:
+                log.warning("full pass %d: %s; running another full pass", self.passes, self.tracker.broken)
+                continue
+            failure = await self._deltas(flag)
+            if failure is not None:
+                return PassResult(failure, self.passes)
+            unexpected = [m for m in outcome.mismatches if not self._expected(m)]
+            if unexpected:
+                m = unexpected[0]
+                return PassResult(
+                    f"verification while writes flowed: {m.get('path')} ({m.get('kind')}: {m.get('detail')}) "
+                    f"did not change since the copy and still differs", self.passes,
+                )
+            if self.tracker.broken is not None:
+                continue
+            return PassResult(None, self.passes)
+
+    def _expected(self, mismatch: dict[str, object]) -> bool:
+        """A mismatch on a path that changed since the pass began (carried in the freeze)."""
+        path = str(mismatch.get("path"))
+        if path in self.tracker.since_pass:
+            return True
+        if mismatch.get("kind") == "counter":  # a counter moves with its children
+            return any(store_paths.parent(p) == path for p in self.tracker.since_pass)
+        return False
+
+    async def _deltas(self, flag: MigrationFlag) -> str | None:
+        previous: int | None = None
+        for _ in range(MAX_DELTA_PASSES):
+            changed = self.tracker.take()
+            if not changed:
+                return None
+            failure = await self._carry(flag, set(changed))
+            if failure is not None:
+                return failure
+            if previous is not None and len(changed) >= previous:
+                return None  # not shrinking: the freeze carries the rest
+            previous = len(changed)
+        return None
+
+    async def _carry(self, flag: MigrationFlag, changed: set[str]) -> str | None:
+        await self._still_leader()
+        target = await self._open_target(flag.target_url)
+        try:
+            report = await carry(self.source, target, changed, self.rules)
+        finally:
+            await target.close()
+        self._report(flag, "delta", report.paths, report.paths, force=True)
+        log.info("carried %d changed path(s): %d written, %d deleted", report.paths, report.written, report.deleted)
+        if report.conflicts:
+            path, why = report.conflicts[0]
+            return f"cannot carry {path} over: {why}"
+        return None
+
+    # ---- COPYING -------------------------------------------------------------------------------
+
+    async def final(self, flag: MigrationFlag) -> PassResult:
+        """The freeze's last delta: barrier, carry, check, and the source still frozen."""
+        if not self.tracker.trusted:
+            why = self.tracker.broken or "this coordinator did not follow the source since the last full pass"
+            return PassResult(f"the delta cannot be trusted inside the freeze: {why}", self.passes)
+        try:
+            await self.tracker.barrier(
+                paths.BARRIER, lambda: self.source.put(paths.BARRIER, str(now_ms()).encode()), BARRIER_SECONDS
+            )
+        except TimeoutError:
+            return PassResult("the barrier write's notification did not come back: the change stream broke")
+        changed = set(self.tracker.take())
+        if len(changed) >= self.spark_delta_threshold:
+            outcome = await self._full_pass(flag, "final pass")
+            if not outcome.ok:
+                return PassResult(outcome.failure(), self.passes)
+        else:
+            failure = await self._carry(flag, changed)
+            if failure is not None:
+                return PassResult(failure, self.passes)
+        target = await self._open_target(flag.target_url)
+        try:
+            mismatches = await check(self.source, target, changed, self.rules)
+            if mismatches:
+                path, detail = mismatches[0]
+                return PassResult(f"verification of the last changes: {path}: {detail}", self.passes)
+            violation = await self.tracker.violation(target)
+        finally:
+            await target.close()
+        if violation is not None:
+            return PassResult(violation, self.passes)
+        self._report(flag, "verified", len(changed), len(changed), verified=True, force=True)
+        return PassResult(None, self.passes)
+
+    # ---- a full pass on Spark ------------------------------------------------------------------
+
+    async def _full_pass(self, flag: MigrationFlag, stage: str) -> CopyOutcome:
+        """The Spark copy with its verification, in a child process, watched while it runs:
+        ``Abandoned`` when the flag moves or leadership goes; inside the freeze a change to
+        the source ends it early (the caller sees the violation)."""
+        target_url = self._target_url(flag.target_url)
+        runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master)
+        log.info("%s: copying %s -> %s", stage, self.source_url, target_url)
+        copying = asyncio.get_running_loop().create_task(
+            runner.run(lambda s, d, t: self._report(flag, f"{stage}: {s}", d, t))
+        )
+        try:
+            while not copying.done():
+                await asyncio.wait([copying], timeout=POLL_SECONDS)
+                if copying.done():
+                    break
+                await self._still_leader()
+                current = await read_flag(self.source)
+                if current is None or current.version != flag.version:
+                    raise Abandoned()
+                if flag.phase.frozen and await self.tracker.violation() is not None:
+                    raise Abandoned()
+            return copying.result()
+        finally:
+            if not copying.done():
+                runner.kill()
+                with contextlib.suppress(BaseException):
+                    await copying
+
+    # ---- progress ------------------------------------------------------------------------------
+
+    def _report(self, flag: MigrationFlag, stage: str, done: int, total: int, *, verified: bool = False,
+                force: bool = False) -> None:
+        if not force and time.monotonic() - self._last_progress < PROGRESS_EVERY:
+            return
+        self._last_progress = time.monotonic()
+        self.progress = {"epoch": flag.epoch, "stage": stage, "done": done, "total": total, "verified": verified,
+                         "passes": self.passes, "pending": len(self.tracker.pending), "updatedAt": now_ms()}
+        body = json.dumps(self.progress).encode()
+        task = asyncio.get_running_loop().create_task(self._write(body))
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # observed; failures are logged below
+
+    async def _write(self, body: bytes) -> None:
+        try:
+            await self.source.put(paths.PROGRESS, body)
+        except MetadataStoreError as e:
+            log.debug("progress not written: %s", e)

@@ -1,0 +1,135 @@
+"""Carrying a handful of changed paths over, and checking exactly those: the online pre-copy's
+passes and the freeze's last delta. It goes through the store layer directly (no Spark job): a
+delta is small. The judgement of a node is the bulk copy's own (``rules.judge``)."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from dataclasses import dataclass, field
+
+from metashift.stores import (
+    AlreadyExists,
+    DeleteOp,
+    GetOp,
+    MetadataStoreError,
+    NotFound,
+    Restore,
+    Store,
+    paths,
+)
+
+from .rules import Judgement, Rules, Side, Verdict, counter_ok, judge
+from .tasks import side_of
+
+#: Paths read per batch.
+_CHUNK = 500
+
+
+@dataclass
+class DeltaReport:
+    """What one delta pass did."""
+
+    paths: int = 0
+    written: int = 0
+    deleted: int = 0
+    write_ops: int = 0
+    counters: int = 0
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
+
+
+async def _read(source: Store, target: Store, chunk: list[str]) -> list[tuple[str, Side | None, Side | None]]:
+    ops = [GetOp(p) for p in chunk]
+    got_source, got_target = await source.batch(ops), await target.batch(ops)
+    return [(p, side_of(s), side_of(t)) for p, s, t in zip(chunk, got_source, got_target, strict=True)]
+
+
+def _depth(path: str) -> int:
+    return path.count(paths.SEPARATOR)
+
+
+async def carry(source: Store, target: Store, changed: Collection[str], rules: Rules) -> DeltaReport:
+    """Make the target hold what the source holds now at each of ``changed``: restore what is
+    missing or behind (parents first), delete what the source no longer has (children first),
+    re-create what was deleted and created again in the source, then move the counters whose
+    children changed. Ephemerals are the agents' business and excluded subtrees are left alone."""
+    report = DeltaReport()
+    wanted = sorted({p for p in changed if not rules.is_excluded(p)}, key=lambda p: (_depth(p), p))
+    report.paths = len(wanted)
+    deletions: list[str] = []
+    for start in range(0, len(wanted), _CHUNK):
+        restores: list[Restore] = []
+        for path, src, tgt in await _read(source, target, wanted[start : start + _CHUNK]):
+            if src is None or src.ephemeral:
+                if tgt is not None and not tgt.ephemeral:
+                    deletions.append(path)
+                continue
+            verdict = judge(src, tgt, counter=rules.is_counter(path)).verdict
+            if verdict is Verdict.EQUAL:
+                continue
+            if verdict is Verdict.CONFLICT:
+                if tgt is not None and tgt.ephemeral:
+                    report.conflicts.append((path, "the target holds an ephemeral there"))
+                    continue
+                # deleted and created again in the source: its version started over
+                await _delete_all(target, [path], report)
+                tgt = None
+            await _ensure_parents(target, path, report)
+            restores.append(Restore(path, src.value, src.version, -1 if tgt is None else tgt.version))
+        for restore, result in zip(restores, await target.restore_many(restores), strict=True):
+            if isinstance(result, MetadataStoreError):
+                report.conflicts.append((restore.path, str(result)))
+            else:
+                report.written += 1
+                report.write_ops += result
+    await _delete_all(target, sorted(deletions, key=lambda p: (-_depth(p), p)), report)
+    for parent in sorted({p for p in (paths.parent(c) for c in changed) if p and rules.is_counter(p)}):
+        counter = max(await source.sequence_counter(parent), await source.children_version(parent) or 0)
+        if not counter_ok(counter, await target.sequence_counter(parent)):
+            report.write_ops += await target.advance_sequence_counter(parent, counter)
+            report.counters += 1
+    return report
+
+
+async def _ensure_parents(target: Store, path: str, report: DeltaReport) -> None:
+    """A store that keeps parents (ZooKeeper) needs them before a child: an empty one where the
+    source (etcd) has none."""
+    for ancestor in paths.ancestors(path):
+        if not await target.exists(ancestor):
+            try:
+                await target.put(ancestor, b"", expected_version=-1)
+                report.write_ops += 1
+            except AlreadyExists:
+                pass
+
+
+async def _delete_all(target: Store, doomed: list[str], report: DeltaReport) -> None:
+    if not doomed:
+        return
+    for path, result in zip(doomed, await target.batch([DeleteOp(p) for p in doomed]), strict=True):
+        if isinstance(result, NotFound) or result is None:
+            report.deleted += result is None
+            continue
+        if isinstance(result, MetadataStoreError):
+            report.conflicts.append((path, str(result)))
+
+
+async def check(source: Store, target: Store, changed: Collection[str], rules: Rules) -> list[tuple[str, str]]:
+    """Exactly ``changed`` compared on both sides (and the counters above them): each mismatch as
+    (path, why). A path the source no longer has must be gone from the target too."""
+    mismatches: list[tuple[str, str]] = []
+    wanted = sorted(p for p in changed if not rules.is_excluded(p))
+    for start in range(0, len(wanted), _CHUNK):
+        for path, src, tgt in await _read(source, target, wanted[start : start + _CHUNK]):
+            if src is None or src.ephemeral:
+                if tgt is not None and not tgt.ephemeral:
+                    mismatches.append((path, "only in the target: deleted in the source"))
+                continue
+            j: Judgement = judge(src, tgt, counter=rules.is_counter(path))
+            if j.verdict is not Verdict.EQUAL:
+                mismatches.append((path, j.detail))
+    for parent in sorted({p for p in (paths.parent(c) for c in changed) if p and rules.is_counter(p)}):
+        counter = await source.sequence_counter(parent)
+        have = await target.sequence_counter(parent)
+        if not counter_ok(counter, have):
+            mismatches.append((parent, f"next sequential suffix {have} in the target, {counter} in the source"))
+    return mismatches
