@@ -38,12 +38,18 @@ POLL_SECONDS = 0.5
 PROGRESS_EVERY = 1.0
 #: Delta passes at most in SYNCING before the freeze (they stop earlier when the set stops shrinking).
 MAX_DELTA_PASSES = 5
+#: Full passes at most in SYNCING (each one after a break of the change stream).
+MAX_FULL_PASSES = 5
 #: Longest wait for the barrier's own notification.
 BARRIER_SECONDS = 15.0
 
 
 class Abandoned(Exception):
     """The flag moved or leadership went while a pass ran: the pass stops, the driver decides."""
+
+
+class FreezeBroken(Exception):
+    """Inside the freeze, the source changed (or the change stream broke) while a pass ran."""
 
 
 @dataclass
@@ -87,18 +93,21 @@ class Passes:
     async def sync(self, flag: MigrationFlag) -> PassResult:
         """Full passes until one ran with an unbroken change stream, then delta passes."""
         while True:
+            if self.passes >= MAX_FULL_PASSES:
+                return PassResult(f"the change stream kept breaking: {self.passes} full passes", self.passes)
             self.tracker.start()  # before the bulk copy: nothing that changes during it is missed
             self.passes += 1
             outcome = await self._full_pass(flag, f"pass {self.passes}")
+            if self.tracker.broken is not None:
+                # also what made the pass itself fail, if it did (the store went away a moment)
+                log.warning("full pass %d: %s; running another full pass", self.passes, self.tracker.broken)
+                continue
             if outcome.conflicts and set(outcome.conflicts) <= self.tracker.since_pass:
                 # deleted and created again while the pass ran: carry them, then a clean full pass
                 await self._carry(flag, set(outcome.conflicts))
                 continue
             if not outcome.ok and not outcome.report.get("verify"):
                 return PassResult(outcome.failure(), self.passes)
-            if self.tracker.broken is not None:
-                log.warning("full pass %d: %s; running another full pass", self.passes, self.tracker.broken)
-                continue
             failure = await self._deltas(flag)
             if failure is not None:
                 return PassResult(failure, self.passes)
@@ -165,13 +174,17 @@ class Passes:
             return PassResult("the barrier write's notification did not come back: the change stream broke")
         changed = set(self.tracker.take())
         if len(changed) >= self.spark_delta_threshold:
-            outcome = await self._full_pass(flag, "final pass")
-            if not outcome.ok:
+            try:
+                outcome = await self._full_pass(flag, "final pass")
+            except FreezeBroken as e:
+                return PassResult(str(e), self.passes)
+            # the copy never deletes: what was deleted in the source still differs, and is carried next
+            unexpected = [m for m in outcome.mismatches if str(m.get("path")) not in changed]
+            if outcome.error or unexpected:
                 return PassResult(outcome.failure(), self.passes)
-        else:
-            failure = await self._carry(flag, changed)
-            if failure is not None:
-                return PassResult(failure, self.passes)
+        failure = await self._carry(flag, changed)
+        if failure is not None:
+            return PassResult(failure, self.passes)
         target = await self._open_target(flag.target_url)
         try:
             mismatches = await check(self.source, target, changed, self.rules)
@@ -191,7 +204,7 @@ class Passes:
     async def _full_pass(self, flag: MigrationFlag, stage: str) -> CopyOutcome:
         """The Spark copy with its verification, in a child process, watched while it runs:
         ``Abandoned`` when the flag moves or leadership goes; inside the freeze a change to
-        the source ends it early (the caller sees the violation)."""
+        the source ends it early with ``FreezeBroken``."""
         target_url = self._target_url(flag.target_url)
         runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master)
         log.info("%s: copying %s -> %s", stage, self.source_url, target_url)
@@ -207,8 +220,8 @@ class Passes:
                 current = await read_flag(self.source)
                 if current is None or current.version != flag.version:
                     raise Abandoned()
-                if flag.phase.frozen and await self.tracker.violation() is not None:
-                    raise Abandoned()
+                if flag.phase.frozen and (why := await self.tracker.violation()) is not None:
+                    raise FreezeBroken(why)
             return copying.result()
         finally:
             if not copying.done():

@@ -56,6 +56,7 @@ async def carry(source: Store, target: Store, changed: Collection[str], rules: R
     wanted = sorted({p for p in changed if not rules.is_excluded(p)}, key=lambda p: (_depth(p), p))
     report.paths = len(wanted)
     deletions: list[str] = []
+    made: set[str] = set()
     for start in range(0, len(wanted), _CHUNK):
         restores: list[Restore] = []
         for path, src, tgt in await _read(source, target, wanted[start : start + _CHUNK]):
@@ -73,9 +74,15 @@ async def carry(source: Store, target: Store, changed: Collection[str], rules: R
                 # deleted and created again in the source: its version started over
                 await _delete_all(target, [path], report)
                 tgt = None
-            await _ensure_parents(target, path, report)
             restores.append(Restore(path, src.value, src.version, -1 if tgt is None else tgt.version))
-        for restore, result in zip(restores, await target.restore_many(restores), strict=True):
+        results = await target.restore_many(restores)
+        orphans = [r for r, res in zip(restores, results, strict=True) if isinstance(res, NotFound)]
+        if orphans:  # a store that keeps parents (ZooKeeper) lacks one the source (etcd) never had
+            for restore in orphans:
+                await _ensure_parents(target, restore.path, report, made)
+            again = dict(zip((r.path for r in orphans), await target.restore_many(orphans), strict=True))
+            results = [again.get(r.path, res) for r, res in zip(restores, results, strict=True)]
+        for restore, result in zip(restores, results, strict=True):
             if isinstance(result, MetadataStoreError):
                 report.conflicts.append((restore.path, str(result)))
             else:
@@ -90,16 +97,18 @@ async def carry(source: Store, target: Store, changed: Collection[str], rules: R
     return report
 
 
-async def _ensure_parents(target: Store, path: str, report: DeltaReport) -> None:
+async def _ensure_parents(target: Store, path: str, report: DeltaReport, made: set[str]) -> None:
     """A store that keeps parents (ZooKeeper) needs them before a child: an empty one where the
-    source (etcd) has none."""
+    source (etcd) has none. ``made``: the ancestors already seen to exist."""
     for ancestor in paths.ancestors(path):
-        if not await target.exists(ancestor):
-            try:
-                await target.put(ancestor, b"", expected_version=-1)
-                report.write_ops += 1
-            except AlreadyExists:
-                pass
+        if ancestor in made:
+            continue
+        try:
+            await target.put(ancestor, b"", expected_version=-1)
+            report.write_ops += 1
+        except AlreadyExists:
+            pass
+        made.add(ancestor)
 
 
 async def _delete_all(target: Store, doomed: list[str], report: DeltaReport) -> None:

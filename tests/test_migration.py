@@ -3,6 +3,7 @@ one elected coordinator, real ZooKeeper and etcd, the copy on real Spark."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -16,7 +17,7 @@ from metashift.migration.phase import Phase
 from metashift.sample_tree import generate
 from metashift.stores import open_store
 from tests.cluster import Cluster
-from tests.harness import Gateways, eventually
+from tests.harness import Gateways, eventually, retry_while_unavailable
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -118,7 +119,7 @@ async def test_a_participant_that_never_acknowledges_fails_the_migration(cluster
         await holder.close()
 
 
-async def eventually_status(cluster: Cluster, check: Any, within: float = 60.0) -> dict[str, Any]:
+async def eventually_status(cluster: Cluster, check: Any, within: float = 180.0) -> dict[str, Any]:
     found: dict[str, Any] = {}
 
     async def holds() -> bool:
@@ -296,5 +297,45 @@ async def test_the_same_migration_between_other_stores(gateways: Gateways, zk_ur
         assert status["copy"]["verified"] is True
         for writer in cluster.writers.values():
             assert writer.failed == 0, writer.errors
+    finally:
+        await cluster.close()
+
+
+async def test_a_change_stream_broken_in_syncing_leads_to_another_full_pass(gateways: Gateways, etcd_url: str,
+                                                                           fresh_servers: Any) -> None:
+    zk = fresh_servers.zk()
+    cluster = Cluster(gateways, f"{zk.url}/cluster", etcd_url)
+    try:
+        await _seed(cluster, topics=40)
+        await cluster.start()
+        await cluster.start_writers()
+        await control.start(await cluster.source(), cluster.target_url)
+        await eventually_status(cluster, lambda s: (s["copy"] or {}).get("stage", "").startswith("pass 1"),
+                                within=120)
+        # every connection to ZooKeeper drops; it is back on the same data before sessions expire
+        await asyncio.to_thread(zk.restart)
+        status = await _finish_and_check(cluster, Phase.COMPLETED)
+        assert status["copy"]["passes"] >= 2, status
+        assert status["copy"]["verified"] is True
+    finally:
+        await cluster.close()
+
+
+async def test_a_change_stream_broken_in_the_freeze_fails_with_nothing_lost(gateways: Gateways, etcd_url: str,
+                                                                           fresh_servers: Any) -> None:
+    zk = fresh_servers.zk()
+    cluster = Cluster(gateways, f"{zk.url}/cluster", etcd_url)
+    try:
+        await cluster.start()
+        await cluster.start_writers()
+        holder = await _hold_preparation(cluster)
+        await control.start(await cluster.source(), cluster.target_url)
+        await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 5,
+                                within=180)
+        await asyncio.to_thread(zk.restart)  # every connection to ZooKeeper drops, the coordinator's too
+        await retry_while_unavailable(lambda: holder.get("/"), attempts=50, delay=0.2)
+        await holder.close()  # the last acknowledgement is in: the freeze's delta is not trusted
+        status = await _finish_and_check(cluster, Phase.FAILED)
+        assert "cannot be trusted inside the freeze" in status["reason"] and "broke" in status["reason"], status
     finally:
         await cluster.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime
+import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,10 +24,34 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
             "count": len(ordered)}  # fmt: skip
 
 
+def freeze_window(logs: list[str]) -> float | None:
+    """Milliseconds from the first "write gate closed" to the last "write gate open" in the
+    agents' JSON logs (``None`` when no gate closed)."""
+    closed: list[float] = []
+    opened: list[float] = []
+    for text in logs:
+        for line in text.splitlines():
+            if '"write gate ' not in line:
+                continue
+            try:
+                entry = json.loads(line)
+                ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+            except (ValueError, KeyError, TypeError):
+                continue
+            msg = str(entry.get("msg", ""))
+            if msg.startswith("write gate closed"):
+                closed.append(ts)
+            elif msg.startswith("write gate open"):
+                opened.append(ts)
+    if not closed or not opened:
+        return None
+    return round((max(opened) - min(closed)) * 1000, 1)
+
+
 def split_timings(clients: list[SimClient], frozen: tuple[float, float] | None) -> tuple[list[float], list[float]]:
     """The latencies (ms) of the held writes — those in flight at some moment of ``frozen``
-    (wall clock, seconds: from the last acknowledgement, when every agent holds its writes, to
-    the end of the migration) — and of all the others."""
+    (wall clock, seconds: from PREPARATION, when the agents close their gates, to the end of the
+    migration) — and of all the others."""
     held: list[float] = []
     others: list[float] = []
     timings: list[WriteTiming] = [t for c in clients for t in c.timings]
@@ -62,6 +88,10 @@ class SandboxReport:
     ephemerals_missing: list[str] = field(default_factory=list)
     write_hold_ms: dict[str, float] = field(default_factory=dict)
     write_ms: dict[str, float] = field(default_factory=dict)
+    freeze_ms: float | None = None
+    """From the first write gate closed to the last one reopened, over every agent (their logs)."""
+    passes: int = 0
+    """Full copy passes the coordinator ran while writes flowed (SYNCING)."""
     coordinator_verified: bool = False
     tree_verified: bool | None = None
     tree_check: dict[str, Any] = field(default_factory=dict)
@@ -107,6 +137,8 @@ class SandboxReport:
             "ephemerals_missing": self.ephemerals_missing,
             "write_hold_ms": self.write_hold_ms,
             "write_ms": self.write_ms,
+            "freeze_ms": self.freeze_ms,
+            "passes": self.passes,
             "lives_on": self.lives_on,
             "killed_agent": self.killed_agent,
             "seconds": round(self.seconds, 3),
@@ -125,6 +157,9 @@ class SandboxReport:
             lines.append(f"  killed         {self.killed_agent} (SIGKILL)")
         lines.append("  phases         " + ", ".join(f"{k} {v:.1f}s" for k, v in self.phases.items()))
         h, w = self.write_hold_ms, self.write_ms
+        freeze = "-" if self.freeze_ms is None else f"{self.freeze_ms:.0f} ms"
+        lines.append(f"  freeze         {freeze} (first gate closed to last reopened), after {self.passes} full "
+                     "pass(es) while writes flowed")
         lines += [
             f"  write hold     p50 {h.get('p50', 0):.0f} ms, p99 {h.get('p99', 0):.0f} ms, max {h.get('max', 0):.0f} ms"
             f" ({h.get('count', 0)} writes held through the freeze)",

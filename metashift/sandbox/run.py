@@ -32,7 +32,7 @@ from metashift.stores import MetadataStore, MetadataStoreError, open_store
 
 from .agents import AgentProcess, AgentStartError, die_with_parent, start_agents, stop_agents
 from .clients import WRITER_ROOT, SimClient, carried, missing
-from .report import SandboxReport, percentiles, split_timings
+from .report import SandboxReport, freeze_window, percentiles, split_timings
 
 #: How often the flag is read while following the migration.
 FOLLOW_SECONDS = 0.25
@@ -172,15 +172,15 @@ class Sandbox:
         return clients
 
     async def _migrate(self) -> tuple[float, float] | None:
-        """Start the migration and follow it to COMPLETED or FAILED; returns when every agent held
-        its writes (wall clock, seconds: from COPYING, which follows the last acknowledgement, or
-        from the start when it failed before, to the end)."""
+        """Start the migration and follow it to COMPLETED or FAILED; returns the freeze (wall
+        clock, seconds: from PREPARATION, when the agents close their gates, to the end), or
+        ``None`` when it never froze."""
         r, o = self.report, self.options
         assert self.source is not None and self.etcd is not None
         flag = await control.start(self.source, self.etcd.url)
         r.epoch = flag.epoch
         say(f"migration epoch {flag.epoch} started: {self.zk.url if self.zk else ''} -> {self.etcd.url}")
-        since: dict[str, float] = {Phase.PREPARATION.value: flag.started_at / 1000.0}
+        since: dict[str, float] = {Phase.SYNCING.value: flag.started_at / 1000.0}
         last_line = ""
         last_shown = 0.0
         while True:
@@ -203,16 +203,17 @@ class Sandbox:
         r.phase, r.reason, r.coordinator = phase, status["reason"], status["coordinator"]
         copy = status.get("copy") or {}
         r.coordinator_verified = phase == Phase.COMPLETED.value and bool(copy.get("verified"))
+        r.passes = int(copy.get("passes") or 0)
         r.copied_nodes = int(copy.get("total") or 0)
         say(f"migration {phase}" + (f": {r.reason}" if r.reason else ""))
-        start = since[Phase.PREPARATION.value]
         end = since.get(phase, time.time())
-        copying = since.get(Phase.COPYING.value)
-        r.phases[Phase.PREPARATION.value] = (copying if copying is not None else end) - start
-        if copying is not None:
-            r.phases[Phase.COPYING.value] = end - copying
+        order = [p.value for p in (Phase.SYNCING, Phase.PREPARATION, Phase.COPYING)]
+        reached = [p for p in order if p in since]
+        for p, nxt in zip(reached, [*reached[1:], None], strict=True):
+            r.phases[p] = (since[nxt] if nxt is not None else end) - since[p]
         self._mark = time.monotonic()
-        return (copying if copying is not None else start, end)
+        freeze_start = since.get(Phase.PREPARATION.value)
+        return (freeze_start, end) if freeze_start is not None else None
 
     async def _kill_coordinator(self, status: dict[str, Any]) -> None:
         victim = next((a for a in self.agents if a.node_id == status.get("coordinator")), self.agents[0])
@@ -253,6 +254,7 @@ class Sandbox:
         r.failures = [f"{c.name}: {e}" for c in self.clients for e in c.errors]
         r.failures += [f"{c.name}: stopped: {e}" for c in self.clients if (e := c.error())]
         r.ephemerals_carried, r.ephemerals_missing = await carried(self.clients, store)
+        r.freeze_ms = freeze_window([a.log_tail(chars=50_000_000) for a in self.agents])
         held, others = split_timings(self.clients, frozen)
         r.write_hold_ms, r.write_ms = percentiles(held), percentiles(others)
         if frozen is not None and held:
