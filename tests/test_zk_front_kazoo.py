@@ -16,7 +16,7 @@ from kazoo.exceptions import (
 )
 from kazoo.protocol.states import EventType, KazooState
 
-from tests.zkfront import Kazoos, kazoos, zk_front, zk_target  # noqa: F401  (fixtures)
+from tests.zkfront import Kazoos
 
 WAIT = 10.0
 
@@ -122,7 +122,7 @@ async def test_watches(kazoos: Kazoos) -> None:
         seen: list[tuple[str, str]] = []
         got = {name: threading.Event() for name in ("created", "changed", "child", "deleted")}
 
-        def on(name: str):  # noqa: ANN202
+        def on(name: str):  # type: ignore[no-untyped-def]
             def watch(ev: object) -> None:
                 seen.append((name, ev.type))  # type: ignore[attr-defined]
                 got[name].set()
