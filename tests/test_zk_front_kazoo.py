@@ -122,7 +122,7 @@ async def test_watches(kazoos: Kazoos) -> None:
         seen: list[tuple[str, str]] = []
         got = {name: threading.Event() for name in ("created", "changed", "child", "deleted")}
 
-        def on(name: str):  # type: ignore[no-untyped-def]
+        def on(name: str):
             def watch(ev: object) -> None:
                 seen.append((name, ev.type))  # type: ignore[attr-defined]
                 got[name].set()
