@@ -129,6 +129,9 @@ class AgentConfig:
     """Credentials for the migration target (the flag names the target, never its secrets)."""
     target_password: str | None = field(default=None, repr=False)
     coordinator: CoordinatorSettings = field(default_factory=lambda: CoordinatorSettings())
+    zookeeper_listen: str = ""
+    """host:port where ZooKeeper's client protocol is served ("" = not served). Loopback unless
+    TLS is configured (tls.cert, tls.key: served with TLS) or tls.allow_insecure_tcp."""
 
 
 # key -> (kind, default) ; kind drives parsing of strings from the environment / command line
@@ -159,6 +162,7 @@ _SCHEMA: dict[str, str] = {
     "coordinator.prepare_timeout": "float",
     "coordinator.spark_master": "str",
     "coordinator.spark_delta_threshold": "count",
+    "zookeeper.listen": "str",
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -334,6 +338,8 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
         if values.get(f"coordinator.{attr}") not in (None, ""):
             coordinator = dataclasses.replace(coordinator, **{attr: values[f"coordinator.{attr}"]})
     kwargs["coordinator"] = coordinator
+    if values.get("zookeeper.listen"):
+        kwargs["zookeeper_listen"] = _zookeeper_listen(values["zookeeper.listen"], tls)
     config = AgentConfig(**kwargs)
     if config.session_timeout > config.session_max_timeout:
         raise ConfigError("session.timeout", "must not exceed session.max_timeout")
@@ -409,3 +415,21 @@ def _listen(text: str, tls: TLSConfig) -> Listen:
             raise ConfigError("listen", "a tcp:// address needs TLS: set tls.cert and tls.key (and tls.client_ca)")
         return Listen("tcp", address)
     raise ConfigError("listen", f"must be unix:/path/to.sock (or /path/to.sock) or tcp://host:port, not {text!r}")
+
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _zookeeper_listen(text: str, tls: TLSConfig) -> str:
+    """host:port of the ZooKeeper front: loopback, or anything else with TLS (or, for tests,
+    tls.allow_insecure_tcp), as for the gRPC TCP listener."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ConfigError("zookeeper.listen", f"must be host:port (port 0: any free port), not {text!r}")
+    host = host.strip("[]")
+    if host not in _LOOPBACK and host.split("%")[0] not in _LOOPBACK and not host.startswith("127."):
+        if tls.cert is None and not tls.allow_insecure_tcp:
+            raise ConfigError(
+                "zookeeper.listen", f"{text!r} is not a loopback address: set tls.cert and tls.key (served with TLS)"
+            )
+    return text.strip()

@@ -14,6 +14,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import stat
 import sys
 import time
@@ -33,6 +34,7 @@ from metashift.agent.metrics import AgentMetrics
 from metashift.agent.participant import Participant
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
+from metashift.agent.zookeeper.server import ZooKeeperServer
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, Store, open_store, parse_url
 from metashift.stores.aio import run_loop
@@ -56,6 +58,8 @@ class Agent:
         self.registry: SessionRegistry
         self.gateway: Gateway
         self.participant: Participant | None = None
+        self.zookeeper: ZooKeeperServer | None = None
+        """ZooKeeper's client protocol (``zookeeper.listen``); ``zookeeper.address`` is its host:port."""
         self._companions: list[asyncio.Task[None]] = []
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
@@ -75,6 +79,9 @@ class Agent:
             if self.participant is not None:
                 with contextlib.suppress(Exception):
                     await self.participant.stop()
+            if self.zookeeper is not None:
+                with contextlib.suppress(Exception):
+                    await self.zookeeper.stop()
             if self._server is not None:
                 await self._server.stop(None)
                 if self.config.listen.kind == "unix":
@@ -118,6 +125,8 @@ class Agent:
         )
         await self.participant.start()
         await server.start()
+        if config.zookeeper_listen:
+            await self._start_zookeeper()
         if config.listen.kind == "unix":
             os.chmod(config.listen.address, config.socket_mode)
         for service in ("", STORE_SERVICE, SESSION_SERVICE):
@@ -131,8 +140,34 @@ class Agent:
         log.info(
             "agent started",
             extra={"fields": {"node_id": config.node_id, "role": config.role, "listen": self.address,
-                              "source": config.source.redacted(), "metrics": config.metrics or None}},
+                              "source": config.source.redacted(), "metrics": config.metrics or None,
+                              "zookeeper": self.zookeeper.address if self.zookeeper else None}},
         )
+
+    async def _start_zookeeper(self) -> None:
+        config = self.config
+        host, _, port = config.zookeeper_listen.rpartition(":")
+        context = None
+        tls = config.tls
+        if tls.cert is not None and tls.key is not None and not host.startswith("127.") and host not in (
+                "localhost", "::1", "[::1]"):
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(str(tls.cert), str(tls.key))
+            if tls.client_ca is not None:
+                context.load_verify_locations(str(tls.client_ca))
+                context.verify_mode = ssl.CERT_REQUIRED
+        zk = ZooKeeperServer(
+            self.router, self.gate, self.registry, host=host.strip("[]"), port=int(port),
+            min_timeout_ms=min(4000, int(config.session_max_timeout * 1000)),
+            max_timeout_ms=int(config.session_max_timeout * 1000), ssl_context=context,
+        )
+        try:
+            await zk.start()
+        except OSError as e:
+            raise ConfigError(
+                "zookeeper.listen", f"cannot listen on {config.zookeeper_listen}: {e.strerror or e}"
+            ) from None
+        self.zookeeper = zk
 
     def _warn_insecure(self) -> None:
         """Settings that let more callers in than the defaults are allowed, but never silently."""
@@ -242,6 +277,8 @@ class Agent:
                 await asyncio.wait_for(task, 5.0)
         if self.participant is not None:
             await self.participant.stop()
+        if self.zookeeper is not None:
+            await self.zookeeper.stop()  # its sessions end: their ephemerals are deleted below
         if self._server is not None:
             self.gateway.shutdown()
             await self._server.stop(grace)

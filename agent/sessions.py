@@ -176,6 +176,10 @@ class SessionRegistry:
         if owner is not None:
             owner.ephemerals.pop(path, None)
 
+    def owner_of(self, path: str) -> ClientSession | None:
+        """The client session that owns the ephemeral ``path`` (None: not one this agent tracks)."""
+        return self._owner.get(path)
+
     def owns(self, session: ClientSession | None, path: str) -> bool:
         return session is not None and self._owner.get(path) is session
 

@@ -137,6 +137,7 @@ def _agent(args: argparse.Namespace) -> int:
             overrides={
                 "source.url": args.source, "listen": args.listen, "node_id": args.node_id,
                 "role": args.role, "metrics": args.metrics, "log_level": args.log_level,
+                "zookeeper.listen": args.zk_listen,
             },
         )
     except config.ConfigError as e:
@@ -160,6 +161,8 @@ def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--source", metavar="URL", help="source store URL (zk://... or etcd://...)")
     p.add_argument("--listen", metavar="ADDRESS", help="unix:/path/to.sock (default) or tcp://host:port (TLS)")
     p.add_argument("--node-id", help="this node's name (default: the host name)")
+    p.add_argument("--zk-listen", metavar="HOST:PORT",
+                   help="also serve ZooKeeper's client protocol there (e.g. 127.0.0.1:2181)")
     p.add_argument("--role", choices=["broker", "bookie"], help="what runs next to this agent")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics there")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])

@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.harness"]
+pytest_plugins = ["tests.harness", "tests.zkfront"]

@@ -1,0 +1,223 @@
+"""The ZooKeeper front's TCP server: one asyncio connection per client, ZooKeeper's framing.
+
+Per connection: the ConnectRequest first (a new session, or the re-attach of a live one by id and
+password; an unknown or expired one is answered with timeout 0, which clients read as "session
+expired"), then requests. Replies go out in request order (clients check the xid order); a run of
+consecutive reads is served concurrently, anything else one at a time, so a session sees its own
+writes. Pings (and addAuth) are answered at once, outside that order: a write held by the gate
+never starves the session of its heartbeats, so it does not expire while writes are held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import ssl
+from typing import Any
+
+from metashift.agent.gate import WriteGate
+from metashift.agent.router import Router
+from metashift.agent.sessions import SessionRegistry
+from metashift.agent.zookeeper import codec
+from metashift.agent.zookeeper.codec import Err, Op
+from metashift.agent.zookeeper.handlers import Handlers
+from metashift.agent.zookeeper.session import ZkSession, ZkSessions
+from metashift.agent.zookeeper.watches import Watches
+
+log = logging.getLogger(__name__)
+
+#: Largest packet accepted (ZooKeeper's jute.maxbuffer is 1 MiB; a multi may carry more).
+MAX_PACKET = 16 * 1024 * 1024
+CONNECT_TIMEOUT = 10.0
+#: A connection is dropped when nothing arrives for this fraction of its session timeout past
+#: the timeout itself (clients ping every third of it).
+_LENGTH = 4
+
+
+class _Conn:
+    """One client connection: the send side shared by replies, pings and watch events."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.closed = False
+
+    def send(self, data: bytes) -> None:
+        if not self.closed:
+            self.writer.write(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self.writer.close()
+
+
+class ZooKeeperServer:
+    """ZooKeeper's client protocol in front of the agent's router, gate and sessions."""
+
+    def __init__(
+        self,
+        router: Router,
+        gate: WriteGate,
+        registry: SessionRegistry,
+        *,
+        host: str,
+        port: int,
+        min_timeout_ms: int = 4000,
+        max_timeout_ms: int = 60000,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.ssl_context = ssl_context
+        self.watches = Watches(router)
+        self.sessions = ZkSessions(
+            registry, min_timeout_ms=min_timeout_ms, max_timeout_ms=max_timeout_ms,
+            on_end=self.watches.drop_session,
+        )
+        self.handlers = Handlers(router, gate, registry, self.sessions, self.watches)
+        self._server: asyncio.Server | None = None
+        self._conns: set[asyncio.Task[None]] = set()
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.ssl_context)
+        self.port = self._server.sockets[0].getsockname()[1]
+        self.sessions.start()
+        log.info("zookeeper protocol served on %s", self.address)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        await self.sessions.shutdown()
+        for task in list(self._conns):
+            task.cancel()
+        for task in list(self._conns):
+            with contextlib.suppress(BaseException):
+                await task
+        self.watches.close()
+
+    # ---- one connection -------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._conns.add(task)
+        conn = _Conn(writer)
+        session: ZkSession | None = None
+        worker: asyncio.Task[None] | None = None
+        try:
+            data = await asyncio.wait_for(_read_packet(reader), CONNECT_TIMEOUT)
+            if data is None:
+                return
+            session = self._connect(codec.ConnectRequest.decode(data), conn, writer)
+            if session is None:
+                await writer.drain()
+                return
+            queue: asyncio.Queue[tuple[codec.RequestHeader, Any] | None] = asyncio.Queue()
+            worker = asyncio.create_task(self._work(session, conn, queue))
+            while True:
+                data = await _read_packet(reader)
+                if data is None or conn.closed:
+                    break
+                session.client.touch()
+                try:
+                    header, request = codec.decode_request(data)
+                except codec.DecodeError as e:
+                    log.warning("zookeeper session %#x: undecodable request (%s); closing", session.id, e)
+                    break
+                if header.type == Op.PING:
+                    conn.send(codec.reply(codec.XID_PING, self.handlers.zxid.value))
+                elif header.type == Op.AUTH:
+                    err = self.handlers.add_auth(session, request)
+                    conn.send(codec.reply(codec.XID_AUTH, self.handlers.zxid.value, err))
+                    if err != Err.OK:
+                        break
+                else:
+                    queue.put_nowait((header, request))
+                    if header.type == Op.CLOSE_SESSION:
+                        break
+            queue.put_nowait(None)
+            await worker
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, codec.DecodeError):
+            pass
+        except asyncio.CancelledError:
+            pass
+        finally:
+            if worker is not None and not worker.done():
+                worker.cancel()
+                with contextlib.suppress(BaseException):
+                    await worker
+            if session is not None:
+                self.sessions.detach(session, conn)
+            conn.close()
+            self._conns.discard(task)
+
+    def _connect(self, req: codec.ConnectRequest, conn: _Conn, writer: asyncio.StreamWriter) -> ZkSession | None:
+        peer = writer.get_extra_info("peername")
+        read_only = None if req.read_only is None else False  # this server always accepts writes
+        if req.session_id:
+            session = self.sessions.find(req.session_id, req.passwd)
+            if session is None:
+                log.info("zookeeper session %#x from %s: expired or unknown", req.session_id, peer)
+                conn.send(codec.frame(codec.ConnectResponse(0, 0, 0, bytes(16), read_only).encode()))
+                return None
+            log.info("zookeeper session %#x re-attached from %s", session.id, peer)
+        else:
+            session = self.sessions.open(req.timeout, str(peer[0]) if peer else "")
+            log.info("zookeeper session %#x opened from %s (timeout %d ms)", session.id, peer, session.timeout_ms)
+        conn.send(codec.frame(codec.ConnectResponse(0, session.timeout_ms, session.id, session.passwd,
+                                                    read_only).encode()))
+        self.sessions.attach(session, conn)
+        return session
+
+    async def _work(
+        self, session: ZkSession, conn: _Conn, queue: asyncio.Queue[tuple[codec.RequestHeader, Any] | None]
+    ) -> None:
+        """Serve the requests in order: a run of reads together, anything else alone."""
+        reads = Handlers.READS
+        while True:
+            item = await queue.get()
+            if item is None:
+                return
+            batch = [item]
+            if item[0].type in reads:
+                while not queue.empty():
+                    peek = queue._queue[0]  # type: ignore[attr-defined]
+                    if peek is None or peek[0].type not in reads:
+                        break
+                    batch.append(queue.get_nowait())  # type: ignore[arg-type]
+            if len(batch) == 1:
+                answers = [await self._one(session, *item)]
+            else:
+                answers = list(await asyncio.gather(*(self._one(session, *b) for b in batch)))
+            for data in answers:
+                conn.send(data)
+            if conn.closed:
+                return
+            with contextlib.suppress(ConnectionError):
+                await conn.writer.drain()
+            if item[0].type == Op.CLOSE_SESSION:
+                conn.close()
+                return
+
+    async def _one(self, session: ZkSession, header: codec.RequestHeader, request: Any) -> bytes:
+        if header.type == Op.CLOSE_SESSION:
+            await self.sessions.close(session, "closed by the client")
+            return codec.reply(header.xid, self.handlers.zxid.bump())
+        err, body, zxid = await self.handlers.handle(session, header.type, request)
+        return codec.reply(header.xid, zxid, err, body)
+
+
+async def _read_packet(reader: asyncio.StreamReader) -> bytes | None:
+    try:
+        head = await reader.readexactly(_LENGTH)
+    except asyncio.IncompleteReadError:
+        return None
+    size = int.from_bytes(head, "big", signed=True)
+    if size < 0 or size > MAX_PACKET:
+        raise codec.DecodeError(f"packet of {size} bytes")
+    return await reader.readexactly(size)
