@@ -80,7 +80,7 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--spark-master", metavar="M", help="Spark master of the coordinator's copy (default local[*])")
     p.add_argument("--keep", action="store_true", help="keep the work directory (agent logs and configs)")
     # for tests: SIGKILL the coordinator's agent process as soon as the migration is in PHASE
-    p.add_argument("--kill-agent-at", choices=["PREPARATION", "COPYING"], help=argparse.SUPPRESS)
+    p.add_argument("--kill-agent-at", choices=["SYNCING", "PREPARATION", "COPYING"], help=argparse.SUPPRESS)
     p.set_defaults(handler=lambda a: _run(_sandbox(a)))
 
 

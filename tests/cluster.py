@@ -15,7 +15,15 @@ import pytest
 from metashift.coordinator import control
 from metashift.coordinator.service import run_coordinator
 from metashift.migration.phase import Phase
-from metashift.stores import MetadataStore, MetadataStoreError, Store, StoreUnavailable, open_store
+from metashift.stores import (
+    BadVersion,
+    MetadataStore,
+    MetadataStoreError,
+    NotFound,
+    Store,
+    StoreUnavailable,
+    open_store,
+)
 from tests.harness import Gateways, eventually
 
 
@@ -60,19 +68,30 @@ class Writer:
                     self.acked[seq.path] = b"s"
                 if i % 4 == 0 and i > 2:  # deletions must reach the target too
                     doomed = f"{base}/item-{i - 2}"
-                    await self.client.delete(doomed, timeout=90)
-                    self.acked[doomed] = None
-            except StoreUnavailable as e:
+                    if doomed in self.acked:
+                        await self.client.delete(doomed, timeout=90)
+                        self.acked[doomed] = None
+            except (StoreUnavailable, BadVersion, NotFound) as e:
+                # a store outage: the outcome may be unknown (a retried create finds its node, a
+                # compare-and-set its version moved): not acknowledged, so not counted; go on
                 self.failed += 1
                 self.errors.append(repr(e))
-                got = await self.client.get(counter)  # outcome unknown: read where we stand
-                if got is not None:
-                    version = got[1].version
+                version = await self._version_of(counter, version)
             except MetadataStoreError as e:
                 self.failed += 1
                 self.errors.append(repr(e))
                 return
             await asyncio.sleep(0.02)
+
+    async def _version_of(self, path: str, last: int) -> int:
+        """The node's version, read again until the store answers (``last`` if it never does)."""
+        for _ in range(100):
+            try:
+                got = await self.client.get(path)
+                return got[1].version if got is not None else last
+            except StoreUnavailable:
+                await asyncio.sleep(0.2)
+        return last
 
     async def stop_now(self) -> None:
         """Stop writing at once: its agent is about to go away. (The client stays open until the

@@ -40,7 +40,8 @@ def test_sandbox_migrates_with_agents_as_processes_and_loses_no_write() -> None:
     assert report["ephemerals_carried"] >= 5 and report["ephemerals_carried"] == report["ephemerals"], report
     assert report["nodes"] > 0 and report["seconds"] > 0
     assert set(report["write_hold_ms"]) >= {"p50", "p99", "max"}
-    assert {"PREPARATION", "COPYING"} <= set(report["phases"])
+    assert {"SYNCING", "PREPARATION", "COPYING"} <= set(report["phases"])
+    assert report["freeze_ms"] is not None and report["freeze_ms"] > 0 and report["passes"] >= 1
     assert code == 0, stderr[-3000:]
     # the agents were separate processes
     assert len(re.findall(r"(?:broker|bookie)-\d \(pid \d+\)", stderr)) == 5, stderr
@@ -49,7 +50,7 @@ def test_sandbox_migrates_with_agents_as_processes_and_loses_no_write() -> None:
 def test_sandbox_coordinator_agent_killed_mid_copy() -> None:
     """SIGKILL to the coordinator's agent process while it copies: a new leader finishes or fails
     the migration; every acknowledged write is where the cluster then lives."""
-    code, report, stderr = _run_json("--kill-agent-at", "COPYING")
+    code, report, stderr = _run_json("--kill-agent-at", "SYNCING")
     assert report["killed_agent"], (report, stderr[-3000:])
     assert report["phase"] in ("COMPLETED", "FAILED"), report
     assert report["writes_lost"] == 0, report["lost"]
@@ -101,7 +102,7 @@ def _descendants(root: int) -> dict[int, str]:
 
 @pytest.mark.parametrize(
     ("sig", "when"),
-    [(signal.SIGINT, "COPYING"), (signal.SIGTERM, "clients writing")],
+    [(signal.SIGINT, "SYNCING"), (signal.SIGTERM, "clients writing")],
     ids=["sigint-while-copying", "sigterm-while-writing"],
 )
 def test_sandbox_interrupted_leaves_no_process_nor_directory(sig: signal.Signals, when: str) -> None:

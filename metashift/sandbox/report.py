@@ -24,9 +24,9 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
             "count": len(ordered)}  # fmt: skip
 
 
-def freeze_window(logs: list[str]) -> float | None:
-    """Milliseconds from the first "write gate closed" to the last "write gate open" in the
-    agents' JSON logs (``None`` when no gate closed)."""
+def freeze_window(logs: list[str]) -> tuple[float, float] | None:
+    """The freeze, wall clock in seconds: from the first "write gate closed" to the last "write
+    gate open" in the agents' JSON logs (``None`` when no gate closed)."""
     closed: list[float] = []
     opened: list[float] = []
     for text in logs:
@@ -45,7 +45,7 @@ def freeze_window(logs: list[str]) -> float | None:
                 opened.append(ts)
     if not closed or not opened:
         return None
-    return round((max(opened) - min(closed)) * 1000, 1)
+    return min(closed), max(opened)
 
 
 def split_timings(clients: list[SimClient], frozen: tuple[float, float] | None) -> tuple[list[float], list[float]]:

@@ -90,6 +90,7 @@ class Sandbox:
         self.procs: list[asyncio.subprocess.Process] = []
         self._started = time.monotonic()
         self._mark = self._started
+        self._copying_since: float | None = None
 
     def _lap(self, name: str) -> None:
         now = time.monotonic()
@@ -212,6 +213,7 @@ class Sandbox:
         for p, nxt in zip(reached, [*reached[1:], None], strict=True):
             r.phases[p] = (since[nxt] if nxt is not None else end) - since[p]
         self._mark = time.monotonic()
+        self._copying_since = since.get(Phase.COPYING.value)
         freeze_start = since.get(Phase.PREPARATION.value)
         return (freeze_start, end) if freeze_start is not None else None
 
@@ -254,7 +256,14 @@ class Sandbox:
         r.failures = [f"{c.name}: {e}" for c in self.clients for e in c.errors]
         r.failures += [f"{c.name}: stopped: {e}" for c in self.clients if (e := c.error())]
         r.ephemerals_carried, r.ephemerals_missing = await carried(self.clients, store)
-        r.freeze_ms = freeze_window([a.log_tail(chars=50_000_000) for a in self.agents])
+        gates = freeze_window([a.log_tail(chars=50_000_000) for a in self.agents])
+        if gates is not None:
+            # the agents' own record: a short PREPARATION may fall between two status polls
+            r.freeze_ms = round((gates[1] - gates[0]) * 1000, 1)
+            frozen = gates if frozen is None else (min(gates[0], frozen[0]), max(gates[1], frozen[1]))
+            preparation = (self._copying_since or gates[1]) - gates[0]
+            r.phases.setdefault(Phase.PREPARATION.value, max(0.0, preparation))
+            r.phases.setdefault(Phase.COPYING.value, 0.0)
         held, others = split_timings(self.clients, frozen)
         r.write_hold_ms, r.write_ms = percentiles(held), percentiles(others)
         if frozen is not None and held:
