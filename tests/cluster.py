@@ -56,6 +56,7 @@ class Writer:
         i = 0
         while not self._stop.is_set():
             i += 1
+            doomed = ""
             try:
                 stat = await self.client.put(counter, str(i).encode(), expected_version=version, timeout=90)
                 version = stat.version
@@ -66,32 +67,34 @@ class Writer:
                 if i % 5 == 0:
                     seq = await self.client.put(f"/counters/{self.node_id}-", b"s", sequential=True, timeout=90)
                     self.acked[seq.path] = b"s"
-                if i % 4 == 0 and i > 2:  # deletions must reach the target too
+                if i % 4 == 0 and i > 2 and f"{base}/item-{i - 2}" in self.acked:  # deletions must reach the target
                     doomed = f"{base}/item-{i - 2}"
-                    if doomed in self.acked:
-                        await self.client.delete(doomed, timeout=90)
-                        self.acked[doomed] = None
+                    await self.client.delete(doomed, timeout=90)
+                    self.acked[doomed] = None
             except (StoreUnavailable, BadVersion, NotFound) as e:
                 # a store outage: the outcome may be unknown (a retried create finds its node, a
                 # compare-and-set its version moved): not acknowledged, so not counted; go on
                 self.failed += 1
                 self.errors.append(repr(e))
-                version = await self._version_of(counter, version)
+                if doomed:  # a delete whose outcome is unknown: the node may or may not be there
+                    self.acked.pop(doomed, None)
+                got = await self._read(counter)
+                if got is not None:  # a compare-and-set whose outcome is unknown may have landed
+                    version, self.acked[counter] = got[1].version, got[0]
             except MetadataStoreError as e:
                 self.failed += 1
                 self.errors.append(repr(e))
                 return
             await asyncio.sleep(0.02)
 
-    async def _version_of(self, path: str, last: int) -> int:
-        """The node's version, read again until the store answers (``last`` if it never does)."""
+    async def _read(self, path: str) -> Any:
+        """The node as the store has it, read again until the store answers (``None`` if never)."""
         for _ in range(100):
             try:
-                got = await self.client.get(path)
-                return got[1].version if got is not None else last
+                return await self.client.get(path)
             except StoreUnavailable:
                 await asyncio.sleep(0.2)
-        return last
+        return None
 
     async def stop_now(self) -> None:
         """Stop writing at once: its agent is about to go away. (The client stays open until the
