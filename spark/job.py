@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -11,9 +13,9 @@ from typing import Any, TypeVar
 from metashift.stores import InvalidStoreURL, StoreURL, paths
 from metashift.stores import parse_url as parse_store_url
 
-from .plan import Item
 from .report import Progress, SameStore
 from .rules import Rules
+from .session import get_session
 
 T = TypeVar("T")
 POLL_SECONDS = 0.25
@@ -47,9 +49,47 @@ def _endpoints(url: StoreURL) -> set[tuple[str, int]]:
     return out
 
 
+class SparkStarter:
+    """The Spark session, started in a thread beside the driver's own work (a session takes
+    seconds to start: the listing and the copy of the top of the tree run meanwhile)."""
+
+    def __init__(self, master: str | None, spark: Any = None) -> None:
+        self.master = master
+        self._spark = spark
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._spark is None and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="metashift-spark-start", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._spark = get_session(self.master)
+        except BaseException as e:  # handed over to the caller's thread by get()
+            self._error = e
+
+    def parallelism(self) -> int:
+        """Spark's default parallelism when it is up; until then what the master URL says, or
+        the cores of this machine."""
+        if self._spark is not None:
+            return int(self._spark.sparkContext.defaultParallelism)
+        m = re.fullmatch(r"local\[(\d+)(,\d+)?\]", self.master or "")
+        return int(m.group(1)) if m else (1 if self.master == "local" else os.cpu_count() or 1)
+
+    def get(self) -> Any:
+        self.start()
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._spark
+
+
 def run_partitions(
     spark: Any,
-    parts: list[list[Item]],
+    parts: list[list[str]],
     task: Callable[..., dict],
     source: str,
     target: str,

@@ -73,6 +73,10 @@ class VerifyReport:
     seconds: float = 0.0
     listing_seconds: float = 0.0
     nodes_per_second: float = 0.0
+    listed_by_driver: int = 0
+    """Nodes the driver listed: the top of the tree and the names of the subtrees' roots."""
+    listed_by_executors: int = 0
+    """Nodes the Spark executors listed (each subtree, its root included; both sides read)."""
 
     @property
     def ok(self) -> bool:
@@ -131,6 +135,10 @@ class CopyReport:
     """Compactions of the target's history: during the copy (every ``compact_every`` writes) and
     after it. Stores without a history (ZooKeeper) count them too; for them they cost nothing."""
     partitions: int = 0
+    listed_by_driver: int = 0
+    """Nodes the driver listed: the top of the tree and the names of the subtrees' roots."""
+    listed_by_executors: int = 0
+    """Nodes the Spark executors listed and read (the subtrees below the top)."""
     verify: VerifyReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -232,11 +240,13 @@ class RichProgress:
 
     def start(self, what: str, nodes: int, size: int) -> None:
         self._total_size = size
-        self._task = self._bar.add_task(what, total=max(nodes, 1), size=f"0 B / {_size(size)}")
+        # the total is unknown (0) when the executors list the tree as they go
+        self._task = self._bar.add_task(what, total=nodes or None, size=f"0 B / {_size(size)}" if size else "")
 
     def update(self, nodes: int, size: int) -> None:
         if self._task is not None:
-            self._bar.update(self._task, completed=nodes, size=f"{_size(size)} / {_size(self._total_size)}")
+            shown = f"{_size(size)} / {_size(self._total_size)}" if self._total_size else _size(size)
+            self._bar.update(self._task, completed=nodes, size=shown)
 
     def finish(self) -> None:
         self._bar.stop()
