@@ -75,8 +75,13 @@ def copy_tree(
             split = run(_copy_top(source, target, rules, progress, report, starter))
             report.listing_seconds = split.listing_seconds
             copy_started = time.monotonic()
-            if split.roots:
-                _copy_subtrees(starter.get(), split, source, target, rules, progress, report)
+            counters = Background(tasks.move_counters(source, target, split.deferred_counters))
+            try:
+                if split.roots:
+                    _copy_subtrees(starter.get(), split, source, target, rules, progress, report)
+            finally:
+                moved = counters.result()
+            _add(report, [moved], by_executors=False)
             report.copy_seconds = time.monotonic() - copy_started
         finally:
             compactor.stop()
@@ -129,6 +134,7 @@ async def _copy_top(
             raise EmptySource(source)
         progress.start("copying", 0, 0)
         out = await tasks.copy_top(src, tgt, split.top, rules)
+    split.deferred_counters = out.get("deferred_counters", [])
     _add(report, [out], by_executors=False)
     report.listed_by_driver = split.top_nodes + len(split.roots)
     progress.update(report.nodes, report.bytes)
@@ -168,6 +174,27 @@ def _copy_subtrees(
 async def _compact(target: str) -> None:
     async with await open_store(target, watch=False) as store:
         await store.compact_history(wait=False)
+
+
+class Background:
+    """A coroutine run to its end on its own event loop in a driver thread, beside the Spark job."""
+
+    def __init__(self, coro: Any) -> None:
+        self._box: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._run, args=(coro,), name="metashift-background", daemon=True)
+        self._thread.start()
+
+    def _run(self, coro: Any) -> None:
+        try:
+            self._box["result"] = run(coro)
+        except BaseException as e:  # handed over to the caller's thread
+            self._box["error"] = e
+
+    def result(self) -> Any:
+        self._thread.join()
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["result"]
 
 
 class Compactor:

@@ -46,6 +46,8 @@ class Split:
     children: dict[str, list[str]] = field(default_factory=dict)
     """The children each ``top`` node (and the root) has in the store listed, excluded ones left out."""
     listing_seconds: float = 0.0
+    deferred_counters: list[str] = field(default_factory=list)
+    """Counters of the top that the copy moves beside its Spark job."""
 
     @property
     def top_nodes(self) -> int:

@@ -40,7 +40,7 @@ from .rules import Judgement, Rules, Side, Verdict, counter_ok, judge
 #: it stopped: it reads the target first), after 2 s, then 4 s.
 RETRIES = 2
 #: Restores held before they are sent: writes, bytes.
-MAX_PENDING_WRITES = 200_000
+MAX_PENDING_WRITES = 50_000
 MAX_PENDING_BYTES = 32 * 1024 * 1024
 
 
@@ -74,6 +74,16 @@ async def source_counter(store: Store, parent: str) -> int:
     return max(exact, await store.children_version(parent) or 0)
 
 
+async def move_counter(source: Store, target: Store, parent: str, out: dict[str, Any]) -> None:
+    """Move ``parent``'s sequence counter in ``target`` past the source's; counted in ``out``."""
+    want = await source_counter(source, parent)
+    before = await target.sequence_counter(parent)
+    writes = await target.advance_sequence_counter(parent, want) if before < want else 0
+    after = await target.sequence_counter(parent) if writes else before
+    out["counters"][parent] = (want, before, after, writes)
+    out["write_ops"] += writes
+
+
 def _new_copy_result() -> dict[str, Any]:
     return {
         "nodes": 0, "bytes": 0, "written": 0, "unchanged": 0, "ephemerals": 0, "vanished": 0,
@@ -84,14 +94,23 @@ def _new_copy_result() -> dict[str, Any]:
 class Copier:
     """The copy of a stream of source pages into ``target`` (module doc); counts in ``out``."""
 
-    def __init__(self, source: Store, target: Store, rules: Rules, out: dict[str, Any]) -> None:
+    def __init__(
+        self, source: Store, target: Store, rules: Rules, out: dict[str, Any], defer_counters: bool = False
+    ) -> None:
         self.source, self.target, self.rules, self.out = source, target, rules, out
+        self.defer_counters = defer_counters
+        """Leave the counters to the caller (``out["deferred_counters"]``) instead of moving them."""
         self.pending: list[Restore] = []
         self.pending_writes = 0
         self.pending_bytes = 0
         self.pending_depth = 0
         self.conflicted: set[str] = set()
         self.counter_jobs: list[asyncio.Task[None]] = []
+        self.writing: asyncio.Task[None] | None = None
+        """The restores sent last, still running while the next pages are read (targets that do
+        not need parents first)."""
+        self.known: dict[str, NodeRead] | None = None
+        """The target's nodes, when read ahead for the whole partition (one range scan on etcd)."""
 
     async def page(self, nodes: list[NodeRead]) -> None:
         out, rules = self.out, self.rules
@@ -106,7 +125,10 @@ class Copier:
                 keep.append(node)  # (never below a conflict: it could not be brought over)
         if not keep:
             return
-        targets = await self.target.read_many([n.path for n in keep])
+        if self.known is not None:
+            targets: list[NodeRead | None] = [self.known.pop(n.path, None) for n in keep]
+        else:
+            targets = await self.target.read_many([n.path for n in keep])
         for node, tgt in zip(keep, targets, strict=True):
             out["nodes"] += 1
             out["bytes"] += len(node.value)
@@ -128,13 +150,24 @@ class Copier:
                 self.pending_writes += node.version - (-1 if tgt is None else tgt.version)
                 self.pending_bytes += len(node.value) + len(node.path)
                 if self.pending_writes >= MAX_PENDING_WRITES or self.pending_bytes >= MAX_PENDING_BYTES:
-                    await self.flush()
+                    await self.flush(wait=False)
 
-    async def flush(self) -> None:
+    async def flush(self, *, wait: bool = True) -> None:
+        """Send the pending restores; ``wait=False``: let them run while the next pages are read
+        (at most one such batch at a time)."""
+        if self.writing is not None:
+            writing, self.writing = self.writing, None
+            await writing
         restores, self.pending = self.pending, []
         self.pending_writes = self.pending_bytes = 0
         if not restores:
             return
+        if wait or self.target.needs_parents:
+            await self._restore(restores)
+        else:
+            self.writing = asyncio.ensure_future(self._restore(restores))
+
+    async def _restore(self, restores: list[Restore]) -> None:
         out = self.out
         for restore, res in zip(restores, await self.target.restore_many(restores), strict=True):
             if isinstance(res, BadVersion):
@@ -149,20 +182,17 @@ class Copier:
                     self._move_counter(restore.path)
 
     def _move_counter(self, parent: str) -> None:
-        async def move() -> None:
-            want = await source_counter(self.source, parent)
-            before = await self.target.sequence_counter(parent)
-            writes = await self.target.advance_sequence_counter(parent, want) if before < want else 0
-            after = await self.target.sequence_counter(parent) if writes else before
-            self.out["counters"][parent] = (want, before, after, writes)
-            self.out["write_ops"] += writes
-
-        self.counter_jobs.append(asyncio.ensure_future(move()))
+        if self.defer_counters:
+            self.out.setdefault("deferred_counters", []).append(parent)
+        else:
+            self.counter_jobs.append(asyncio.ensure_future(move_counter(self.source, self.target, parent, self.out)))
 
     async def finish(self) -> None:
         try:
             await self.flush()
         finally:
+            if self.writing is not None:  # an error stopped the copy: let the batch end first
+                await asyncio.gather(self.writing, return_exceptions=True)
             jobs, self.counter_jobs = self.counter_jobs, []
             results = await asyncio.gather(*jobs, return_exceptions=True)
         for r in results:
@@ -171,10 +201,18 @@ class Copier:
 
 
 async def copy_pages(
-    source: Store, target: Store, pages: AsyncIterator[list[NodeRead]], rules: Rules, out: dict[str, Any]
+    source: Store,
+    target: Store,
+    pages: AsyncIterator[list[NodeRead]],
+    rules: Rules,
+    out: dict[str, Any],
+    defer_counters: bool = False,
+    known: dict[str, NodeRead] | None = None,
 ) -> None:
-    """Copy every page of ``pages`` (read from ``source``) into ``target``."""
-    copier = Copier(source, target, rules, out)
+    """Copy every page of ``pages`` (read from ``source``) into ``target``; ``known``: the
+    target's nodes, read ahead."""
+    copier = Copier(source, target, rules, out, defer_counters)
+    copier.known = known
     try:
         async for page in pages:
             await copier.page(page)
@@ -236,7 +274,10 @@ async def _copy(roots: list[str], source_url: str, target_url: str, rules: Rules
     out = _new_copy_result()
 
     async def body(source: Store, target: Store) -> None:
-        await copy_pages(source, target, source.read_trees(roots, prune=rules.excluded), rules, out)
+        known = None
+        if not target.needs_parents:  # etcd: the target's side of the partition in one range scan
+            known = {n.path: n async for page in target.read_trees(roots, prune=rules.excluded) for n in page}
+        await copy_pages(source, target, source.read_trees(roots, prune=rules.excluded), rules, out, known=known)
 
     try:
         await _with_stores(source_url, target_url, body)
@@ -246,9 +287,24 @@ async def _copy(roots: list[str], source_url: str, target_url: str, rules: Rules
 
 
 async def copy_top(source: Store, target: Store, levels: list[list[str]], rules: Rules) -> dict:
-    """Copy the top of the tree (the driver's part), level by level, parents first."""
+    """Copy the top of the tree (the driver's part), level by level, parents first. Its
+    counters are left to the caller (``out["deferred_counters"]``), to move beside the job."""
     out = _new_copy_result()
-    await copy_pages(source, target, read_levels(source, levels), rules, out)
+    await copy_pages(source, target, read_levels(source, levels), rules, out, defer_counters=True)
+    return out
+
+
+async def move_counters(source_url: str, target_url: str, parents: list[str]) -> dict[str, Any]:
+    """Move the sequence counters of ``parents`` (the driver's, beside the Spark job)."""
+    out = _new_copy_result()
+
+    async def body(source: Store, target: Store) -> None:
+        await asyncio.gather(*(move_counter(source, target, p, out) for p in parents))
+
+    try:
+        await _with_stores(source_url, target_url, body)
+    except MetadataStoreError as e:
+        out["error"] = _error(e)
     return out
 
 
