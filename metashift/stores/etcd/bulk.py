@@ -63,7 +63,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
             start = resp.kvs[-1].key + b"\x00"
 
     async def _read_trees(self, roots: list[str], prune: set[str]) -> AsyncIterator[list[NodeRead]]:
-        """One range scan from the first root's key to the end of the last root's subtree, at
+        """One range scan from the first root's key to the end of the last subtree, at
         one pinned revision, keeping the keys that are a root or under one (sorted sibling
         roots leave little else in between); then in pages by depth."""
         if not roots:
@@ -71,7 +71,8 @@ class EtcdBulk(EtcdOperations, BulkStore):
         wanted = set(roots)
         pruned = tuple(prune)
         start = self._keys.key(roots[0])
-        end = prefix_end(self._keys.children_prefix(roots[-1]))
+        # not the last root's end: "/a-x/" sorts before "/a/", so "/a"'s subtree may end later
+        end = max(prefix_end(self._keys.children_prefix(r)) for r in roots)
         revision = 0
         found: list[NodeRead] = []
         while True:
