@@ -33,7 +33,7 @@ from metashift.stores import open_store
 from metashift.stores.aio import run_loop as run
 
 from . import tasks
-from .job import SparkStarter, check_urls, run_partitions
+from .job import SparkStarter, check_urls, run_sharing
 from .plan import Split, min_roots, split_tree
 from .report import CopyConflict, CopyReport, CounterReport, EmptySource, NoProgress, Progress, raise_task_error
 from .rules import Rules
@@ -78,7 +78,7 @@ def copy_tree(
             counters = Background(tasks.move_counters(source, target, split.deferred_counters))
             try:
                 if split.roots:
-                    _copy_subtrees(starter.get(), split, source, target, rules, progress, report)
+                    _copy_subtrees(starter, split, source, target, rules, progress, report)
             finally:
                 moved = counters.result()
             _add(report, [moved], by_executors=False)
@@ -161,14 +161,17 @@ def _add(report: CopyReport, results: list[dict], *, by_executors: bool = True) 
 
 
 def _copy_subtrees(
-    spark: Any, split: Split, source: str, target: str, rules: Rules, progress: Progress, report: CopyReport
+    starter: SparkStarter, split: Split, source: str, target: str, rules: Rules, progress: Progress, report: CopyReport
 ) -> None:
-    parts = split.partitions(spark.sparkContext.defaultParallelism)
+    parts = split.partitions(starter.parallelism())
     report.partitions += len(parts)
-    results = run_partitions(
-        spark, parts, tasks.copy_partition, source, target, rules, progress, (report.nodes, report.bytes)
+    mine, theirs = run_sharing(
+        starter, parts, tasks.copy_partition, source, target, rules, progress, (report.nodes, report.bytes)
     )
-    _add(report, results)
+    report.partitions_in_driver = len(mine)
+    report.listed_by_driver += sum(r["listed"] for r in mine)
+    _add(report, mine + theirs, by_executors=False)
+    report.listed_by_executors += sum(r["listed"] for r in theirs)
 
 
 async def _compact(target: str) -> None:
