@@ -81,16 +81,17 @@ def copy_tree(
                     _copy_subtrees(starter, split, source, target, rules, progress, report)
             finally:
                 moved = counters.result()
+            report.counters_seconds = counters.seconds
             _add(report, [moved], by_executors=False)
             report.copy_seconds = time.monotonic() - copy_started
         finally:
             compactor.stop()
         report.compactions += compactor.count
-        counters_started = time.monotonic()
+        compaction_started = time.monotonic()
         if report.write_ops:
             run(_compact(target))
             report.compactions += 1
-        report.counters_seconds = time.monotonic() - counters_started
+        report.compaction_seconds = time.monotonic() - compaction_started
     finally:
         progress.finish()
     report.seconds = time.monotonic() - started
@@ -184,14 +185,18 @@ class Background:
 
     def __init__(self, coro: Any) -> None:
         self._box: dict[str, Any] = {}
+        self.seconds = 0.0
         self._thread = threading.Thread(target=self._run, args=(coro,), name="metashift-background", daemon=True)
         self._thread.start()
 
     def _run(self, coro: Any) -> None:
+        started = time.monotonic()
         try:
             self._box["result"] = run(coro)
         except BaseException as e:  # handed over to the caller's thread
             self._box["error"] = e
+        finally:
+            self.seconds = time.monotonic() - started
 
     def result(self) -> Any:
         self._thread.join()

@@ -131,6 +131,9 @@ class CopyReport:
     listing_seconds: float = 0.0
     copy_seconds: float = 0.0
     counters_seconds: float = 0.0
+    """How long the driver moved the top's counters (beside the copy, within ``copy_seconds``)."""
+    compaction_seconds: float = 0.0
+    """The final compaction (etcd: the request only; the server frees the space afterwards)."""
     compactions: int = 0
     """Compactions of the target's history: during the copy (every ``compact_every`` writes) and
     after it. Stores without a history (ZooKeeper) count them too; for them they cost nothing."""
@@ -157,7 +160,7 @@ class CopyReport:
             "  counters   "
             + (", ".join(f"{p} {c.source}->{c.target}" for p, c in sorted(self.counters.items())) or "none"),
             f"  time       {self.seconds:.1f}s (listing {self.listing_seconds:.1f}s, copy {self.copy_seconds:.1f}s, "
-            f"counters {self.counters_seconds:.1f}s): {self.nodes_per_second:,.0f} nodes/s",
+            f"counters {self.counters_seconds:.1f}s beside it): {self.nodes_per_second:,.0f} nodes/s",
             f"  writes     {self.write_ops} ({self.write_amplification:.2f} per node written)",
         ]
         if self.verify is not None:

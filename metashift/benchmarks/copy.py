@@ -307,7 +307,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         out["copy"] = {
             "nodes": report["nodes"], "bytes": report["bytes"], "seconds": round(copy_s, 2),
             "listing_seconds": round(report["listing_seconds"], 2), "copy_seconds": round(report["copy_seconds"], 2),
-            "final_compaction_seconds": round(report["counters_seconds"], 2),
+            "counters_seconds": round(report["counters_seconds"], 2),
+            "final_compaction_seconds": round(report.get("compaction_seconds", 0.0), 2),
+            "partitions_in_driver": report.get("partitions_in_driver", 0),
             "nodes_per_second": round(report["nodes_per_second"]), "write_ops": report["write_ops"],
             "write_amplification": round(report["write_amplification"], 2), "partitions": report["partitions"],
             "compactions": report["compactions"], "listed_by_driver": report["listed_by_driver"],
