@@ -2,19 +2,21 @@
 
 ``copy_tree(source, target)`` is what ``metashift copy`` and the coordinator call:
 
-1. check both URLs and reach both stores (nothing is written before both answer);
-2. list the source in the driver (``plan.make_plan``): persistent nodes with version and size,
-   ephemerals counted and skipped, ``/zookeeper`` and ``/pulsar/migration-coordinator`` pruned,
-   the sequence counters read;
-3. one Spark job per depth (parents first), each partition read from both stores by the
-   executor and judged (``rules.judge``): equal nodes are left alone, missing or behind ones
-   are restored to the source's value and version (``Store.restore_many``), and nodes
-   the target has ahead of the source are conflicts: the copy stops and names them;
-4. the counters: each target counter is advanced past the source's;
-5. the target's history is compacted (etcd) when anything was written, and also during the copy
-   every ``compact_every`` writes, so that the history the replayed versions leave never grows
-   past that much (etcd counts it against its quota until compacted);
-6. with ``verify=True``, the verification job (``verify.verify_tree``).
+1. check both URLs and reach both stores (nothing is written before both answer); Spark starts
+   from here on, beside the steps that follow;
+2. the driver lists the top of the source (``plan.split_tree``: a few levels, until one holds
+   enough nodes to share out) and copies it itself, parents first;
+3. one Spark job over the subtrees below: each partition lists its subtrees in the source, reads
+   both stores and judges each node (``rules.judge``): equal nodes are left alone, missing or
+   behind ones are restored to the source's value and version (``Store.restore_many``, packed
+   across the partition), and nodes the target has ahead of the source are conflicts: the copy
+   names them (nothing is written below them);
+4. the sequence counters are moved past the source's by whoever copied their node, as soon as
+   it is in place, while the copy goes on;
+5. the target's history is compacted (etcd) every ``compact_every`` writes during the copy (a
+   driver thread watches the target's revision) and once at the end, without waiting for etcd
+   to free the space (it does so in the background and reuses it);
+6. with ``verify=True``, the verification job (``verify.verify_tree``) on the same split.
 
 A second run finds everything equal and writes nothing; a run killed half-way leaves nodes
 missing or behind, which the next run completes.
@@ -22,6 +24,8 @@ missing or behind, which the next run completes.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
 from typing import Any
 
@@ -29,14 +33,13 @@ from metashift.stores import open_store
 from metashift.stores.aio import run_loop as run
 
 from . import tasks
-from .job import check_urls, run_partitions
-from .plan import Item, Plan, make_source_plan
-from .report import CopyConflict, CopyReport, CounterReport, NoProgress, Progress, raise_task_error
+from .job import SparkStarter, check_urls, run_sharing
+from .plan import Split, min_roots, split_tree
+from .report import CopyConflict, CopyReport, CounterReport, EmptySource, NoProgress, Progress, raise_task_error
 from .rules import Rules
-from .session import check_master, get_session
+from .session import check_master
 
-#: Target writes between two compactions of its history during the copy (the groups of
-#: partitions run between compactions are cut at about this many writes).
+#: Target writes between two compactions of its history during the copy.
 COMPACT_EVERY_WRITES = 1_000_000
 
 #: Order in which executor errors are raised when several partitions failed: the most telling first.
@@ -65,16 +68,30 @@ def copy_tree(
     report = CopyReport(str(src_url), str(tgt_url))
     started = time.monotonic()
     try:
-        plan = run(_prepare(source, target, rules, progress))
-        report.listing_seconds = plan.listing_seconds
-        report.ephemerals_skipped = plan.ephemerals
-        spark = spark or get_session(master)
-        copy_started = time.monotonic()
-        compacted_at = _copy_nodes(spark, plan, source, target, rules, progress, report, compact_every)
-        report.copy_seconds = time.monotonic() - copy_started
-        counters_started = time.monotonic()
-        run(_finish(target, plan, report, compacted_at))
-        report.counters_seconds = time.monotonic() - counters_started
+        run(_reach(source, target))
+        starter = SparkStarter(master, spark)
+        compactor = Compactor(target, compact_every)
+        try:
+            split = run(_copy_top(source, target, rules, progress, report, starter))
+            report.listing_seconds = split.listing_seconds
+            copy_started = time.monotonic()
+            counters = Background(tasks.move_counters(source, target, split.deferred_counters))
+            try:
+                if split.roots:
+                    _copy_subtrees(starter, split, source, target, rules, progress, report)
+            finally:
+                moved = counters.result()
+            report.counters_seconds = counters.seconds
+            _add(report, [moved], by_executors=False)
+            report.copy_seconds = time.monotonic() - copy_started
+        finally:
+            compactor.stop()
+        report.compactions += compactor.count
+        compaction_started = time.monotonic()
+        if report.write_ops:
+            run(_compact(target))
+            report.compactions += 1
+        report.compaction_seconds = time.monotonic() - compaction_started
     finally:
         progress.finish()
     report.seconds = time.monotonic() - started
@@ -84,7 +101,9 @@ def copy_tree(
     if verify:
         from .verify import verify_tree
 
-        report.verify = verify_tree(source, target, rules=rules, progress=progress_for_verify(progress), spark=spark)
+        report.verify = verify_tree(
+            source, target, rules=rules, progress=progress_for_verify(progress), spark=starter.get(), split=split
+        )
     return report
 
 
@@ -93,84 +112,130 @@ def progress_for_verify(progress: Progress) -> Progress:
     return type(progress)() if not isinstance(progress, NoProgress) else progress
 
 
-async def _prepare(source: str, target: str, rules: Rules, progress: Progress) -> Plan:
-    # reach the target first: an unreachable target fails before a long listing of the source
+async def _reach(source: str, target: str) -> None:
+    # the target first: an unreachable target fails before anything is read from the source
     async with await open_store(target, watch=False):
         pass
-    async with await open_store(source, watch=False, create_root=False) as store:
-        return await make_source_plan(store, source, rules, lambda n: progress.listing("listing", n))
+    async with await open_store(source, watch=False, create_root=False):
+        pass
 
 
-def _copy_nodes(
-    spark: Any,
-    plan: Plan,
-    source: str,
-    target: str,
-    rules: Rules,
-    progress: Progress,
-    report: CopyReport,
-    compact_every: int,
-) -> int:
-    """Run the copy's stages; returns ``report.write_ops`` as of the last compaction."""
-    stages = plan.stages(spark.sparkContext.defaultParallelism)
-    progress.start("copying", len(plan.nodes), plan.total_bytes)
-    done = (0, 0)
-    compacted_at = 0
-    for stage in stages:
-        for parts in _groups(stage, compact_every):
-            report.partitions += len(parts)
-            results = run_partitions(spark, parts, tasks.copy_partition, source, target, rules, progress, done)
-            errors = [r["error"] for r in results if r["error"]]
-            conflicts = [c for r in results for c in r["conflicts"]]
-            for r in results:
-                for key in ("nodes", "bytes", "written", "unchanged", "vanished", "write_ops"):
-                    setattr(report, key, getattr(report, key) + r[key])
-                report.ephemerals_skipped += r["ephemerals"]
-            done = (done[0] + sum(len(p) for p in parts), report.bytes)
-            if errors:
-                errors.sort(key=lambda e: _ERROR_ORDER.index(e["type"]) if e["type"] in _ERROR_ORDER else 99)
-                raise_task_error(errors[0])
-            if conflicts:
-                # deeper stages would write children under nodes the copy could not bring over
-                raise CopyConflict([(p, why) for p, why in conflicts])
-            if report.write_ops - compacted_at >= compact_every:
-                run(_compact(target))
-                report.compactions += 1
-                compacted_at = report.write_ops
-    return compacted_at
+async def _copy_top(
+    source: str, target: str, rules: Rules, progress: Progress, report: CopyReport, starter: SparkStarter
+) -> Split:
+    """List the top of the source and copy it (the driver's part); Spark starts meanwhile."""
+    async with (
+        await open_store(source, watch=False, create_root=False) as src,
+        await open_store(target, watch=False) as tgt,
+    ):
+        progress.listing("listing", 0)
+        starter.start()
+        split = await split_tree(src, rules, min_roots(starter.parallelism()))
+        if not split.top and not split.roots:  # a mistyped chroot or prefix: not a copy of nothing
+            raise EmptySource(source)
+        progress.start("copying", 0, 0)
+        out = await tasks.copy_top(src, tgt, split.top, rules)
+    split.deferred_counters = out.get("deferred_counters", [])
+    _add(report, [out], by_executors=False)
+    report.listed_by_driver = split.top_nodes + len(split.roots)
+    progress.update(report.nodes, report.bytes)
+    return split
 
 
-def _groups(parts: list[list[Item]], max_work: int) -> list[list[list[Item]]]:
-    """Consecutive runs of ``parts`` of at most ``max_work`` writes each (at least one part)."""
-    groups: list[list[list[Item]]] = [[]]
-    work = 0
-    for part in parts:
-        cost = sum(version + 1 for _, version, _ in part)
-        if groups[-1] and work + cost > max_work:
-            groups.append([])
-            work = 0
-        groups[-1].append(part)
-        work += cost
-    return groups
+def _add(report: CopyReport, results: list[dict], *, by_executors: bool = True) -> None:
+    """Add the tasks' counts to ``report``; raise the first error or the conflicts."""
+    errors = [r["error"] for r in results if r["error"]]
+    conflicts = [c for r in results for c in r["conflicts"]]
+    for r in results:
+        for key in ("nodes", "bytes", "written", "unchanged", "vanished", "write_ops"):
+            setattr(report, key, getattr(report, key) + r[key])
+        report.ephemerals_skipped += r["ephemerals"]
+        if by_executors:
+            report.listed_by_executors += r["listed"]
+        for parent, (want, before, after, writes) in r["counters"].items():
+            report.counters[parent] = CounterReport(want, before, after, writes)
+    if errors:
+        errors.sort(key=lambda e: _ERROR_ORDER.index(e["type"]) if e["type"] in _ERROR_ORDER else 99)
+        raise_task_error(errors[0])
+    if conflicts:
+        raise CopyConflict([(p, why) for p, why in conflicts])
+
+
+def _copy_subtrees(
+    starter: SparkStarter, split: Split, source: str, target: str, rules: Rules, progress: Progress, report: CopyReport
+) -> None:
+    parts = split.partitions(starter.parallelism())
+    report.partitions += len(parts)
+    mine, theirs = run_sharing(
+        starter, parts, tasks.copy_partition, source, target, rules, progress, (report.nodes, report.bytes)
+    )
+    report.partitions_in_driver = len(mine)
+    report.listed_by_driver += sum(r["listed"] for r in mine)
+    _add(report, mine + theirs, by_executors=False)
+    report.listed_by_executors += sum(r["listed"] for r in theirs)
 
 
 async def _compact(target: str) -> None:
     async with await open_store(target, watch=False) as store:
-        await store.compact_history()
+        await store.compact_history(wait=False)
 
 
-async def _finish(target: str, plan: Plan, report: CopyReport, compacted_at: int) -> None:
-    """Carry the counters over, then compact the target's history if anything was written since
-    the last compaction (``compacted_at``: ``report.write_ops`` then)."""
-    async with await open_store(target, watch=False) as store:
-        for parent, counter in sorted(plan.counters.items()):
-            before = await store.sequence_counter(parent)
-            writes = 0
-            if before < counter:
-                writes = await store.advance_sequence_counter(parent, counter)
-            after = await store.sequence_counter(parent) if writes else before
-            report.counters[parent] = CounterReport(counter, before, after, writes)
-            report.write_ops += writes
-        if report.write_ops > compacted_at:
-            await store.compact_history()
-            report.compactions += 1
+class Background:
+    """A coroutine run to its end on its own event loop in a driver thread, beside the Spark job."""
+
+    def __init__(self, coro: Any) -> None:
+        self._box: dict[str, Any] = {}
+        self.seconds = 0.0
+        self._thread = threading.Thread(target=self._run, args=(coro,), name="metashift-background", daemon=True)
+        self._thread.start()
+
+    def _run(self, coro: Any) -> None:
+        started = time.monotonic()
+        try:
+            self._box["result"] = run(coro)
+        except BaseException as e:  # handed over to the caller's thread
+            self._box["error"] = e
+        finally:
+            self.seconds = time.monotonic() - started
+
+    def result(self) -> Any:
+        self._thread.join()
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["result"]
+
+
+class Compactor:
+    """A driver thread that compacts the target's history every ``every`` writes (read from the
+    target's own revision, so that it sees the executors' writes as they happen)."""
+
+    POLL_SECONDS = 0.2
+
+    def __init__(self, target: str, every: int) -> None:
+        self.target, self.every, self.count = target, every, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="metashift-compactor", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            run(self._watch())
+        except Exception:  # a failing compaction must not fail the copy: the final one reports
+            pass
+
+    async def _watch(self) -> None:
+        async with await open_store(self.target, watch=False) as store:
+            last = await store.history_revision()
+            if last is None:
+                return
+            while not self._stop.is_set():
+                await asyncio.sleep(self.POLL_SECONDS)
+                now = await store.history_revision()
+                if now is not None and now - last >= self.every:
+                    await store.compact_history(wait=False)
+                    self.count += 1
+                    last = now
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

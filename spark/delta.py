@@ -13,13 +13,13 @@ from metashift.stores import (
     GetOp,
     MetadataStoreError,
     NotFound,
+    OpResult,
     Restore,
     Store,
     paths,
 )
 
 from .rules import Judgement, Rules, Side, Verdict, counter_ok, judge
-from .tasks import side_of
 
 #: Paths read per batch.
 _CHUNK = 500
@@ -35,6 +35,17 @@ class DeltaReport:
     write_ops: int = 0
     counters: int = 0
     conflicts: list[tuple[str, str]] = field(default_factory=list)
+
+
+def side_of(result: OpResult) -> Side | None:
+    """A ``get``'s answer as the judgement sees it (``None``: no node)."""
+    if isinstance(result, MetadataStoreError):
+        raise result
+    if result is None:
+        return None
+    assert isinstance(result, tuple)
+    value, stat = result
+    return Side(value, stat.version, stat.ephemeral)
 
 
 async def _read(source: Store, target: Store, chunk: list[str]) -> list[tuple[str, Side | None, Side | None]]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import os
+import re
 import socket
 import threading
 from collections.abc import Callable
@@ -11,9 +13,9 @@ from typing import Any, TypeVar
 from metashift.stores import InvalidStoreURL, StoreURL, paths
 from metashift.stores import parse_url as parse_store_url
 
-from .plan import Item
 from .report import Progress, SameStore
 from .rules import Rules
+from .session import get_session
 
 T = TypeVar("T")
 POLL_SECONDS = 0.25
@@ -47,9 +49,83 @@ def _endpoints(url: StoreURL) -> set[tuple[str, int]]:
     return out
 
 
+class SparkStarter:
+    """The Spark session, started in a thread beside the driver's own work (a session takes
+    seconds to start: the listing and the copy of the top of the tree run meanwhile)."""
+
+    def __init__(self, master: str | None, spark: Any = None) -> None:
+        self.master = master
+        self._spark = spark
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self._spark is None and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="metashift-spark-start", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._spark = get_session(self.master)
+        except BaseException as e:  # handed over to the caller's thread by get()
+            self._error = e
+
+    @property
+    def local(self) -> bool:
+        """Spark runs on this machine (``local[...]``): the driver may share the work."""
+        return self._spark is None and (self.master or "local[*]").startswith("local")
+
+    def ready(self) -> bool:
+        return self._spark is not None or (self._thread is not None and not self._thread.is_alive())
+
+    def parallelism(self) -> int:
+        """Spark's default parallelism when it is up; until then what the master URL says, or
+        the cores of this machine."""
+        if self._spark is not None:
+            return int(self._spark.sparkContext.defaultParallelism)
+        m = re.fullmatch(r"local\[(\d+)(,\d+)?\]", self.master or "")
+        return int(m.group(1)) if m else (1 if self.master == "local" else os.cpu_count() or 1)
+
+    def get(self) -> Any:
+        self.start()
+        if self._thread is not None:
+            self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._spark
+
+
+def run_sharing(
+    starter: SparkStarter,
+    parts: list[list[str]],
+    task: Callable[..., dict],
+    source: str,
+    target: str,
+    rules: Rules,
+    progress: Progress,
+    done: tuple[int, int] = (0, 0),
+) -> tuple[list[dict], list[dict]]:
+    """Run ``task`` over ``parts``: on a local Spark still starting, the driver runs partitions
+    itself (in this thread) until it is up, then Spark runs the rest as one job. Returns the
+    driver's results and Spark's."""
+    queue = list(reversed(parts))
+    mine: list[dict] = []
+    nodes, size = done
+    if starter.local:
+        starter.start()
+        while queue and not starter.ready():
+            mine.append(task(queue.pop(), source_url=source, target_url=target, rules=rules))
+            nodes, size = nodes + mine[-1]["nodes"], size + mine[-1]["bytes"]
+            progress.update(nodes, size)
+            if mine[-1]["error"] or mine[-1].get("conflicts"):
+                return mine, []
+    theirs = run_partitions(starter.get(), queue[::-1], task, source, target, rules, progress, (nodes, size))
+    return mine, theirs
+
+
 def run_partitions(
     spark: Any,
-    parts: list[list[Item]],
+    parts: list[list[str]],
     task: Callable[..., dict],
     source: str,
     target: str,

@@ -73,6 +73,10 @@ class VerifyReport:
     seconds: float = 0.0
     listing_seconds: float = 0.0
     nodes_per_second: float = 0.0
+    listed_by_driver: int = 0
+    """Nodes the driver listed: the top of the tree and the names of the subtrees' roots."""
+    listed_by_executors: int = 0
+    """Nodes the Spark executors listed (each subtree, its root included; both sides read)."""
 
     @property
     def ok(self) -> bool:
@@ -127,10 +131,19 @@ class CopyReport:
     listing_seconds: float = 0.0
     copy_seconds: float = 0.0
     counters_seconds: float = 0.0
+    """How long the driver moved the top's counters (beside the copy, within ``copy_seconds``)."""
+    compaction_seconds: float = 0.0
+    """The final compaction (etcd: the request only; the server frees the space afterwards)."""
     compactions: int = 0
     """Compactions of the target's history: during the copy (every ``compact_every`` writes) and
     after it. Stores without a history (ZooKeeper) count them too; for them they cost nothing."""
     partitions: int = 0
+    listed_by_driver: int = 0
+    """Nodes the driver listed: the top of the tree and the names of the subtrees' roots."""
+    listed_by_executors: int = 0
+    """Nodes the Spark executors listed and read (the subtrees below the top)."""
+    partitions_in_driver: int = 0
+    """Partitions the driver copied itself while a local Spark was starting."""
     verify: VerifyReport | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -147,7 +160,7 @@ class CopyReport:
             "  counters   "
             + (", ".join(f"{p} {c.source}->{c.target}" for p, c in sorted(self.counters.items())) or "none"),
             f"  time       {self.seconds:.1f}s (listing {self.listing_seconds:.1f}s, copy {self.copy_seconds:.1f}s, "
-            f"counters {self.counters_seconds:.1f}s): {self.nodes_per_second:,.0f} nodes/s",
+            f"counters {self.counters_seconds:.1f}s beside it): {self.nodes_per_second:,.0f} nodes/s",
             f"  writes     {self.write_ops} ({self.write_amplification:.2f} per node written)",
         ]
         if self.verify is not None:
@@ -232,11 +245,13 @@ class RichProgress:
 
     def start(self, what: str, nodes: int, size: int) -> None:
         self._total_size = size
-        self._task = self._bar.add_task(what, total=max(nodes, 1), size=f"0 B / {_size(size)}")
+        # the total is unknown (0) when the executors list the tree as they go
+        self._task = self._bar.add_task(what, total=nodes or None, size=f"0 B / {_size(size)}" if size else "")
 
     def update(self, nodes: int, size: int) -> None:
         if self._task is not None:
-            self._bar.update(self._task, completed=nodes, size=f"{_size(size)} / {_size(self._total_size)}")
+            shown = f"{_size(size)} / {_size(self._total_size)}" if self._total_size else _size(size)
+            self._bar.update(self._task, completed=nodes, size=shown)
 
     def finish(self) -> None:
         self._bar.stop()

@@ -1,56 +1,55 @@
-"""What runs in the Spark executors: one function per partition, for the copy and the verification.
+"""What runs in the Spark executors (and, for the top of the tree, in the driver): the copy and
+the verification of whole subtrees, listing included.
 
 Pickle-safe by construction: module-level functions over plain data (URL strings, ``Rules``, lists
-of tuples). Each task opens its own source and target stores (without watches), runs its asyncio
-loop, and returns one plain dict. Store errors do not escape as task failures (Spark would retry
-or wrap them): they come back in the dict, named, and the driver raises them.
+of root paths). Each task opens its own source and target stores (without watches), runs its
+asyncio loop, and returns one plain dict. Store errors do not escape as task failures (Spark would
+retry or wrap them): they come back in the dict, named, and the driver raises them.
+
+The copy of one partition streams: the source's subtrees are read page by page (breadth first,
+``Store.read_trees``), each page's target side read (``Store.read_many``) and judged
+(``rules.judge``), and the restores are packed across pages (``Store.restore_many`` of up to
+``MAX_PENDING_WRITES`` writes: one etcd txn carries 128 distinct keys whatever the chunk they came
+from). A target that needs parents first (ZooKeeper) gets the pending restores before any node
+of a deeper level. A sequence counter is moved as soon as its node is in place, while the copy
+goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
 
 from metashift.stores import (
     BadVersion,
-    GetOp,
     MetadataStoreError,
-    OpResult,
+    NodeRead,
     Restore,
     Store,
     open_store,
+    paths,
 )
 from metashift.stores.aio import run_loop
 
-from .plan import Item
-from .rules import Judgement, Rules, Side, Verdict, judge
+from .rules import Judgement, Rules, Side, Verdict, counter_ok, judge
 
-#: A path and what the source and the target hold there (None: nothing).
-Pair = tuple[str, Side | None, Side | None]
-
-T = TypeVar("T")
-
-#: Nodes read (from each side) per batch; the next batch is read while this one is written.
-READ_CHUNK = 500
 #: A partition that failed because a store did not answer is run again (the copy resumes where
 #: it stopped: it reads the target first), after 2 s, then 4 s.
 RETRIES = 2
+#: Restores held before they are sent: writes, bytes.
+MAX_PENDING_WRITES = 50_000
+MAX_PENDING_BYTES = 32 * 1024 * 1024
 
 
 def _error(e: MetadataStoreError) -> dict[str, Any]:
     return {"type": type(e).__name__, "message": str(e), "path": e.path}
 
 
-def side_of(result: OpResult) -> Side | None:
-    if isinstance(result, MetadataStoreError):
-        raise result
-    if result is None:
-        return None
-    assert isinstance(result, tuple)
-    value, stat = result
-    return Side(value, stat.version, stat.ephemeral)
+def _side(node: NodeRead | None) -> Side | None:
+    return None if node is None else Side(node.value, node.version, node.ephemeral)
 
 
 async def _with_stores(
@@ -67,36 +66,169 @@ async def _with_stores(
         await source.close()
 
 
-async def _read_pairs(
-    source: Store, target: Store, items: list[Item]
-) -> Callable[[], Awaitable[list[Pair]]]:
-    """Read ``items`` from both sides, ``READ_CHUNK`` at a time, one chunk ahead of the caller."""
-    chunks = [items[i : i + READ_CHUNK] for i in range(0, len(items), READ_CHUNK)]
-
-    async def read(chunk: list[Item]) -> list[Pair]:
-        ops = [GetOp(path) for path, _, _ in chunk]
-        got_source, got_target = await asyncio.gather(source.batch(ops), target.batch(ops))
-        return [
-            (path, side_of(s), side_of(t)) for (path, _, _), s, t in zip(chunk, got_source, got_target, strict=True)
-        ]
-
-    tasks = [asyncio.ensure_future(read(chunks[0]))] if chunks else []
-    index = 0
-
-    async def next_chunk() -> list[Pair]:
-        nonlocal index
-        if index >= len(chunks):
-            return []
-        current = tasks[index]
-        index += 1
-        if index < len(chunks):
-            tasks.append(asyncio.ensure_future(read(chunks[index])))
-        return await current
-
-    return next_chunk
+async def source_counter(store: Store, parent: str) -> int:
+    """The next sequential suffix the target must reach for ``parent``: the exact one would keep
+    the promise; the parent's children_version (on ZooKeeper the cversion, which also counts
+    deletions) is the larger, the number operators compare with, so the target reaches that."""
+    exact = await store.sequence_counter(parent)
+    return max(exact, await store.children_version(parent) or 0)
 
 
-# ---- the copy -------------------------------------------------------------------------------------
+async def move_counter(source: Store, target: Store, parent: str, out: dict[str, Any]) -> None:
+    """Move ``parent``'s sequence counter in ``target`` past the source's; counted in ``out``."""
+    want = await source_counter(source, parent)
+    before = await target.sequence_counter(parent)
+    writes = await target.advance_sequence_counter(parent, want) if before < want else 0
+    after = await target.sequence_counter(parent) if writes else before
+    out["counters"][parent] = (want, before, after, writes)
+    out["write_ops"] += writes
+
+
+def _new_copy_result() -> dict[str, Any]:
+    return {
+        "nodes": 0, "bytes": 0, "written": 0, "unchanged": 0, "ephemerals": 0, "vanished": 0,
+        "write_ops": 0, "conflicts": [], "counters": {}, "error": None, "listed": 0,
+    }  # fmt: skip
+
+
+class Copier:
+    """The copy of a stream of source pages into ``target`` (module doc); counts in ``out``."""
+
+    def __init__(
+        self, source: Store, target: Store, rules: Rules, out: dict[str, Any], defer_counters: bool = False
+    ) -> None:
+        self.source, self.target, self.rules, self.out = source, target, rules, out
+        self.defer_counters = defer_counters
+        """Leave the counters to the caller (``out["deferred_counters"]``) instead of moving them."""
+        self.pending: list[Restore] = []
+        self.pending_writes = 0
+        self.pending_bytes = 0
+        self.pending_depth = 0
+        self.conflicted: set[str] = set()
+        self.counter_jobs: list[asyncio.Task[None]] = []
+        self.writing: asyncio.Task[None] | None = None
+        """The restores sent last, still running while the next pages are read (targets that do
+        not need parents first)."""
+        self.known: dict[str, NodeRead] | None = None
+        """The target's nodes, when read ahead for the whole partition (one range scan on etcd)."""
+
+    async def page(self, nodes: list[NodeRead]) -> None:
+        out, rules = self.out, self.rules
+        out["listed"] += len(nodes)
+        keep: list[NodeRead] = []
+        for node in nodes:
+            if rules.is_excluded(node.path):
+                continue
+            if node.ephemeral:
+                out["ephemerals"] += 1
+            elif not self.conflicted or not any(a in self.conflicted for a in paths.ancestors(node.path)):
+                keep.append(node)  # (never below a conflict: it could not be brought over)
+        if not keep:
+            return
+        if self.known is not None:
+            targets: list[NodeRead | None] = [self.known.pop(n.path, None) for n in keep]
+        else:
+            targets = await self.target.read_many([n.path for n in keep])
+        for node, tgt in zip(keep, targets, strict=True):
+            out["nodes"] += 1
+            out["bytes"] += len(node.value)
+            counter = rules.is_counter(node.path)
+            j = judge(Side(node.value, node.version), _side(tgt), counter=counter)
+            if j.verdict is Verdict.EQUAL:
+                out["unchanged"] += 1
+                if counter:
+                    self._move_counter(node.path)
+            elif j.verdict is Verdict.CONFLICT:
+                out["conflicts"].append((node.path, j.detail))
+                self.conflicted.add(node.path)
+            else:
+                depth = node.path.count(paths.SEPARATOR)
+                if self.pending and self.target.needs_parents and depth > self.pending_depth:
+                    await self.flush()
+                self.pending.append(Restore(node.path, node.value, node.version, -1 if tgt is None else tgt.version))
+                self.pending_depth = depth
+                self.pending_writes += node.version - (-1 if tgt is None else tgt.version)
+                self.pending_bytes += len(node.value) + len(node.path)
+                if self.pending_writes >= MAX_PENDING_WRITES or self.pending_bytes >= MAX_PENDING_BYTES:
+                    await self.flush(wait=False)
+
+    async def flush(self, *, wait: bool = True) -> None:
+        """Send the pending restores; ``wait=False``: let them run while the next pages are read
+        (at most one such batch at a time)."""
+        if self.writing is not None:
+            writing, self.writing = self.writing, None
+            await writing
+        restores, self.pending = self.pending, []
+        self.pending_writes = self.pending_bytes = 0
+        if not restores:
+            return
+        if wait or self.target.needs_parents:
+            await self._restore(restores)
+        else:
+            self.writing = asyncio.ensure_future(self._restore(restores))
+
+    async def _restore(self, restores: list[Restore]) -> None:
+        out = self.out
+        for restore, res in zip(restores, await self.target.restore_many(restores), strict=True):
+            if isinstance(res, BadVersion):
+                out["conflicts"].append((restore.path, f"the target's node changed during the copy ({res})"))
+                self.conflicted.add(restore.path)
+            elif isinstance(res, MetadataStoreError):
+                raise res
+            else:
+                out["written"] += 1
+                out["write_ops"] += res
+                if self.rules.is_counter(restore.path):
+                    self._move_counter(restore.path)
+
+    def _move_counter(self, parent: str) -> None:
+        if self.defer_counters:
+            self.out.setdefault("deferred_counters", []).append(parent)
+        else:
+            self.counter_jobs.append(asyncio.ensure_future(move_counter(self.source, self.target, parent, self.out)))
+
+    async def finish(self) -> None:
+        try:
+            await self.flush()
+        finally:
+            if self.writing is not None:  # an error stopped the copy: let the batch end first
+                await asyncio.gather(self.writing, return_exceptions=True)
+            jobs, self.counter_jobs = self.counter_jobs, []
+            results = await asyncio.gather(*jobs, return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                raise r
+
+
+async def copy_pages(
+    source: Store,
+    target: Store,
+    pages: AsyncIterator[list[NodeRead]],
+    rules: Rules,
+    out: dict[str, Any],
+    defer_counters: bool = False,
+    known: dict[str, NodeRead] | None = None,
+) -> None:
+    """Copy every page of ``pages`` (read from ``source``) into ``target``; ``known``: the
+    target's nodes, read ahead."""
+    copier = Copier(source, target, rules, out, defer_counters)
+    copier.known = known
+    try:
+        async for page in pages:
+            await copier.page(page)
+    finally:
+        await copier.finish()
+
+
+async def read_levels(store: Store, levels: list[list[str]]) -> AsyncIterator[list[NodeRead]]:
+    """The nodes of ``levels`` (lists of paths, shallowest first) as pages, without descending."""
+    for level in levels:
+        page = [n for n in await store.read_many(level) if n is not None]
+        if page:
+            yield page
+
+
+# ---- running a task -------------------------------------------------------------------------------
 
 
 def _with_retries(attempt: Callable[[], dict]) -> dict:
@@ -118,66 +250,56 @@ def _with_retries(attempt: Callable[[], dict]) -> dict:
 
 
 def _partition(
-    work: Callable[[list[Item], str, str, Rules], Coroutine[Any, Any, dict]],
-    items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any,
+    work: Callable[[list[str], str, str, Rules], Coroutine[Any, Any, dict]],
+    roots: list[str], source_url: str, target_url: str, rules: Rules, progress: Any,
 ) -> dict:
     """Run ``work`` on one partition with retries; ``progress`` is an optional pair of Spark
     accumulators (nodes, bytes)."""
-    result = _with_retries(lambda: run_loop(work(items, source_url, target_url, rules)))
+    result = _with_retries(lambda: run_loop(work(roots, source_url, target_url, rules)))
     if progress is not None:
-        progress[0].add(len(items))
+        progress[0].add(result["nodes"])
         progress[1].add(result["bytes"])
     return result
 
 
-def judged(pairs: list[Pair], rules: Rules, out: dict[str, Any]) -> Iterator[tuple[str, Side, Side | None, Judgement]]:
-    """The persistent source nodes of ``pairs`` with the judgement of their target side; nodes
-    that vanished from the source and ephemerals are only counted (``out``), as are the nodes
-    and bytes judged. Copy and verify see the tree through this one filter."""
-    for path, src, tgt in pairs:
-        if src is None:
-            out["vanished"] += 1
-            continue
-        if src.ephemeral:
-            out["ephemerals"] += 1
-            continue
-        out["nodes"] += 1
-        out["bytes"] += len(src.value)
-        yield path, src, tgt, judge(src, tgt, counter=rules.is_counter(path))
+# ---- the copy -------------------------------------------------------------------------------------
 
 
-def copy_partition(items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
-    """Copy one partition (executor side)."""
-    return _partition(_copy, items, source_url, target_url, rules, progress)
+def copy_partition(roots: list[str], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
+    """Copy the subtrees of one partition (executor side): listed, read and written here."""
+    return _partition(_copy, roots, source_url, target_url, rules, progress)
 
 
-async def _copy(items: list[Item], source_url: str, target_url: str, rules: Rules) -> dict:
-    out: dict[str, Any] = {
-        "nodes": 0, "bytes": 0, "written": 0, "unchanged": 0, "ephemerals": 0, "vanished": 0,
-        "write_ops": 0, "conflicts": [], "error": None,
-    }  # fmt: skip
+async def _copy(roots: list[str], source_url: str, target_url: str, rules: Rules) -> dict:
+    out = _new_copy_result()
 
     async def body(source: Store, target: Store) -> None:
-        next_chunk = await _read_pairs(source, target, items)
-        while pairs := await next_chunk():
-            restores: list[Restore] = []
-            for path, src, tgt, j in judged(pairs, rules, out):
-                if j.verdict is Verdict.EQUAL:
-                    out["unchanged"] += 1
-                elif j.verdict is Verdict.CONFLICT:
-                    out["conflicts"].append((path, j.detail))
-                else:
-                    restores.append(Restore(path, src.value, src.version, -1 if tgt is None else tgt.version))
-            if not restores:
-                continue
-            for restore, res in zip(restores, await target.restore_many(restores), strict=True):
-                if isinstance(res, BadVersion):
-                    out["conflicts"].append((restore.path, f"the target's node changed during the copy ({res})"))
-                elif isinstance(res, MetadataStoreError):
-                    raise res
-                else:
-                    out["written"] += 1
-                    out["write_ops"] += res
+        known = None
+        if not target.needs_parents:  # etcd: the target's side of the partition in one range scan
+            known = {n.path: n async for page in target.read_trees(roots, prune=rules.excluded) for n in page}
+        await copy_pages(source, target, source.read_trees(roots, prune=rules.excluded), rules, out, known=known)
+
+    try:
+        await _with_stores(source_url, target_url, body)
+    except MetadataStoreError as e:
+        out["error"] = _error(e)
+    return out
+
+
+async def copy_top(source: Store, target: Store, levels: list[list[str]], rules: Rules) -> dict:
+    """Copy the top of the tree (the driver's part), level by level, parents first. Its
+    counters are left to the caller (``out["deferred_counters"]``), to move beside the job."""
+    out = _new_copy_result()
+    await copy_pages(source, target, read_levels(source, levels), rules, out, defer_counters=True)
+    return out
+
+
+async def move_counters(source_url: str, target_url: str, parents: list[str]) -> dict[str, Any]:
+    """Move the sequence counters of ``parents`` (the driver's, beside the Spark job)."""
+    out = _new_copy_result()
+
+    async def body(source: Store, target: Store) -> None:
+        await asyncio.gather(*(move_counter(source, target, p, out) for p in parents))
 
     try:
         await _with_stores(source_url, target_url, body)
@@ -189,23 +311,118 @@ async def _copy(items: list[Item], source_url: str, target_url: str, rules: Rule
 # ---- the verification -----------------------------------------------------------------------------
 
 
-def verify_partition(items: list[Item], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
-    """Verify one partition (executor side)."""
-    return _partition(_verify, items, source_url, target_url, rules, progress)
+def _new_verify_result() -> dict[str, Any]:
+    return {"nodes": 0, "bytes": 0, "vanished": 0, "ephemerals": 0, "counters": 0, "mismatches": [], "error": None,
+            "listed": 0}  # fmt: skip
 
 
-async def _verify(items: list[Item], source_url: str, target_url: str, rules: Rules) -> dict:
-    out: dict[str, Any] = {"nodes": 0, "bytes": 0, "vanished": 0, "ephemerals": 0, "mismatches": [], "error": None}
+def verify_partition(roots: list[str], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
+    """Verify the subtrees of one partition (executor side): both sides listed and read here."""
+    return _partition(_verify, roots, source_url, target_url, rules, progress)
+
+
+async def _verify(roots: list[str], source_url: str, target_url: str, rules: Rules) -> dict:
+    out = _new_verify_result()
 
     async def body(source: Store, target: Store) -> None:
-        next_chunk = await _read_pairs(source, target, items)
-        while pairs := await next_chunk():
-            for path, _, _, j in judged(pairs, rules, out):
-                if j.verdict is not Verdict.EQUAL:
-                    out["mismatches"].append((path, j.kind, j.detail))
+        await verify_pages(
+            source, target, source.read_trees(roots, prune=rules.excluded),
+            target.read_trees(roots, prune=rules.excluded), rules, out,
+        )  # fmt: skip
 
     try:
         await _with_stores(source_url, target_url, body)
     except MetadataStoreError as e:
         out["error"] = _error(e)
     return out
+
+
+async def verify_pages(
+    source: Store,
+    target: Store,
+    source_pages: AsyncIterator[list[NodeRead]],
+    target_pages: AsyncIterator[list[NodeRead]],
+    rules: Rules,
+    out: dict[str, Any],
+    parents_ok: set[str] | None = None,
+) -> None:
+    """Compare the nodes of both sides: every persistent source node judged against its target
+    node (``rules.judge``, the copy's own), the counters, and the persistent target nodes the
+    source does not have ("extra"), except the parents of source nodes that the target needs
+    and the source does not (etcd keeps no parents; ZooKeeper must), the empty parents a
+    ZooKeeper target made for ephemerals re-created in it (a migration's), and ``parents_ok``."""
+    src: dict[str, NodeRead] = {}
+    seen: set[str] = set()
+    ephemeral_ancestors: set[str] = set()
+    async for page in source_pages:
+        out["listed"] += len(page)
+        for node in page:
+            if rules.is_excluded(node.path):
+                continue
+            seen.add(node.path)
+            if node.ephemeral:
+                out["ephemerals"] += 1
+                ephemeral_ancestors.update(paths.ancestors(node.path))
+            else:
+                src[node.path] = node
+    tgt: dict[str, NodeRead] = {}
+    async for page in target_pages:
+        for node in page:
+            if not rules.is_excluded(node.path):
+                tgt[node.path] = node
+    for path, node in src.items():
+        out["nodes"] += 1
+        out["bytes"] += len(node.value)
+        counter = rules.is_counter(path)
+        j: Judgement = judge(Side(node.value, node.version), _side(tgt.get(path)), counter=counter)
+        if j.verdict is not Verdict.EQUAL:
+            out["mismatches"].append((path, j.kind, j.detail))
+        if counter:
+            out["counters"] += 1
+            want, have = await source_counter(source, path), await target.sequence_counter(path)
+            if not counter_ok(want, have):
+                out["mismatches"].append(
+                    (path, "counter", f"next sequential suffix {have} in the target, {want} in the source")
+                )
+    source_paths = sorted(src)
+    for path, node in tgt.items():
+        if path in src or node.ephemeral or (parents_ok is not None and path in parents_ok and path not in seen):
+            continue
+        below = path + paths.SEPARATOR
+        i = bisect.bisect_left(source_paths, below)
+        if i < len(source_paths) and source_paths[i].startswith(below):
+            continue
+        if not node.value and node.version == 0 and path in ephemeral_ancestors:
+            continue
+        out["mismatches"].append(
+            (path, "extra", f"only in the target (version {node.version}, {len(node.value)} bytes)")
+        )
+
+
+async def verify_top(
+    source: Store, target: Store, levels: list[list[str]], source_children: dict[str, list[str]], rules: Rules
+) -> dict:
+    """Verify the top of the tree (the driver's part): its nodes, and every target node below it
+    that the source has no name for (listed whole: each is an extra)."""
+    out = _new_verify_result()
+    top = [paths.SEPARATOR] + [p for level in levels for p in level]
+    named = {c for kids in source_children.values() for c in kids} | set(top)
+    target_kids = await _children(target, top, rules)
+    extra_roots = sorted(c for p in top for c in target_kids[p] if c not in named)
+
+    async def target_pages() -> AsyncIterator[list[NodeRead]]:
+        async for page in read_levels(target, levels):
+            yield page
+        if extra_roots:
+            async for page in target.read_trees(extra_roots, prune=rules.excluded):
+                yield page
+
+    # a top path the target has and the source only names (an etcd parent with no key) is a parent
+    await verify_pages(source, target, read_levels(source, levels), target_pages(), rules, out, parents_ok=named)
+    return out
+
+
+async def _children(store: Store, level: list[str], rules: Rules) -> dict[str, list[str]]:
+    from .plan import children_of
+
+    return await children_of(store, level, rules)

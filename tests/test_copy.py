@@ -120,6 +120,8 @@ async def test_copy_is_exact_idempotent_and_verified(pair: tuple[str, str, Store
     assert report.written == report.nodes > 100
     assert report.ephemerals_skipped >= 10
     assert report.write_amplification > 1
+    # the executors listed the subtrees below the driver's top levels
+    assert report.listed_by_executors > 0 and report.verify.listed_by_executors > 0
     await check_copied(source, target_url)
     assert await snapshot(source) == before, "the copy changed the source"
 

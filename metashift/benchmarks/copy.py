@@ -1,21 +1,26 @@
-"""Copy and verification rates, side by side with this machine's raw limits and a naive baseline
+"""``metashift copy --verify`` against this machine's floor and a naive baseline, from one run
 (a benchmark, not a test).
 
-In one run, on one generated tree (``metashift.sample_tree``) on a local ZooKeeper:
+On one generated tree (``metashift.sample_tree``, or ``--flat N`` nodes at version 0 under one
+parent) on a local ZooKeeper, copied to a local etcd with its default 2 GiB quota:
 
-- ``raw_zk_reads``: pipelined reads of every node from ZooKeeper (the store layer's batch);
-- ``raw_etcd_writes``: every node's value written once to etcd in txns of 128 puts, several in
-  flight (the store layer's batch), keys per second;
-- ``copy``: ``metashift copy`` ZooKeeper -> etcd on Spark ``local[*]`` (versions kept, so a node of
-  version V costs V+1 etcd writes: see ``write_ops_per_second`` next to the raw write rate);
-- ``verify``: ``metashift verify`` of the result;
+- ``floor``: what the servers take for the same work driven directly, each part at its raw
+  rate: ``source_reads`` (every node read from ZooKeeper once, pipelined), ``store_writes``
+  (as many etcd writes as the copy makes, the sum of V+1 over the nodes, in txns of 128 distinct
+  keys, several in flight) and ``verify_reads`` (the source read once more);
+- ``copy`` and ``verify``: ``metashift copy --verify --json`` run as a user runs it (its own
+  process, Spark ``local[*]`` started inside it), times from its report;
+- ``ratios``: copy against source reads + store writes, verify against verify reads, and
+  copy + verify against the whole floor (the goal: within 1.5x);
 - ``kazoo_baseline``: a plain sequential kazoo copy ZooKeeper -> ZooKeeper of the same tree
   (get, create, then set_data until the version matches), run for at most ``--baseline-seconds``
-  and reported as a rate;
-- peak resident memory of the copy job (driver, its JVM and Python workers; servers excluded).
+  and extrapolated to the whole tree; and how many times faster copy + verify is;
+- ``memory``: peak resident memory of the copy's driver (the Python process that runs
+  ``metashift copy``), and of everything it started (its JVM and Python workers).
 
     metashift bench copy --topics 17000       # ~100k nodes
     metashift bench copy --topics 170000      # ~1M nodes
+    metashift bench copy --flat 50000         # 50k nodes at version 0 under one parent
 
 The kazoo baseline needs kazoo, which metashift itself does not: ``pip install 'metashift[bench]'``
 (the test extras have it too).
@@ -28,6 +33,8 @@ import asyncio
 import importlib.util
 import json
 import os
+import random
+import subprocess
 import sys
 import threading
 import time
@@ -36,7 +43,7 @@ from typing import Any
 
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.sample_tree import generate
-from metashift.stores import GetOp, PutOp, Store, open_store
+from metashift.stores import DeleteOp, PutOp, Restore, Store, open_store
 
 
 def _rss_kb(pid: int) -> int:
@@ -65,18 +72,23 @@ def _children() -> dict[int, list[int]]:
 
 
 class PeakMemory:
-    """Samples the summed RSS of this process and its descendants, minus excluded subtrees."""
+    """Samples the summed RSS of a process (``root``, default this one) and its descendants,
+    minus excluded subtrees; and the peak of ``root`` alone."""
 
-    def __init__(self, exclude: list[int]) -> None:
+    def __init__(self, exclude: list[int], root: int | None = None) -> None:
         self.exclude = set(exclude)
+        self.root = root
         self.peak_kb = 0
+        self.root_peak_kb = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
             tree = _children()
-            total, todo = 0, [os.getpid()]
+            root = self.root or os.getpid()
+            self.root_peak_kb = max(self.root_peak_kb, _rss_kb(root))
+            total, todo = 0, [root]
             while todo:
                 pid = todo.pop()
                 if pid in self.exclude:
@@ -111,20 +123,21 @@ async def _all_paths(store: Store) -> tuple[list[str], int]:
 
 
 async def raw_zk_reads(url: str, all_paths: list[str]) -> dict[str, Any]:
+    """Every node read once, the fastest way the store layer has (pipelined ``read_many``)."""
     store = await open_store(url, watch=False)
     try:
         started = time.monotonic()
         nbytes = 0
-        sem = asyncio.Semaphore(4)
+        sem = asyncio.Semaphore(2)
 
         async def read(chunk: list[str]) -> None:
             nonlocal nbytes
             async with sem:
-                for r in await store.batch([GetOp(p) for p in chunk]):
-                    if isinstance(r, tuple):
-                        nbytes += len(r[0])
+                for r in await store.read_many(chunk):
+                    if r is not None:
+                        nbytes += len(r.value)
 
-        await asyncio.gather(*(read(all_paths[i : i + 1000]) for i in range(0, len(all_paths), 1000)))
+        await asyncio.gather(*(read(all_paths[i : i + 2000]) for i in range(0, len(all_paths), 2000)))
         seconds = time.monotonic() - started
     finally:
         await store.close()
@@ -132,32 +145,42 @@ async def raw_zk_reads(url: str, all_paths: list[str]) -> dict[str, Any]:
             "nodes_per_second": round(len(all_paths) / seconds)}  # fmt: skip
 
 
-async def raw_etcd_writes(zk_url: str, etcd_url: str, all_paths: list[str]) -> dict[str, Any]:
+async def raw_etcd_writes(zk_url: str, etcd_url: str, all_paths: list[str], writes: int) -> dict[str, Any]:
+    """``writes`` blind puts: every node's value once, then empty values round the nodes again
+    (as a version-keeping copy writes), in txns of 128 distinct keys, several in flight. The keys
+    are deleted and the history compacted afterwards (untimed), so the copy starts from room."""
     source = await open_store(zk_url, watch=False)
     target = await open_store(etcd_url + "/raw-writes", watch=False)
     try:
         values: list[tuple[str, bytes]] = []
         for i in range(0, len(all_paths), 2000):
-            chunk = all_paths[i : i + 2000]
-            for p, r in zip(chunk, await source.batch([GetOp(p) for p in chunk]), strict=True):
-                if isinstance(r, tuple):
-                    values.append((p, r[0]))
+            for r in await source.read_many(all_paths[i : i + 2000]):
+                if r is not None:
+                    values.append((r.path, r.value))
+        n = len(values)
         started = time.monotonic()
         sem = asyncio.Semaphore(2)
 
-        async def write(chunk: list[tuple[str, bytes]]) -> None:
+        async def write(first: int, count: int) -> None:
+            ops = []
+            for k in range(first, first + count):
+                path, value = values[k % n]
+                ops.append(PutOp(path, value if k < n else b""))
             async with sem:
-                for r in await target.batch([PutOp(p, v) for p, v in chunk]):
+                for r in await target.batch(ops):
                     if isinstance(r, Exception):
                         raise r
 
-        await asyncio.gather(*(write(values[i : i + 1024]) for i in range(0, len(values), 1024)))
+        step = min(1024, n)
+        await asyncio.gather(*(write(i, min(step, writes - i)) for i in range(0, writes, step)))
         seconds = time.monotonic() - started
+        for i in range(0, n, 1024):  # untimed: leave the room to the copy
+            await target.batch([DeleteOp(path) for path, _ in values[i : i + 1024]])
         await target.compact_history()
     finally:
         await source.close()
         await target.close()
-    return {"keys": len(values), "seconds": round(seconds, 2), "keys_per_second": round(len(values) / seconds)}
+    return {"writes": writes, "seconds": round(seconds, 2), "writes_per_second": round(writes / seconds)}
 
 
 def kazoo_baseline(zk_hosts: str, all_paths: list[str], total_writes: int, budget: float) -> dict[str, Any]:
@@ -195,26 +218,58 @@ def kazoo_baseline(zk_hosts: str, all_paths: list[str], total_writes: int, budge
             "nodes_per_second": round(len(all_paths) / full_seconds, 1)}  # fmt: skip
 
 
+async def _flat_tree(store: Store, nodes: int, seed: int) -> dict[str, Any]:
+    """``nodes`` children of ``/flat`` at version 0, values of 100 B - 2 KB."""
+    rng = random.Random(seed)
+    started = time.monotonic()
+    await store.restore("/flat", b"", 0)
+    total = 0
+    for i in range(0, nodes, 2000):
+        items = []
+        for k in range(i, min(nodes, i + 2000)):
+            value = rng.randbytes(rng.randint(100, 2000))
+            total += len(value)
+            items.append(Restore(f"/flat/n-{k:08d}", value, 0))
+        await store.restore_many(items)
+    seconds = time.monotonic() - started
+    return {"nodes": nodes + 1, "bytes": total, "writes": nodes + 1, "max_version": 0, "seconds": round(seconds, 1)}
+
+
+def _run_copy(zk_url: str, etcd_url: str, master: str | None, servers: list[int]) -> tuple[dict[str, Any], dict]:
+    """``metashift copy --verify --json`` in its own process; its report and peak memory."""
+    cmd = [sys.executable, "-m", "metashift.cli", "copy", "--source", zk_url, "--target", etcd_url, "--verify",
+           "--json"] + (["--spark-master", master] if master else [])  # fmt: skip
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with PeakMemory(servers, root=proc.pid) as mem:
+        stdout, stderr = proc.communicate()
+    wall = time.monotonic() - started
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"metashift copy failed ({proc.returncode}): {stderr.strip()[-2000:]}")
+    memory = {"driver_peak_mb": round(mem.root_peak_kb / 1024), "job_peak_mb": round(mem.peak_kb / 1024),
+              "wall_seconds": round(wall, 2)}  # fmt: skip
+    return json.loads(stdout), memory
+
+
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     """Run the benchmark with these arguments (default: the command line's); print its JSON."""
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", type=int, default=17_000, help="tree size (about 6 nodes per topic)")
+    parser.add_argument("--flat", type=int, default=0, metavar="N", help="a flat tree of N nodes at version 0 instead")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--baseline-seconds", type=float, default=60.0, help="time budget of the kazoo baseline")
     parser.add_argument("--spark-master", default=None)
+    parser.add_argument("--etcd-quota", type=int, default=0, help="etcd --quota-backend-bytes (default etcd's: 2 GiB)")
     args = parser.parse_args(argv)
     if importlib.util.find_spec("kazoo") is None:  # checked before the run, not at its end
         print("metashift: error: the copy benchmark's baseline needs kazoo: pip install 'metashift[bench]'",
               file=sys.stderr)  # fmt: skip
         return 2
 
-    from metashift.spark.copy import copy_tree
-    from metashift.spark.session import get_session
-    from metashift.spark.verify import verify_tree
-
-    out: dict[str, Any] = {"topics": args.topics, "seed": args.seed, "cpus": os.cpu_count()}
+    out: dict[str, Any] = {"tree": f"flat {args.flat}" if args.flat else f"topics {args.topics}", "seed": args.seed,
+                           "cpus": os.cpu_count()}  # fmt: skip
     zk = LocalZooKeeper(heap_mb=4096)
-    etcd = LocalEtcd(quota_backend_bytes=8 * 1024**3)
+    etcd = LocalEtcd(quota_backend_bytes=args.etcd_quota or None)
     with zk, etcd:
         assert zk.process is not None and etcd.process is not None
         servers = [zk.process.pid, etcd.process.pid]
@@ -223,56 +278,56 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             store = await open_store(zk.url, watch=False)
             try:
                 started = time.monotonic()
-                tree = await generate(store, args.topics, args.seed, ephemerals=True)
-                seconds = time.monotonic() - started
+                if args.flat:
+                    made = await _flat_tree(store, args.flat, args.seed)
+                else:
+                    tree = await generate(store, args.topics, args.seed, ephemerals=True)
+                    made = {"nodes": tree.persistent, "bytes": tree.bytes, "writes": tree.writes,
+                            "max_version": tree.max_version}  # fmt: skip
+                made["seconds"] = round(time.monotonic() - started, 1)
                 all_paths = await _all_paths(store)
             finally:
                 await store.close()
-            return {"nodes": tree.persistent, "bytes": tree.bytes, "writes": tree.writes,
-                    "max_version": tree.max_version, "seconds": round(seconds, 1),
-                    "nodes_per_second": round(tree.persistent / seconds)}, all_paths  # fmt: skip
+            return made, all_paths
 
         out["generate"], (all_paths, total_writes) = asyncio.run(setup())
         print(f"generated: {out['generate']}", file=sys.stderr, flush=True)
-        out["raw_zk_reads"] = asyncio.run(raw_zk_reads(zk.url, all_paths))
-        out["raw_etcd_writes"] = asyncio.run(raw_etcd_writes(zk.url, etcd.url, all_paths))
-        print(f"raw: {out['raw_zk_reads']} {out['raw_etcd_writes']}", file=sys.stderr, flush=True)
+        reads = asyncio.run(raw_zk_reads(zk.url, all_paths))
+        writes = asyncio.run(raw_etcd_writes(zk.url, etcd.url, all_paths, total_writes))
+        reads2 = asyncio.run(raw_zk_reads(zk.url, all_paths))
+        floor = {"source_reads": reads, "store_writes": writes, "verify_reads": reads2,
+                 "seconds": round(reads["seconds"] + writes["seconds"] + reads2["seconds"], 2)}  # fmt: skip
+        out["floor"] = floor
+        print(f"floor: {floor}", file=sys.stderr, flush=True)
 
-        with PeakMemory(servers) as mem:
-            spark = get_session(args.spark_master)
-            report = copy_tree(zk.url, etcd.url + "/copy", spark=spark)
-            copy_peak = mem.peak_kb
+        report, memory = _run_copy(zk.url, etcd.url + "/copy", args.spark_master, servers)
+        verified = report.get("verify") or {}
+        copy_s = report["seconds"]
+        verify_s = verified.get("seconds", 0.0)
         out["copy"] = {
-            "nodes": report.nodes, "bytes": report.bytes, "seconds": round(report.seconds, 2),
-            "listing_seconds": round(report.listing_seconds, 2), "copy_seconds": round(report.copy_seconds, 2),
-            "counters_seconds": round(report.counters_seconds, 2), "nodes_per_second": round(report.nodes_per_second),
-            "write_ops": report.write_ops, "write_amplification": round(report.write_amplification, 2),
-            "write_ops_per_second": round(report.write_ops / report.seconds),
-            "ephemerals_skipped": report.ephemerals_skipped, "partitions": report.partitions,
-            "peak_rss_mb": round(copy_peak / 1024),
+            "nodes": report["nodes"], "bytes": report["bytes"], "seconds": round(copy_s, 2),
+            "listing_seconds": round(report["listing_seconds"], 2), "copy_seconds": round(report["copy_seconds"], 2),
+            "counters_seconds": round(report["counters_seconds"], 2),
+            "final_compaction_seconds": round(report.get("compaction_seconds", 0.0), 2),
+            "partitions_in_driver": report.get("partitions_in_driver", 0),
+            "nodes_per_second": round(report["nodes_per_second"]), "write_ops": report["write_ops"],
+            "write_amplification": round(report["write_amplification"], 2), "partitions": report["partitions"],
+            "compactions": report["compactions"], "listed_by_driver": report["listed_by_driver"],
+            "listed_by_executors": report["listed_by_executors"],
         }  # fmt: skip
-        print(f"copy: {out['copy']}", file=sys.stderr, flush=True)
-        with PeakMemory(servers) as mem:
-            verified = verify_tree(zk.url, etcd.url + "/copy", spark=spark)
-            verify_peak = mem.peak_kb
         out["verify"] = {
-            "ok": verified.ok, "mismatches": len(verified.mismatches), "nodes": verified.nodes,
-            "seconds": round(verified.seconds, 2), "listing_seconds": round(verified.listing_seconds, 2),
-            "nodes_per_second": round(verified.nodes_per_second), "peak_rss_mb": round(verify_peak / 1024),
+            "ok": verified.get("ok"), "mismatches": verified.get("mismatch_count"), "nodes": verified.get("nodes"),
+            "seconds": round(verify_s, 2), "nodes_per_second": round(verified.get("nodes_per_second", 0)),
         }  # fmt: skip
-        print(f"verify: {out['verify']}", file=sys.stderr, flush=True)
+        out["memory"] = memory
+        print(f"copy: {out['copy']}\nverify: {out['verify']}\nmemory: {memory}", file=sys.stderr, flush=True)
         out["kazoo_baseline"] = kazoo_baseline(zk.hosts, all_paths, total_writes, args.baseline_seconds)
-        spark.stop()
-    raw_read = out["raw_zk_reads"]["nodes_per_second"]
-    raw_write = out["raw_etcd_writes"]["keys_per_second"]
-    kazoo = out["kazoo_baseline"]["nodes_per_second"]
+    kazoo_s = out["kazoo_baseline"]["estimated_full_seconds"]
     out["ratios"] = {
-        "copy_nodes_vs_raw_zk_reads": round(out["copy"]["nodes_per_second"] / raw_read, 3),
-        "copy_nodes_vs_raw_etcd_writes": round(out["copy"]["nodes_per_second"] / raw_write, 3),
-        "copy_writes_vs_raw_etcd_writes": round(out["copy"]["write_ops_per_second"] / raw_write, 3),
-        "copy_vs_kazoo": round(out["copy"]["nodes_per_second"] / kazoo, 1) if kazoo else None,
-        "verify_nodes_vs_raw_zk_reads": round(out["verify"]["nodes_per_second"] / raw_read, 3),
-        "verify_vs_kazoo": round(out["verify"]["nodes_per_second"] / kazoo, 1) if kazoo else None,
+        "copy_vs_floor": round(copy_s / (reads["seconds"] + writes["seconds"]), 2),
+        "verify_vs_floor": round(verify_s / reads2["seconds"], 2),
+        "copy_and_verify_vs_floor": round((copy_s + verify_s) / floor["seconds"], 2),
+        "kazoo_vs_copy_and_verify": round(kazoo_s / (copy_s + verify_s), 1),
     }
     print(json.dumps(out, indent=2))
     return 0 if out["verify"]["ok"] else 1

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from .api import MetadataStore
-from .bulk import BulkStore, NodeInfo, Restore
+from .bulk import BulkStore, NodeInfo, NodeRead, Restore
 from .errors import (
     AlreadyExists,
     AuthFailed,
@@ -59,6 +59,7 @@ __all__ = [
     "MetadataStore",
     "MetadataStoreError",
     "NodeInfo",
+    "NodeRead",
     "NotEmpty",
     "NotFound",
     "Notification",

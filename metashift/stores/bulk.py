@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from . import paths
 from .api import MetadataStore
 from .errors import MetadataStoreError
-from .ops import Op, PutOp
+from .ops import GetOp, Op, PutOp
 
 #: Name of the throw-away children that ``advance_sequence_counter`` creates and deletes again.
 COUNTER_PROBE = "metashift-counter-probe"
@@ -33,6 +33,16 @@ class NodeInfo:
 
 
 @dataclass(frozen=True)
+class NodeRead:
+    """One node as ``BulkStore.read_trees`` and ``read_many`` read it: value included."""
+
+    path: str
+    value: bytes
+    version: int
+    ephemeral: bool = False
+
+
+@dataclass(frozen=True)
 class Restore:
     """Bring ``path`` to exactly ``value`` at ``version`` (``BulkStore.restore_many``)."""
 
@@ -46,6 +56,10 @@ class Restore:
 class BulkStore(ABC):
     """The bulk operations of a store, for the copy, its verification and sample data."""
 
+    #: True when a node can only be created under an existing parent (ZooKeeper): a bulk writer
+    #: must then restore parents before their children. etcd keeps no parents.
+    needs_parents: bool = False
+
     async def walk(
         self, root: str = paths.SEPARATOR, *, prune: Collection[str] = ()
     ) -> AsyncIterator[list[NodeInfo]]:
@@ -57,6 +71,32 @@ class BulkStore(ABC):
         paths.validate(root)
         async for page in self._walk(root, set(prune)):
             yield page
+
+    async def read_trees(
+        self, roots: Sequence[str], *, prune: Collection[str] = ()
+    ) -> AsyncIterator[list[NodeRead]]:
+        """Every node of the subtrees rooted at ``roots`` (the roots included, when they exist),
+        values read, in pages of non-decreasing depth: a node's parent, when listed, always
+        comes in an earlier page or earlier in the same page. Roots must not lie inside one
+        another. Subtrees whose root is in ``prune`` are neither listed nor descended into.
+        Nodes that vanish while it runs are left out. What the copy's executors list and read."""
+        for root in roots:
+            paths.validate(root)
+        async for page in self._read_trees(sorted(roots), set(prune)):
+            yield page
+
+    async def read_many(self, items: Sequence[str]) -> list[NodeRead | None]:
+        """The nodes at ``items`` (``None`` where missing), read together."""
+        out: list[NodeRead | None] = []
+        for path, got in zip(items, await self.batch([GetOp(p) for p in items]), strict=True):  # type: ignore[attr-defined]
+            if isinstance(got, MetadataStoreError):
+                raise got
+            if got is None:
+                out.append(None)
+            else:
+                value, stat = got
+                out.append(NodeRead(path, value, stat.version, stat.ephemeral))
+        return out
 
     async def restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
         """Bring each node to exactly its ``value`` at its ``version``: create it when
@@ -96,9 +136,17 @@ class BulkStore(ABC):
         """Make the next sequential suffix under ``parent`` at least ``at_least`` (the parent's
         value is kept). May overshoot a little. Returns the number of writes it took."""
 
-    async def compact_history(self) -> None:
+    async def compact_history(self, *, wait: bool = True) -> None:
         """Drop the history of old values the store keeps after a bulk write (etcd's MVCC
-        revisions, which count against its quota). Nothing to do for most stores."""
+        revisions, which count against its quota). ``wait=False``: return once the store has
+        taken the request, while it frees the space in the background. Nothing to do for most
+        stores."""
+        return None
+
+    async def history_revision(self) -> int | None:
+        """A number that grows by one per write the store keeps history for (etcd's revision),
+        so that a bulk writer can compact every so many writes; ``None`` for stores without
+        history."""
         return None
 
     # ---- what each backend implements -----------------------------------------------------------
@@ -106,6 +154,10 @@ class BulkStore(ABC):
     @abstractmethod
     def _walk(self, root: str, prune: set[str]) -> AsyncIterator[list[NodeInfo]]:
         """``walk`` of a checked ``root``."""
+
+    @abstractmethod
+    def _read_trees(self, roots: list[str], prune: set[str]) -> AsyncIterator[list[NodeRead]]:
+        """``read_trees`` of checked, sorted ``roots``."""
 
     @abstractmethod
     async def _restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:

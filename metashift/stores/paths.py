@@ -17,6 +17,16 @@ def validate(path: str) -> str:
     control characters, and nothing outside Unicode's Basic Multilingual Plane (ZooKeeper checks
     paths as UTF-16 and refuses surrogate pairs, so an emoji in a name could never move there).
     """
+    if (
+        path.__class__ is str
+        and path.isascii()
+        and path.isprintable()
+        and path.startswith(SEPARATOR)
+        and not path.endswith(SEPARATOR)
+        and "//" not in path
+        and "/." not in path
+    ):
+        return path  # the common case, a subset of the valid paths, checked fast
     if not isinstance(path, str):
         raise InvalidPath(repr(path), "not a string")
     if not path.startswith(SEPARATOR):

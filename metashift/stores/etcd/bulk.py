@@ -11,7 +11,7 @@ from aetcd import rpc
 
 from .. import paths
 from ..batching import OP_OVERHEAD, pack
-from ..bulk import BulkStore, NodeInfo, Restore
+from ..bulk import BulkStore, NodeInfo, NodeRead, Restore
 from ..errors import BadVersion, MetadataStoreError, ValueTooLarge
 from .keys import prefix_end
 from .operations import TXN_MAX_BYTES, TXN_MAX_OPS, EtcdOperations, compare
@@ -61,6 +61,41 @@ class EtcdBulk(EtcdOperations, BulkStore):
             if not resp.more or not resp.kvs:
                 return
             start = resp.kvs[-1].key + b"\x00"
+
+    async def _read_trees(self, roots: list[str], prune: set[str]) -> AsyncIterator[list[NodeRead]]:
+        """One range scan from the first root's key to the end of the last subtree, at
+        one pinned revision, keeping the keys that are a root or under one (sorted sibling
+        roots leave little else in between); then in pages by depth."""
+        if not roots:
+            return
+        wanted = set(roots)
+        pruned = tuple(prune)
+        start = self._keys.key(roots[0])
+        # not the last root's end: "/a-x/" sorts before "/a/", so "/a"'s subtree may end later
+        end = max(prefix_end(self._keys.children_prefix(r)) for r in roots)
+        revision = 0
+        found: list[NodeRead] = []
+        while True:
+            req = rpc.RangeRequest(key=start, range_end=end, limit=WALK_PAGE_KEYS, revision=revision)
+            resp = await self._conn.range(roots[0], req)
+            if not revision:
+                revision = resp.header.revision
+            for kv in resp.kvs:
+                path = self._keys.path_of(kv.key)
+                if path is None or path == paths.SEPARATOR or any(paths.is_under(path, p) for p in pruned):
+                    continue
+                if path in wanted or any(a in wanted for a in paths.ancestors(path)):
+                    found.append(NodeRead(path, kv.value, kv.version - 1, kv.lease != 0))
+            if not resp.more or not resp.kvs:
+                break
+            start = resp.kvs[-1].key + b"\x00"
+        found.sort(key=lambda n: (n.path.count(paths.SEPARATOR), n.path))
+        for i in range(0, len(found), WALK_PAGE_KEYS):
+            yield found[i : i + WALK_PAGE_KEYS]
+
+    async def history_revision(self) -> int | None:
+        resp = await self._conn.range(None, rpc.RangeRequest(key=self._keys.key(paths.SEPARATOR), count_only=True))
+        return int(resp.header.revision)
 
     async def _restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
         """Keeping version V takes V+1 puts of the key, each in its own txn (etcd refuses a key
@@ -155,13 +190,14 @@ class EtcdBulk(EtcdOperations, BulkStore):
             await asyncio.gather(*(one() for _ in range(min(4 * _COUNTER_PUTS_IN_FLIGHT, need - start))))
         return need
 
-    async def compact_history(self) -> None:
-        """Compact etcd's history up to now (it is global: every key's old revisions go), and
-        wait until it is done: a compaction left running in the background stalls the server
-        for the next job (a verification opening its connections timed out behind one)."""
+    async def compact_history(self, *, wait: bool = True) -> None:
+        """Compact etcd's history up to now (it is global: every key's old revisions go).
+        ``wait``: until the space is freed (etcd's physical compaction, which takes longer the
+        more the server holds, not the more was written); else etcd frees it in the background,
+        in small batches, and its pages are reused by the writes that follow."""
         conn = self._conn
         resp = await conn.range(None, rpc.RangeRequest(key=self._keys.key(paths.SEPARATOR), count_only=True))
-        request = rpc.CompactionRequest(revision=resp.header.revision, physical=True)
+        request = rpc.CompactionRequest(revision=resp.header.revision, physical=wait)
         timeout = max(conn.timeout, 120.0)
         try:
             await conn.call(None, lambda md: conn.kv.Compact(request, timeout=timeout, metadata=md))
@@ -193,18 +229,32 @@ class EtcdBulk(EtcdOperations, BulkStore):
         if not wanted:
             return
         total = sum(n for _, _, n, _ in wanted)
-        longest = max(n for _, _, n, _ in wanted)
         per_op = max(len(k) + len(v) + OP_OVERHEAD for k, v, _, _ in wanted)
         per_txn = max(1, min(self._txn_ops, self._txn_bytes // per_op))
-        n_txns = max(longest, -(-total // per_txn))
+        # as many txns as full ones would take; a chain longer than that puts one op in each of
+        # them and sends the rest as one-key puts, pipelined (cheaper than near-empty txns)
+        n_txns = max(1, -(-total // per_txn))
         txns: list[list[tuple[bytes, bytes, int, Any]]] = [[] for _ in range(n_txns)]
+        singles: list[tuple[str, Any, int, int]] = []
         slot = 0
         for key, value, count, tag in sorted(wanted, key=lambda w: -w[2]):
             op = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))  # one message, reused
-            for k in range(count):  # count <= n_txns: the txns it lands in are distinct
+            in_txns = min(count, n_txns)
+            for k in range(in_txns):  # the txns it lands in are distinct
                 txns[(slot + k) % n_txns].append((key, value, tag, op))
-            slot += count
+            slot += in_txns
+            if count > in_txns:
+                singles.append((self._keys.path_of(key) or "?", op.request_put, count - in_txns, tag))
         sem = asyncio.Semaphore(_BULK_TXNS_IN_FLIGHT)
+        queue = ((path, put, tag) for path, put, n, tag in singles for _ in range(n))
+
+        async def put_worker() -> None:
+            for path, put, tag in queue:
+                if tag not in failed:
+                    try:
+                        await self._conn.put(path, put)
+                    except MetadataStoreError as e:  # unavailable, full, ...
+                        failed.setdefault(tag, e)
 
         async def send(ops: list[tuple[bytes, bytes, int, Any]]) -> None:
             if not ops or all(op[2] in failed for op in ops):
@@ -226,4 +276,5 @@ class EtcdBulk(EtcdOperations, BulkStore):
             half = len(ops) // 2
             await asyncio.gather(send(ops[:half]), send(ops[half:]))
 
-        await asyncio.gather(*(send(t) for t in txns))
+        workers = [put_worker() for _ in range(min(_COUNTER_PUTS_IN_FLIGHT, sum(n for _, _, n, _ in singles)))]
+        await asyncio.gather(*(send(t) for t in txns), *workers)

@@ -7,22 +7,117 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from aiozk import exc as zk_exc
 from aiozk import protocol
 
 from .. import errors, paths
 from ..batching import OP_OVERHEAD, pack
-from ..bulk import COUNTER_PROBE, BulkStore, NodeInfo, Restore, restore_by_puts
+from ..bulk import COUNTER_PROBE, BulkStore, NodeInfo, NodeRead, Restore, restore_by_puts
 from ..ops import GetOp
+from .errors import map_error
 from .operations import MULTI_MAX_BYTES, MULTI_MAX_OPS, ZooKeeperOperations, multi_request
 
 #: getChildren2 calls in flight and per page of ``walk``; multis in flight.
 _WALK_IN_FLIGHT = 512
 _WALK_PAGE = 2000
 _MULTIS_IN_FLIGHT = 8
+#: Nodes per page of ``read_trees`` and ``read_many`` (their reads are pipelined together).
+_READ_PAGE = 2000
+
+
+def _node(path: str, response: Any) -> NodeRead:
+    stat = response.stat
+    return NodeRead(path, response.data or b"", stat.version, stat.ephemeral_owner != 0)
 
 
 class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
     """The ``BulkStore`` operations of the ZooKeeper store."""
+
+    needs_parents = True
+
+    async def _pipelined(self, requests: list[tuple[Any, str]]) -> list[Any]:
+        """Send read ``requests`` ((request, path)) back to back on the connection, all in one
+        socket write, without a task or a timer each; their responses, ``None`` for NoNode. A
+        request that failed otherwise (the connection went, ...) goes again on the ordinary
+        path, which retries reads and maps errors."""
+        futures = [self._session.send_now(r) for r, _ in requests]
+        pending = [f for f in futures if f is not None]
+        if pending:
+            try:
+                async with asyncio.timeout(self.url.call_timeout):
+                    await asyncio.wait(pending)
+            except TimeoutError as e:
+                raise map_error(e, requests[0][1], self.url) from e
+        out: list[Any] = []
+        for (request, path), f in zip(requests, futures, strict=True):
+            if f is not None and not f.cancelled():
+                error = f.exception()
+                if error is None:
+                    _zxid, response = f.result()
+                    out.append(response)
+                    continue
+                if isinstance(error, zk_exc.NoNode):
+                    out.append(None)
+                    continue
+            try:
+                out.append(await self._call(request, path))
+            except errors.NotFound:
+                out.append(None)
+        return out
+
+    async def read_many(self, items: Sequence[str]) -> list[NodeRead | None]:
+        out: list[NodeRead | None] = []
+        for start in range(0, len(items), _READ_PAGE):
+            chunk = items[start : start + _READ_PAGE]
+            requests = [(protocol.GetDataRequest(path=self._namespace.full(p), watch=False), p) for p in chunk]
+            for path, r in zip(chunk, await self._pipelined(requests), strict=True):
+                out.append(None if r is None else _node(path, r))
+        return out
+
+    async def _read_trees(self, roots: list[str], prune: set[str]) -> AsyncIterator[list[NodeRead]]:
+        """Level by level: a pipelined ``getData`` of every node of the level (its Stat says how
+        many children it has), then a pipelined ``getChildren`` of the nodes that have some; the
+        next page is read while the caller works on this one."""
+
+        async def read(chunk: list[str]) -> tuple[list[NodeRead], list[str]]:
+            got = await self._pipelined(
+                [(protocol.GetDataRequest(path=self._namespace.full(p), watch=False), p) for p in chunk]
+            )
+            page: list[NodeRead] = []
+            parents: list[str] = []
+            for path, r in zip(chunk, got, strict=True):
+                if r is None:
+                    continue
+                if path != paths.SEPARATOR:
+                    page.append(_node(path, r))
+                if r.stat.num_children:
+                    parents.append(path)
+            kids = await self._pipelined(
+                [(protocol.GetChildrenRequest(path=self._namespace.full(p), watch=False), p) for p in parents]
+            )
+            below: list[str] = []
+            for path, k in zip(parents, kids, strict=True):
+                if k is not None:
+                    below.extend(c for c in (paths.join(path, name) for name in sorted(k.children)) if c not in prune)
+            return page, below
+
+        frontier = [r for r in roots if r not in prune]
+        while frontier:
+            chunks = [frontier[i : i + _READ_PAGE] for i in range(0, len(frontier), _READ_PAGE)]
+            next_frontier: list[str] = []
+            ahead = asyncio.ensure_future(read(chunks[0]))
+            try:
+                for k in range(len(chunks)):
+                    page, below = await ahead
+                    if k + 1 < len(chunks):
+                        ahead = asyncio.ensure_future(read(chunks[k + 1]))
+                    next_frontier.extend(below)
+                    if page:
+                        yield page
+            finally:
+                if not ahead.done():
+                    ahead.cancel()
+            frontier = next_frontier
 
     async def _walk(self, root: str, prune: set[str]) -> AsyncIterator[list[NodeInfo]]:
         """Breadth first with pipelined ``getChildren2``: one call per node gives both its

@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import struct
 from collections.abc import Callable
 from typing import Any
 
 from aiozk import exc as zk_exc
 from aiozk import protocol
-from aiozk.connection import Connection
+from aiozk.connection import Connection, size_struct
 from aiozk.protocol.primitives import Int, UString
 from aiozk.protocol.request import Request
 from aiozk.protocol.response import Response
@@ -107,12 +108,141 @@ class StateMachine(SessionStateMachine):
         self._on_transition(old, state)
 
 
+_SIZE = struct.Struct("!i")
+_REPLY_HEADER = struct.Struct("!iqi")
+#: ZooKeeper's Stat: czxid, mzxid, ctime, mtime, version, cversion, aversion, ephemeralOwner,
+#: dataLength, numChildren, pzxid.
+_STAT = struct.Struct("!qqqqiiiqiiq")
+
+
+class FastStat:
+    """aiozk's ``Stat`` fields, parsed with ``struct``."""
+
+    __slots__ = (
+        "acl_version",
+        "child_version",
+        "created",
+        "created_zxid",
+        "data_length",
+        "ephemeral_owner",
+        "last_modified_children",
+        "last_modified_zxid",
+        "modified",
+        "num_children",
+        "version",
+    )  # fmt: skip
+
+    def __init__(self, fields: tuple[int, ...]) -> None:
+        (self.created_zxid, self.last_modified_zxid, self.created, self.modified, self.version, self.child_version,
+         self.acl_version, self.ephemeral_owner, self.data_length, self.num_children,
+         self.last_modified_children) = fields  # fmt: skip
+
+
+class FastGetData:
+    """A getData answer: ``data`` (None for a null value, as aiozk) and ``stat``."""
+
+    __slots__ = ("data", "stat")
+
+    def __init__(self, data: bytes | None, stat: FastStat) -> None:
+        self.data, self.stat = data, stat
+
+
+class FastGetChildren:
+    __slots__ = ("children",)
+
+    def __init__(self, children: list[str]) -> None:
+        self.children = children
+
+
+def _get_data_response(raw: bytes, at: int) -> FastGetData:
+    (n,) = _SIZE.unpack_from(raw, at)
+    at += 4
+    data = None if n < 0 else raw[at : at + n]
+    at += max(n, 0)
+    return FastGetData(data, FastStat(_STAT.unpack_from(raw, at)))
+
+
+def _get_children_response(raw: bytes, at: int) -> FastGetChildren:
+    (count,) = _SIZE.unpack_from(raw, at)
+    at += 4
+    children = []
+    for _ in range(max(count, 0)):
+        (n,) = _SIZE.unpack_from(raw, at)
+        at += 4
+        children.append(raw[at : at + n].decode())
+        at += n
+    return FastGetChildren(children)
+
+
 class ZKConnection(Connection):
-    """A connection that reports its own end instead of waiting for the next missed heartbeat."""
+    """A connection that reports its own end instead of waiting for the next missed heartbeat,
+    and that writes the requests sent in one turn of the event loop with one socket write
+    (aiozk: one write, one system call, per request: the hot spot of pipelined bulk reads)."""
 
     def __init__(self, host: str, port: int, session: ZKSession) -> None:
         super().__init__(host, port, watch_handler=session.event_dispatch, read_timeout=session.read_timeout)
         self._session = session
+        self._out: list[bytes] = []
+
+    def send(self, request: Any, xid: int | None = None) -> asyncio.Future[Any]:
+        f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.closing:
+            f.set_exception(zk_exc.ConnectError(self.host, self.port))
+            return f
+        if request.special_xid:
+            xid = request.special_xid
+        payload = request.serialize(xid)
+        self.opcode_xref[xid] = request.opcode
+        if xid in protocol.SPECIAL_XIDS:
+            self.pending_specials[xid].append(f)
+        else:
+            self.pending[xid] = f
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(size_struct.pack(len(payload)))
+        self._out.append(payload)
+        return f
+
+    def _flush(self) -> None:
+        out, self._out = self._out, []
+        if not out or self.writer is None:
+            return
+        try:
+            self.writer.write(b"".join(out))
+        except Exception:
+            log.exception("Exception during write")
+            self.abort()
+
+    async def read_response(self, initial_connect: bool = False) -> Any:
+        """aiozk's, reading header and payload at once (one timer, none when the bytes are
+        already buffered: pipelined answers usually are), with getData and getChildren answers
+        parsed by ``struct`` instead of aiozk's generic parts (the hot spot of bulk reads)."""
+        if initial_connect or self.pending_specials[protocol.CLOSE_XID]:
+            return await super().read_response(initial_connect)
+        reader = self.reader
+        try:
+            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            if len(reader._buffer) >= size:  # already here: no timer
+                raw = await reader.readexactly(size)
+            else:
+                async with asyncio.timeout(self.read_timeout):
+                    raw = await reader.readexactly(size)
+        except asyncio.IncompleteReadError:
+            raise ConnectionAbortedError from None
+        except TimeoutError:
+            raise zk_exc.UnfinishedRead from None
+        xid, zxid, error_code = _REPLY_HEADER.unpack_from(raw)
+        if error_code:
+            self.opcode_xref.pop(xid)
+            return xid, zxid, zk_exc.get_response_error(error_code)
+        if xid == protocol.WATCH_XID:
+            return xid, zxid, protocol.WatchEvent.deserialize(raw[_REPLY_HEADER.size :])
+        opcode = self.opcode_xref.pop(xid)
+        if opcode == protocol.GetDataRequest.opcode:
+            return xid, zxid, _get_data_response(raw, _REPLY_HEADER.size)
+        if opcode == protocol.GetChildrenRequest.opcode:
+            return xid, zxid, _get_children_response(raw, _REPLY_HEADER.size)
+        return xid, zxid, protocol.response_xref[opcode].deserialize(raw[_REPLY_HEADER.size :])
 
     async def _read(self, size: int = -1) -> bytes:
         # aiozk reads in a loop of wait_for()s, a new task per chunk: the hot spot of pipelined reads.
@@ -153,6 +283,7 @@ class ZKSession(Session):
     last_zxid: Any
     timeout: Any
     session_id: Any
+    xid: int
     password: Any
     heartbeat_handle: asyncio.TimerHandle | None
 
@@ -172,6 +303,19 @@ class ZKSession(Session):
         self.auth_future: asyncio.Future[Any] | None = None
         self.auth_error: BaseException | None = None
         self._heartbeat_armed = False
+
+    def send_now(self, request: Any) -> asyncio.Future[Any] | None:
+        """Send ``request`` on the current connection without aiozk's per-request machinery
+        (no retry policy, no task): a future of ``(zxid, response)``, or ``None`` when the
+        session is not connected (the caller then takes the ordinary path). For pipelined
+        bulk reads, which the caller sends again on the ordinary path if they fail."""
+        conn = self.conn
+        if conn is None or conn.closing or self.state not in (States.CONNECTED, States.READ_ONLY):
+            return None
+        self.xid = self.xid + 1 if self.xid < 0x7FFFFFFF else 1
+        self.set_heartbeat()
+        future: asyncio.Future[Any] = conn.send(request, xid=self.xid)
+        return future
 
     # -- finding a server and (re-)establishing the session --
 

@@ -1,0 +1,44 @@
+"""The bulk reads the copy's executors list and read subtrees with (``read_trees``, ``read_many``),
+on every backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from metashift.stores import NodeRead, Restore, open_store
+
+
+@pytest.mark.parametrize("kind", ["zk", "etcd"])
+async def test_read_trees_lists_and_reads_subtrees_breadth_first(kind: str, request: pytest.FixtureRequest) -> None:
+    url = request.getfixturevalue(f"{kind}_url")
+    async with await open_store(url) as store:
+        wanted = {
+            "/a": (b"A", 2), "/a/b": (b"", 0), "/a/b/many": (b"", 0), "/a/b/c": (b"C" * 5000, 1), "/a/skip": (b"", 0),
+            "/a-x": (b"", 0), "/a-x/y": (b"Y", 3), "/b": (b"", 0), "/b/z": (b"Z", 0),
+        }  # fmt: skip
+        for path, (value, version) in wanted.items():
+            await store.restore(path, value, version)
+        await store.restore("/a/skip/q", b"q", 0)
+        await store.restore_many([Restore(f"/a/b/many/n-{i:05d}", b"%d" % i, i % 3) for i in range(2500)])
+        await store.put("/a/e", b"mine", ephemeral=True)
+        pages = [page async for page in store.read_trees(["/a-x", "/a"], prune=["/a/skip"])]
+        nodes = [node for page in pages for node in page]
+        got = {n.path: n for n in nodes}
+        assert len(got) == len(nodes), "a node listed twice"
+        depths = [n.path.count("/") for n in nodes]
+        assert depths == sorted(depths), "not breadth first"
+        assert "/b" not in got and "/b/z" not in got  # outside the roots
+        assert "/a/skip" not in got and "/a/skip/q" not in got  # pruned
+        for path, (value, version) in wanted.items():
+            if path.startswith(("/a/", "/a-x")) or path == "/a":
+                if path != "/a/skip":
+                    assert (got[path].value, got[path].version, got[path].ephemeral) == (value, version, False), path
+        assert got["/a/e"].ephemeral and got["/a/e"].value == b"mine"
+        for i in range(2500):
+            path = f"/a/b/many/n-{i:05d}"
+            assert got[path] == NodeRead(path, b"%d" % i, i % 3), path
+        assert len([p for p in got if p.startswith("/a/b/many/")]) == 2500
+        # a root that does not exist lists nothing
+        assert [page async for page in store.read_trees(["/nothing"])] == []
+        read = await store.read_many(["/a", "/nothing", "/a-x/y"])
+        assert read == [NodeRead("/a", b"A", 2), None, NodeRead("/a-x/y", b"Y", 3)]
