@@ -174,7 +174,7 @@ class Cluster:
         source = self._stores[0] if self._stores else await self.source()
         return (await control.status(source)).to_dict()
 
-    async def wait_phase(self, *phases: Phase, within: float = 180.0) -> dict[str, Any]:
+    async def wait_phase(self, *phases: Phase, within: float = 420.0) -> dict[str, Any]:
         """Poll the status until its phase is one of ``phases``; fail the test otherwise."""
         deadline = time.monotonic() + within
         while True:

@@ -19,7 +19,7 @@ from metashift.stores import open_store
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually, retry_while_unavailable
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(900)
 
 #: The freeze's last delta carried by a Spark pass whatever its size: COPYING lasts long enough
 #: for a test to act inside it.

@@ -21,7 +21,7 @@ from metashift.sample_tree import generate
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = pytest.mark.timeout(900)
 
 
 @dataclass
