@@ -39,6 +39,7 @@ class Writer:
     failed: int = 0
     errors: list[str] = field(default_factory=list)
     ephemeral: str = ""
+    _inflight: str = ""
     _task: asyncio.Task[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -58,17 +59,18 @@ class Writer:
             i += 1
             doomed = ""
             try:
+                self._inflight = counter
                 stat = await self.client.put(counter, str(i).encode(), expected_version=version, timeout=90)
                 version = stat.version
                 self.acked[counter] = str(i).encode()
-                item = f"{base}/item-{i}"
+                item = self._inflight = f"{base}/item-{i}"
                 await self.client.put(item, b"v%d" % i, expected_version=-1, timeout=90)
                 self.acked[item] = b"v%d" % i
                 if i % 5 == 0:
                     seq = await self.client.put(f"/counters/{self.node_id}-", b"s", sequential=True, timeout=90)
                     self.acked[seq.path] = b"s"
                 if i % 4 == 0 and i > 2 and f"{base}/item-{i - 2}" in self.acked:  # deletions must reach the target
-                    doomed = f"{base}/item-{i - 2}"
+                    doomed = self._inflight = f"{base}/item-{i - 2}"
                     await self.client.delete(doomed, timeout=90)
                     self.acked[doomed] = None
             except (StoreUnavailable, BadVersion, NotFound) as e:
@@ -105,6 +107,9 @@ class Writer:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
+        # the write cut off in flight was admitted by the agent or not: its outcome is unknown
+        if self._inflight:
+            self.acked.pop(self._inflight, None)
 
     async def stop(self) -> None:
         self._stop.set()
