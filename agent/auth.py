@@ -9,6 +9,8 @@ callers on TCP with server-only TLS, and on unix sockets beside the file mode; m
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hmac
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,6 +23,8 @@ from metashift.agent.errors import Unauthenticated
 
 METADATA_KEY = "authorization"
 _OPEN_SERVICES = ("/grpc.health.v1.Health/",)
+#: How long a refused streaming call waits for the caller's first message (see ``_refusing``).
+_FIRST_MESSAGE_WAIT = 5.0
 
 
 def read_token(path: Path) -> str:
@@ -60,7 +64,15 @@ class TokenAuth(grpc.aio.ServerInterceptor):
 def _refusing(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
     """A handler of the same shape as ``handler`` that only refuses the call."""
 
+    streaming = handler.request_streaming
+
     async def refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
+        if streaming:
+            # Read the caller's first message before refusing: a stream ended while the caller's
+            # first write is still in flight fails that write in gRPC's core, and the caller then
+            # sees INTERNAL ("Internal error from Core") instead of UNAUTHENTICATED.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(anext(aiter(request), None), _FIRST_MESSAGE_WAIT)
         detail, code = wire.error_to_pb(Unauthenticated("missing or wrong bearer token (auth.token_file)"))
         await context.abort(code, wire.status_message(detail), trailing_metadata=wire.trailers(detail))
 

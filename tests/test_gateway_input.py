@@ -206,7 +206,8 @@ async def test_bearer_token_is_required_when_configured(
     good: AgentClient = await open_stores(agent.address, ca=certs.ca, token="s3cret-token")
     await good.put("/token-ok", b"x", expected_version=-1, ephemeral=True)
     assert await direct.exists("/token-ok")
-    for wrong in (None, "wrong-token"):
+    # many times: a refusal racing the client's first write once surfaced as INTERNAL
+    for wrong in (None, "wrong-token") * 25:
         with pytest.raises(AuthFailed):
             await open_stores(agent.address, ca=certs.ca, token=wrong, timeout=3)
     creds = grpc.ssl_channel_credentials(root_certificates=certs.ca.read_bytes())
