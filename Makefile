@@ -6,7 +6,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 DEBS := zookeeper etcd-server etcd-client default-jre-headless openssl util-linux
-PYTEST_ARGS ?=
+# two test processes: most of a test's time is spent waiting on servers, sessions and Spark, so two
+# overlap well on two cores (`make pytest PYTEST_ARGS=` runs them in one process)
+PYTEST_ARGS ?= -n 2 --dist worksteal
 
 .PHONY: setup test lint pytest demo demo-copy bench proto clean
 
