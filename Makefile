@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEBS := zookeeper etcd-server etcd-client default-jre-headless openssl util-linux
+DEBS := zookeeper etcd-server etcd-client default-jre-headless default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java openssl util-linux
 PYTEST_ARGS ?=
 
 .PHONY: setup test lint pytest demo demo-copy bench proto clean
