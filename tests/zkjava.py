@@ -39,7 +39,8 @@ class JavaProgram:
     main: str
 
     def command(self, *args: str) -> list[str]:
-        return ["java", "-Xshare:auto", "-XX:TieredStopAtLevel=1", "-cp", self.classpath, self.main, *args]
+        # C1 only: these are short runs, where the JVM's start dominates
+        return ["java", "-XX:TieredStopAtLevel=1", "-cp", self.classpath, self.main, *args]
 
 
 @pytest.fixture(scope="session")
