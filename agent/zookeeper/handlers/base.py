@@ -173,7 +173,6 @@ class HandlerBase:
         if is_virtual(path) or path == paths.SEPARATOR:
             raise ZkError(Err.BADARGUMENTS, f"{path} is ZooKeeper's own")
 
-
     async def _node_children(self, path: str) -> list[str]:
         if is_virtual(path):
             return list(VIRTUAL_CHILDREN.get(path, []))
