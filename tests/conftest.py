@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.harness", "tests.zkfront"]
+pytest_plugins = ["tests.harness", "tests.zkfront", "tests.zkjava"]

@@ -1,7 +1,8 @@
 """A whole zk -> etcd migration beneath stock ZooKeeper clients: kazoo clients connected to the
-agents' ZooKeeper ports keep writing, hold locks and ephemerals throughout; the migration
-COMPLETES with no client error, no session expiry, every acknowledged write in etcd, and every
-lock still held by its owner."""
+agents' ZooKeeper ports, and an Apache Curator client (``tests/java/CuratorProbe.java``, holding an
+InterProcessMutex and an ephemeral PersistentNode), keep writing, hold locks and ephemerals
+throughout; the migration COMPLETES with no client error, no session expiry, every acknowledged
+write in etcd, and every lock still held by its owner."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import asyncio
 import threading
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from kazoo.client import KazooClient
@@ -20,6 +22,7 @@ from metashift.migration.phase import Phase
 from metashift.sample_tree import generate
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually
+from tests.zkjava import CuratorHolder, JavaProgram
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -101,7 +104,15 @@ async def cluster(gateways: Gateways, zk_url: str, etcd_url: str) -> AsyncIterat
     await c.close()
 
 
-async def test_migration_beneath_kazoo_clients(cluster: Cluster) -> None:
+def _curator_writes(holder: CuratorHolder, more_than: int) -> bool:
+    """The Curator client has more than ``more_than`` acknowledged writes, or has stopped (an
+    error, an exit: the test's assertions say which)."""
+    return len(holder.tagged("ACK")) > more_than or bool(holder.errors) or holder.proc.returncode is not None
+
+
+async def test_migration_beneath_kazoo_and_curator_clients(
+    cluster: Cluster, curator_probe: JavaProgram, curator_holders: list[CuratorHolder], tmp_path: Path
+) -> None:
     source = await cluster.source()
     await generate(source, 5, seed=1, ephemerals=False)
     await cluster.start(settings={"zookeeper.listen": "127.0.0.1:0"})
@@ -110,19 +121,42 @@ async def test_migration_beneath_kazoo_clients(cluster: Cluster) -> None:
         for w in writers:
             await asyncio.to_thread(w.setup)
             w.start()
+        curator = await CuratorHolder.start(curator_probe, cluster.agents["broker-2"].zookeeper.address, "curator-1",
+                                            tmp_path / "curator.stderr")
+        curator_holders.append(curator)
         await eventually(lambda: all(len(w.acked) > 5 for w in writers), within=60, what="kazoo writers write")
+        await eventually(lambda: _curator_writes(curator, 5), within=120, what="the Curator client writes")
+        assert curator.errors == [] and curator.proc.returncode is None, curator.lines
+        [lock_node], [ephemeral] = curator.tagged("LOCKED"), curator.tagged("EPHEMERAL")
         await control.start(source, cluster.target_url)
         status = await cluster.wait_phase(Phase.COMPLETED, Phase.FAILED)
         assert status["phase"] == "COMPLETED", status
         await eventually(cluster.all_on_target, what="agents serve from the target")
         marks = {w.node_id: len(w.acked) for w in writers}
+        curator_mark = len(curator.tagged("ACK"))
         await eventually(lambda: any(w.errors for w in writers)
                          or all(len(w.acked) > marks[w.node_id] + 5 for w in writers), within=60,
                          what="kazoo writers keep writing after the switch")
+        await eventually(lambda: _curator_writes(curator, curator_mark + 5), within=60,
+                         what="the Curator client keeps writing after the switch")
         assert [w.errors for w in writers if w.errors] == []
+        assert curator.errors == [], curator.lines[-20:]
+        target = await cluster.open(cluster.target_url)
+        # the Curator client's lock node and ephemeral are in etcd, ephemeral, while it holds them
+        for path in (lock_node, ephemeral):
+            got = await target.get(path)
+            assert got is not None and got[1].ephemeral, (path, got)
         for w in writers:
             await asyncio.to_thread(w.finish)
-        target = await cluster.open(cluster.target_url)
+        assert await curator.stop() == 0, curator.lines[-20:]
+        assert curator.errors == []
+        assert "LOST" not in curator.tagged("STATE"), curator.tagged("STATE")
+        # its lock was its own to the end: held, first in line, and a newcomer could not take it
+        assert curator.tagged("HELD") == ["true"] and curator.tagged("FIRST") == [lock_node]
+        assert curator.tagged("NEWCOMER_ACQUIRES") == ["false"]
+        for path, value in curator.acked.items():
+            got = await target.get(path)
+            assert got is not None and got[0] == value, (path, value, got)
         for w in writers:
             assert w.errors == [], (w.node_id, w.errors)
             assert KazooState.LOST not in w.states, (w.node_id, w.states)

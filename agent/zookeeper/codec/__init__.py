@@ -1,0 +1,66 @@
+"""ZooKeeper's client wire protocol (jute): a 3.5-3.9 client's and server's records. Pure
+encoding; no I/O, no store. One module per concern:
+
+- ``constants``: opcodes, error codes, create modes, event types, permissions, special xids;
+- ``jute``: the primitives, the framing, and the ACL and Stat records;
+- ``headers``: the connection handshake and the request/reply headers;
+- ``requests``: the request records and ``decode_request``;
+- ``responses``: framed replies, multi results, watch notifications.
+
+Framing: every packet is a 4-byte big-endian length, then the record(s). The first packet of a
+connection is a ``ConnectRequest`` (no header); after it, requests are ``RequestHeader`` + body and
+replies ``ReplyHeader`` + body (no body when ``err`` is not 0).
+"""
+
+from metashift.agent.zookeeper.codec.constants import (
+    XID_AUTH,
+    XID_PING,
+    XID_SET_WATCHES,
+    XID_WATCH_EVENT,
+    AddWatchMode,
+    CreateMode,
+    Err,
+    EventType,
+    KeeperState,
+    Op,
+    Perms,
+    WatcherType,
+)
+from metashift.agent.zookeeper.codec.headers import ConnectRequest, ConnectResponse, ReplyHeader, RequestHeader
+from metashift.agent.zookeeper.codec.jute import ACL, OPEN_ACL_UNSAFE, DecodeError, Reader, Writer, ZStat, frame
+from metashift.agent.zookeeper.codec.requests import (
+    MULTI_OPS,
+    REQUESTS,
+    AddWatchRequest,
+    AuthRequest,
+    CheckVersionRequest,
+    CreateRequest,
+    DeleteRequest,
+    EmptyRequest,
+    MultiRequest,
+    PathRequest,
+    PathWatchRequest,
+    RemoveWatchesRequest,
+    SetACLRequest,
+    SetDataRequest,
+    SetWatchesRequest,
+    decode_request,
+)
+from metashift.agent.zookeeper.codec.responses import (
+    ChildInfo,
+    MultiResult,
+    encode_multi,
+    reply,
+    stat_body,
+    watch_event,
+)
+
+__all__ = [
+    "ACL", "MULTI_OPS", "OPEN_ACL_UNSAFE", "REQUESTS", "XID_AUTH", "XID_PING", "XID_SET_WATCHES", "XID_WATCH_EVENT",
+    "AddWatchMode", "AddWatchRequest", "AuthRequest", "CheckVersionRequest", "ChildInfo", "ConnectRequest",
+    "ConnectResponse", "CreateMode", "CreateRequest", "DecodeError", "DeleteRequest", "EmptyRequest", "Err",
+    "EventType", "KeeperState", "MultiRequest", "MultiResult", "Op", "PathRequest", "PathWatchRequest", "Perms",
+    "Reader", "RemoveWatchesRequest", "ReplyHeader", "RequestHeader", "SetACLRequest", "SetDataRequest",
+    "SetWatchesRequest", "WatcherType", "Writer", "ZStat", "decode_request", "encode_multi", "frame", "reply",
+    "stat_body", "watch_event",
+]

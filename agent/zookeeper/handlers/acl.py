@@ -1,0 +1,59 @@
+"""getACL and setACL (ACLs are neither stored nor enforced: every node is ``world:anyone`` ALL),
+addAuth (``digest`` recorded) and whoAmI."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+
+from metashift.agent.zookeeper import codec
+from metashift.agent.zookeeper.codec import OPEN_ACL_UNSAFE, ChildInfo, Err, Writer
+from metashift.agent.zookeeper.handlers.base import Body, HandlerBase, ZkError, check_path
+from metashift.agent.zookeeper.session import ZkSession
+
+
+class AclRequests(HandlerBase):
+    """ACLs and authentication."""
+
+    # ---- ACLs and auth ----------------------------------------------------------------------------
+
+    async def _get_acl(self, session: ZkSession, req: codec.PathRequest) -> Body:
+        check_path(req.path)
+        node = await self._node(req.path)
+        if node is None:
+            raise ZkError(Err.NONODE)
+        return Writer().acls(OPEN_ACL_UNSAFE).stat(node[1]).bytes()
+
+    async def _set_acl(self, session: ZkSession, req: codec.SetACLRequest) -> Body:
+        check_path(req.path)
+        if not req.acl:
+            raise ZkError(Err.INVALIDACL)
+        node = await self._node(req.path)
+        if node is None:
+            raise ZkError(Err.NONODE)
+        if req.version not in (-1, node[1].aversion):
+            raise ZkError(Err.BADVERSION)
+        return Writer().stat(node[1]).bytes()
+
+    @staticmethod
+    def add_auth(session: ZkSession, req: codec.AuthRequest) -> int:
+        """addAuth: ``digest`` (user:password) is recorded (whoAmI names it); other schemes fail."""
+        if req.scheme != "digest":
+            return Err.AUTHFAILED
+        text = req.auth.decode("utf-8", "replace")
+        user, sep, password = text.partition(":")
+        if not sep or not user:
+            return Err.AUTHFAILED
+        digest = base64.b64encode(hashlib.sha1(f"{user}:{password}".encode()).digest()).decode()
+        info = ChildInfo("digest", f"{user}:{digest}")
+        if info not in session.auth:
+            session.auth.append(info)
+        return Err.OK
+
+    async def _who_am_i(self, session: ZkSession, req: codec.EmptyRequest) -> Body:
+        infos = [ChildInfo("ip", "127.0.0.1"), *(ChildInfo(i.scheme, i.user.split(":", 1)[0]) for i in session.auth)]
+        w = Writer().int(len(infos))
+        for info in infos:
+            w.string(info.scheme).string(info.user)
+        return w.bytes()
+

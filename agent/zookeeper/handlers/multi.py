@@ -1,0 +1,172 @@
+"""multi (all or nothing) and multiRead."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from metashift.agent.zookeeper import codec
+from metashift.agent.zookeeper.codec import CreateMode, Err, MultiResult, Op
+from metashift.agent.zookeeper.handlers.base import (
+    Body,
+    ZkError,
+    check_parent,
+    check_path,
+    error_code,
+    expect_version,
+    parent_of,
+)
+from metashift.agent.zookeeper.handlers.reads import ReadRequests
+from metashift.agent.zookeeper.handlers.writes import WriteRequests
+from metashift.agent.zookeeper.session import ZkSession
+from metashift.agent.zookeeper.stat import to_zstat
+from metashift.stores import MetadataStore, paths
+from metashift.stores.errors import MetadataStoreError
+
+log = logging.getLogger(__name__)
+
+CREATES = (Op.CREATE, Op.CREATE2, Op.CREATE_CONTAINER, Op.CREATE_TTL)
+WRITES = (*CREATES, Op.DELETE, Op.SET_DATA, Op.CHECK)
+
+
+@dataclass
+class _Node:
+    """What a multi's check phase knows of a path: exists, version, ephemeral, children count."""
+
+    exists: bool
+    version: int = 0
+    ephemeral: bool = False
+    children: int = 0
+
+
+
+
+class MultiRequests(WriteRequests, ReadRequests):
+    """multi and multiRead, on the single requests' checks and writes."""
+
+    # ---- multi ------------------------------------------------------------------------------------
+
+    async def _multi_read(self, session: ZkSession, req: codec.MultiRequest) -> Body:
+        results: list[MultiResult] = []
+        for op, sub in req.ops:
+            if op not in (Op.GET_DATA, Op.GET_CHILDREN):
+                raise ZkError(Err.BADARGUMENTS, "multiRead holds getData and getChildren only")
+            try:
+                if op == Op.GET_DATA:
+                    check_path(sub.path)
+                    node = await self._node(sub.path)
+                    if node is None:
+                        raise ZkError(Err.NONODE)
+                    results.append(MultiResult(Op.GET_DATA, 0, (node[0], node[1])))
+                else:
+                    kids, _ = await self._children(session, codec.PathWatchRequest(sub.path, False))
+                    results.append(MultiResult(Op.GET_CHILDREN, 0, kids))
+            except (ZkError, MetadataStoreError) as err:
+                results.append(MultiResult(Op.ERROR, error_code(err)))
+        return codec.encode_multi(results)
+
+    async def _multi(self, session: ZkSession, req: codec.MultiRequest) -> Body:
+        """All or nothing against every check a single call would make: every operation is first
+        checked in order against the store as the earlier ones would leave it, and if one fails
+        nothing is written (its error, OK before it, RUNTIMEINCONSISTENCY after it, as ZooKeeper
+        answers). Then they are applied in order, each conditional on the version the check saw:
+        a writer racing in between makes the multi fail part-way (documented)."""
+        for op, _ in req.ops:
+            if op not in WRITES:
+                raise ZkError(Err.BADARGUMENTS, f"opcode {op} cannot be part of a multi")
+        if not req.ops:
+            return codec.encode_multi([])
+
+        async def apply(store: MetadataStore) -> list[MultiResult]:
+            failed = await self._multi_check(store, req.ops)
+            if failed is not None:
+                return _failed(len(req.ops), *failed)
+            results: list[MultiResult] = []
+            for i, (op, sub) in enumerate(req.ops):
+                try:
+                    results.append(await self._multi_apply(session, store, op, sub))
+                except (ZkError, MetadataStoreError) as err:
+                    log.warning("multi failed at operation %d after the check passed (a racing writer): %s", i, err)
+                    return _failed(len(req.ops), i, error_code(err))
+            return results
+
+        results: list[MultiResult] = await self._write(apply)
+        return codec.encode_multi(results)
+
+    async def _multi_check(self, store: MetadataStore, ops: list[tuple[int, Any]]) -> tuple[int, int] | None:
+        """Run the ops against a view of the store; (index, error) of the first that would fail."""
+        view: dict[str, _Node] = {}
+        kids_of: dict[str, set[str]] = {}
+
+        async def node(path: str) -> _Node:
+            if path not in view:
+                if path == paths.SEPARATOR:
+                    view[path] = _Node(True)
+                else:
+                    got = await store.get(path)
+                    view[path] = _Node(False) if got is None else _Node(True, got[1].version, got[1].ephemeral)
+            return view[path]
+
+        async def children(path: str) -> set[str]:
+            if path not in kids_of:
+                kids_of[path] = set(await store.get_children(path))
+            return kids_of[path]
+
+        for i, (op, sub) in enumerate(ops):
+            try:
+                if op in CREATES:
+                    self._check_create(sub)
+                    parent = parent_of(sub.path)
+                    if parent != paths.SEPARATOR:
+                        p = await node(parent)
+                        check_parent(parent, p.exists, p.ephemeral)
+                    if not CreateMode.sequential(sub.flags):
+                        if (await node(sub.path)).exists:
+                            raise ZkError(Err.NODEEXISTS, sub.path)
+                        view[sub.path] = _Node(True, 0, CreateMode.ephemeral(sub.flags))
+                        kids_of[sub.path] = set()
+                        (await children(parent)).add(sub.path.rsplit("/", 1)[1])
+                else:  # delete, setData, check: the node at the expected version
+                    check_path(sub.path)
+                    if op != Op.CHECK:
+                        self._no_writes_in_zookeeper_root(sub.path)
+                    n = await node(sub.path)
+                    expect_version(sub.path, n.exists, n.version, sub.version)
+                    if op == Op.DELETE:
+                        if await children(sub.path):
+                            raise ZkError(Err.NOTEMPTY, sub.path)
+                        view[sub.path] = _Node(False)
+                        (await children(parent_of(sub.path))).discard(sub.path.rsplit("/", 1)[1])
+                    elif op == Op.SET_DATA:
+                        n.version += 1
+            except (ZkError, MetadataStoreError) as err:
+                return i, error_code(err)
+        return None
+
+    async def _multi_apply(self, session: ZkSession, store: MetadataStore, op: int, sub: Any) -> MultiResult:
+        if op in CREATES:
+            ephemeral = CreateMode.ephemeral(sub.flags)
+            stat = await self._put_new(store, sub.path, sub.data, ephemeral, CreateMode.sequential(sub.flags))
+            self.registry.record_put(session.client if ephemeral else None, sub.data, ephemeral, stat)
+            if op == Op.CREATE:
+                return MultiResult(Op.CREATE, 0, stat.path)
+            zstat = to_zstat(stat, len(sub.data), 0, session.id if ephemeral else 0)
+            return MultiResult(op, 0, (stat.path, zstat))
+        if op == Op.DELETE:
+            await self._delete_checked(store, sub.path, sub.version)
+            return MultiResult(Op.DELETE)
+        if op == Op.SET_DATA:
+            stat = await self._set_checked(store, sub.path, sub.data, sub.version)
+            kids = await store.get_children(sub.path)
+            return MultiResult(Op.SET_DATA, 0, to_zstat(stat, len(sub.data), len(kids), self._owner(sub.path)))
+        return MultiResult(Op.CHECK)
+
+
+def _failed(count: int, index: int, code: int) -> list[MultiResult]:
+    """A multi that failed at operation ``index`` with ``code``, as ZooKeeper answers it: OK
+    before it, ``code`` there, RUNTIMEINCONSISTENCY after it."""
+    return [
+        MultiResult(Op.ERROR, Err.OK if i < index else code if i == index else Err.RUNTIMEINCONSISTENCY)
+        for i in range(count)
+    ]

@@ -1,0 +1,77 @@
+"""exists, getData, getChildren(2), getAllChildrenNumber, getEphemerals, sync: reads of the
+router's active store."""
+
+from __future__ import annotations
+
+import asyncio
+
+from metashift.agent.zookeeper import codec
+from metashift.agent.zookeeper.codec import Err, Writer, ZStat
+from metashift.agent.zookeeper.handlers.base import Body, HandlerBase, ZkError, check_path
+from metashift.agent.zookeeper.session import ZkSession
+from metashift.agent.zookeeper.watches import CHILD, DATA, EXIST
+from metashift.stores import paths
+
+
+class ReadRequests(HandlerBase):
+    """The requests that read nodes."""
+
+    # ---- reads ----------------------------------------------------------------------------------
+
+    async def _exists(self, session: ZkSession, req: codec.PathWatchRequest) -> Body:
+        check_path(req.path)
+        node = await self._node(req.path)
+        if req.watch:
+            self.watches.add(DATA if node is not None else EXIST, req.path, session)
+        if node is None:
+            raise ZkError(Err.NONODE)
+        return Writer().stat(node[1]).bytes()
+
+    async def _get_data(self, session: ZkSession, req: codec.PathWatchRequest) -> Body:
+        check_path(req.path)
+        node = await self._node(req.path)
+        if node is None:
+            raise ZkError(Err.NONODE)
+        if req.watch:
+            self.watches.add(DATA, req.path, session)
+        return Writer().buffer(node[0]).stat(node[1]).bytes()
+
+    async def _children(self, session: ZkSession, req: codec.PathWatchRequest) -> tuple[list[str], ZStat]:
+        check_path(req.path)
+        node = await self._node(req.path)
+        if node is None:
+            raise ZkError(Err.NONODE)
+        if req.watch:
+            self.watches.add(CHILD, req.path, session)
+        return node[2], node[1]
+
+    async def _get_children(self, session: ZkSession, req: codec.PathWatchRequest) -> Body:
+        kids, _ = await self._children(session, req)
+        return Writer().strings(kids).bytes()
+
+    async def _get_children2(self, session: ZkSession, req: codec.PathWatchRequest) -> Body:
+        kids, zstat = await self._children(session, req)
+        return Writer().strings(kids).stat(zstat).bytes()
+
+    async def _get_all_children_number(self, session: ZkSession, req: codec.PathRequest) -> Body:
+        check_path(req.path)
+        node = await self._node(req.path)
+        if node is None:
+            raise ZkError(Err.NONODE)
+        total = 0
+        level = [paths.join(req.path, k) for k in node[2]]
+        while level:
+            total += len(level)
+            listed = await asyncio.gather(*(self._node_children(p) for p in level))
+            level = [paths.join(p, k) for p, kids in zip(level, listed, strict=True) for k in kids]
+        return Writer().int(total).bytes()
+
+    async def _get_ephemerals(self, session: ZkSession, req: codec.PathRequest) -> Body:
+        prefix = req.path or paths.SEPARATOR
+        found = sorted(p for p in session.client.ephemerals if prefix == paths.SEPARATOR or p.startswith(prefix))
+        return Writer().strings(found).bytes()
+
+    async def _sync(self, session: ZkSession, req: codec.PathRequest) -> Body:
+        check_path(req.path)
+        return Writer().string(req.path).bytes()
+

@@ -1,0 +1,74 @@
+"""setWatches (a reconnecting client's), addWatch, removeWatches and checkWatches."""
+
+from __future__ import annotations
+
+from metashift.agent.zookeeper import codec
+from metashift.agent.zookeeper.codec import AddWatchMode, Err, EventType, Writer
+from metashift.agent.zookeeper.handlers.base import VIRTUAL_CHILDREN, Body, HandlerBase, ZkError, check_path, is_virtual
+from metashift.agent.zookeeper.session import ZkSession
+from metashift.agent.zookeeper.watches import CHILD, DATA, EXIST, PERSISTENT, RECURSIVE
+from metashift.stores import paths
+from metashift.stores.errors import InvalidPath
+
+
+class WatchRequests(HandlerBase):
+    """The requests that set, remove and check watches."""
+
+    # ---- watches --------------------------------------------------------------------------------
+
+    async def _set_watches(self, session: ZkSession, req: codec.SetWatchesRequest) -> Body:
+        """Re-set a reconnecting client's watches. The session kept its watches on the agent and
+        events that fired while it was away were delivered on re-attach; a watch whose condition
+        already holds fires now (exist: the node is there; data, child: the node is gone)."""
+        groups = ((DATA, req.data), (EXIST, req.exist), (CHILD, req.child),
+                  (PERSISTENT, req.persistent), (RECURSIVE, req.persistent_recursive))
+        for kind, wanted in groups:
+            for path in wanted:
+                if kind in (DATA, EXIST, CHILD):
+                    exists = await self._exists_any(path)
+                    if kind == EXIST and exists:
+                        self.watches.add(kind, path, session)
+                        self.watches.fire(EventType.NODE_CREATED, path, (EXIST,), {session})
+                        continue
+                    if kind in (DATA, CHILD) and not exists:
+                        self.watches.add(kind, path, session)
+                        self.watches.fire(EventType.NODE_DELETED, path, (kind,), {session})
+                        continue
+                self.watches.add(kind, path, session)
+        return b""
+
+    async def _exists_any(self, path: str) -> bool:
+        if is_virtual(path):
+            return path in VIRTUAL_CHILDREN
+        if path == paths.SEPARATOR:
+            return True
+        try:
+            return await self.store.exists(path)
+        except InvalidPath:
+            return False
+
+    async def _add_watch(self, session: ZkSession, req: codec.AddWatchRequest) -> Body:
+        check_path(req.path)
+        if req.mode == AddWatchMode.PERSISTENT:
+            self.watches.add(PERSISTENT, req.path, session)
+        elif req.mode == AddWatchMode.PERSISTENT_RECURSIVE:
+            self.watches.add(RECURSIVE, req.path, session)
+        else:
+            raise ZkError(Err.BADARGUMENTS, f"unknown addWatch mode {req.mode}")
+        return Writer().int(0).bytes()  # ZooKeeper answers addWatch with an ErrorResponse(0)
+
+    async def _remove_watches(self, session: ZkSession, req: codec.RemoveWatchesRequest) -> Body:
+        check_path(req.path)
+        removed = False
+        for kind in self.watches.kinds_for(req.type):
+            removed = self.watches.remove(kind, req.path, session) or removed
+        if not removed:
+            raise ZkError(Err.NOWATCHER)
+        return b""
+
+    async def _check_watches(self, session: ZkSession, req: codec.RemoveWatchesRequest) -> Body:
+        check_path(req.path)
+        if not any(self.watches.has(kind, req.path, session) for kind in self.watches.kinds_for(req.type)):
+            raise ZkError(Err.NOWATCHER)
+        return b""
+

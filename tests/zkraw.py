@@ -1,0 +1,170 @@
+"""A tiny ZooKeeper client for the protocol tests, written on the agent's codec
+(``metashift.agent.zookeeper.codec``): it sends the requests kazoo never sends (addWatch,
+removeWatches, checkWatches, getEphemerals, multiRead, getACL/setACL, whoAmI,
+getAllChildrenNumber, any opcode at all) and reads the replies and watch events as bytes.
+
+Against a real ZooKeeper it connects without a chroot (ZooKeeper's getEphemerals ignores the
+chroot) and puts ``prefix`` (the test's namespace) before every path it sends and takes it off
+every path it receives, so one test reads the same against ZooKeeper and through the agent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from dataclasses import dataclass
+
+import pytest
+
+from metashift.agent.zookeeper import codec
+from metashift.agent.zookeeper.codec import Op, Reader, Writer, ZStat
+
+#: A bound that turns a lost reply or event into a failure, never a timing.
+WAIT = 20.0
+
+
+@dataclass(frozen=True)
+class Event:
+    type: int
+    path: str
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A reply: its error code, and a reader over its body (empty when ``err`` is not 0)."""
+
+    xid: int
+    err: int
+    body: Reader
+
+
+class RawZk:
+    """One ZooKeeper session over one TCP connection."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, prefix: str) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.prefix = prefix
+        self.session_id = 0
+        self.events: asyncio.Queue[Event] = asyncio.Queue()
+        self._pending: deque[tuple[int, asyncio.Future[Reply]]] = deque()
+        self._xid = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def connect(cls, host: str, port: int, prefix: str = "") -> RawZk:
+        reader, writer = await asyncio.open_connection(host, port)
+        zk = cls(reader, writer, prefix)
+        writer.write(codec.frame(codec.ConnectRequest(0, 0, 10_000, 0, bytes(16), False).encode()))
+        response = codec.ConnectResponse.decode(await asyncio.wait_for(zk._packet(), WAIT))
+        assert response.timeout > 0 and response.session_id != 0, response
+        zk.session_id = response.session_id
+        zk._task = asyncio.create_task(zk._read())
+        return zk
+
+    async def close(self) -> None:
+        if self.connected:
+            with contextlib.suppress(Exception):
+                await self.call(Op.CLOSE_SESSION, b"")
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        self.writer.close()
+
+    async def _packet(self) -> bytes:
+        size = int.from_bytes(await self.reader.readexactly(4), "big")
+        return await self.reader.readexactly(size)
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                r = Reader(await self._packet())
+                header = codec.ReplyHeader.read(r)
+                if header.xid == codec.XID_WATCH_EVENT:
+                    event_type, _state, path = r.int(), r.int(), r.string()
+                    await self.events.put(Event(event_type, self.unprefix(path)))
+                    continue
+                if header.xid == codec.XID_PING:
+                    continue
+                xid, future = self._pending.popleft()
+                assert header.xid == xid, f"reply for xid {header.xid}, expected {xid}"
+                future.set_result(Reply(header.xid, header.err, r))
+        except (asyncio.IncompleteReadError, ConnectionError) as e:
+            while self._pending:
+                self._pending.popleft()[1].set_exception(ConnectionError(f"connection closed: {e!r}"))
+
+    @property
+    def connected(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    # ---- requests -------------------------------------------------------------------------------
+
+    def path(self, path: str) -> str:
+        return self.prefix + path if path != "/" or not self.prefix else self.prefix
+
+    def unprefix(self, path: str) -> str:
+        if self.prefix and path.startswith(self.prefix):
+            return path[len(self.prefix):] or "/"
+        return path
+
+    async def call(self, op: int, body: bytes, xid: int | None = None) -> Reply:
+        """Send one request; its reply (in order: ZooKeeper answers in request order)."""
+        if not self.connected:
+            raise ConnectionError("the connection is closed")
+        if xid is None:
+            self._xid += 1
+            xid = self._xid
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._pending.append((xid, future))
+        self.writer.write(codec.frame(Writer().int(xid).int(op).bytes() + body))
+        return await asyncio.wait_for(future, WAIT)
+
+    async def create(self, path: str, data: bytes = b"", flags: int = 0) -> str:
+        body = Writer().string(self.path(path)).buffer(data).acls(codec.OPEN_ACL_UNSAFE).int(flags).bytes()
+        reply = await self.call(Op.CREATE, body)
+        assert reply.err == 0, (path, reply.err)
+        return self.unprefix(reply.body.string())
+
+    async def set_data(self, path: str, data: bytes, version: int = -1) -> int:
+        reply = await self.call(Op.SET_DATA, Writer().string(self.path(path)).buffer(data).int(version).bytes())
+        return reply.err
+
+    async def delete(self, path: str, version: int = -1) -> int:
+        return (await self.call(Op.DELETE, Writer().string(self.path(path)).int(version).bytes())).err
+
+    async def get_data(self, path: str, watch: bool = False) -> Reply:
+        return await self.call(Op.GET_DATA, Writer().string(self.path(path)).bool(watch).bytes())
+
+    async def get_children(self, path: str, watch: bool = False) -> Reply:
+        return await self.call(Op.GET_CHILDREN, Writer().string(self.path(path)).bool(watch).bytes())
+
+    async def path_op(self, op: int, path: str) -> Reply:
+        """A request whose body is a path alone (getACL, getEphemerals, getAllChildrenNumber)."""
+        return await self.call(op, Writer().string(self.path(path)).bytes())
+
+    async def add_watch(self, path: str, mode: int) -> Reply:
+        return await self.call(Op.ADD_WATCH, Writer().string(self.path(path)).int(mode).bytes())
+
+    async def watches_op(self, op: int, path: str, watcher_type: int) -> int:
+        """removeWatches / checkWatches: the error code."""
+        return (await self.call(op, Writer().string(self.path(path)).int(watcher_type).bytes())).err
+
+    async def add_auth(self, scheme: str, auth: bytes) -> int:
+        body = Writer().int(0).string(scheme).buffer(auth).bytes()
+        return (await self.call(Op.AUTH, body, xid=codec.XID_AUTH)).err
+
+    async def events_until(self, last: Event) -> list[Event]:
+        """The watch events received, up to and including ``last`` (the test's marker: the
+        store's notifications arrive in order, so every earlier event is in by then)."""
+        got: list[Event] = []
+        while not got or got[-1] != last:
+            try:
+                got.append(await asyncio.wait_for(self.events.get(), WAIT))
+            except TimeoutError:
+                pytest.fail(f"no {last} within {WAIT}s; got {got}")
+        return got
+
+
+def read_stat(r: Reader) -> ZStat:
+    return ZStat.read(r)
