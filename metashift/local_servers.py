@@ -28,6 +28,8 @@ _live: weakref.WeakSet[_LocalServer] = weakref.WeakSet()
 
 
 class ServerStartError(RuntimeError):
+    """A local ZooKeeper or etcd did not start (its log's tail in the message)."""
+
     pass
 
 

@@ -40,6 +40,8 @@ class Connection(Protocol):
 
 @dataclass(eq=False)
 class ZkSession:
+    """One ZooKeeper client session served by the agent: an agent client session under the hood."""
+
     id: int
     passwd: bytes
     timeout_ms: int

@@ -20,6 +20,8 @@ STOP_GRACE = 10.0
 
 
 class AgentStartError(RuntimeError):
+    """An agent process of the sandbox did not start serving."""
+
     pass
 
 

@@ -65,6 +65,8 @@ def split_timings(clients: list[SimClient], frozen: tuple[float, float] | None) 
 
 @dataclass
 class SandboxReport:
+    """What a sandbox run measured and checked: the JSON of `metashift sandbox --json`."""
+
     phase: str = "NOT_STARTED"
     reason: str | None = None
     epoch: int = 0

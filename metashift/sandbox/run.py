@@ -42,6 +42,8 @@ MORE_WRITES = 3
 
 @dataclass
 class Options:
+    """The sandbox's settings, from its command line."""
+
     topics: int = 2000
     brokers: int = 3
     bookies: int = 2
@@ -77,6 +79,8 @@ def bundles(topics: int) -> list[str]:
 
 
 class Sandbox:
+    """One sandbox run: servers, agents, writers, the migration and the checks."""
+
     def __init__(self, options: Options) -> None:
         self.options = options
         self.report = SandboxReport(topics=options.topics, brokers=options.brokers, bookies=options.bookies)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 
 class Op:
+    """ZooKeeper's request opcodes."""
+
     NOTIFICATION = 0
     CREATE = 1
     DELETE = 2
@@ -47,6 +49,8 @@ class Op:
 
 
 class Err:
+    """ZooKeeper's error codes (KeeperException.Code)."""
+
     OK = 0
     SYSTEMERROR = -1
     RUNTIMEINCONSISTENCY = -2
@@ -75,6 +79,8 @@ class Err:
 
 
 class CreateMode:
+    """ZooKeeper's create modes (persistent, ephemeral, sequential, container, TTL)."""
+
     PERSISTENT = 0
     EPHEMERAL = 1
     PERSISTENT_SEQUENTIAL = 2
@@ -95,6 +101,8 @@ class CreateMode:
 
 
 class EventType:
+    """The types of watch events."""
+
     NONE = -1
     NODE_CREATED = 1
     NODE_DELETED = 2
@@ -106,6 +114,8 @@ class EventType:
 
 
 class KeeperState:
+    """The session states a watch event carries."""
+
     DISCONNECTED = 0
     SYNC_CONNECTED = 3
     AUTH_FAILED = 4
@@ -115,17 +125,23 @@ class KeeperState:
 
 
 class WatcherType:
+    """Which watches removeWatches / checkWatches name."""
+
     CHILDREN = 1
     DATA = 2
     ANY = 3
 
 
 class AddWatchMode:
+    """addWatch's modes: persistent, persistent recursive."""
+
     PERSISTENT = 0
     PERSISTENT_RECURSIVE = 1
 
 
 class Perms:
+    """ACL permission bits."""
+
     READ = 1
     WRITE = 2
     CREATE = 4

@@ -10,6 +10,8 @@ from metashift.agent.zookeeper.codec.jute import REPLY, Reader, Writer
 
 @dataclass(frozen=True)
 class ConnectRequest:
+    """The client's first packet: protocol version, session timeout, id, password, read-only."""
+
     protocol_version: int
     last_zxid_seen: int
     timeout: int
@@ -35,6 +37,8 @@ class ConnectRequest:
 
 @dataclass(frozen=True)
 class ConnectResponse:
+    """The answer to a connect: negotiated timeout, session id and password."""
+
     protocol_version: int
     timeout: int
     session_id: int
@@ -58,12 +62,16 @@ class ConnectResponse:
 
 @dataclass(frozen=True)
 class RequestHeader:
+    """Every request's header: its xid and opcode."""
+
     xid: int
     type: int
 
 
 @dataclass(frozen=True)
 class ReplyHeader:
+    """Every reply's header: the request's xid, the zxid, the error code."""
+
     xid: int
     zxid: int
     err: int

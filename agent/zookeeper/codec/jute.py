@@ -151,6 +151,8 @@ def frame(payload: bytes) -> bytes:
 
 @dataclass(frozen=True)
 class ACL:
+    """One ACL entry: permissions, scheme and id."""
+
     perms: int
     scheme: str
     id: str
@@ -161,6 +163,8 @@ OPEN_ACL_UNSAFE = [ACL(Perms.ALL, "world", "anyone")]
 
 @dataclass(frozen=True)
 class ZStat:
+    """ZooKeeper's Stat record, as sent on the wire."""
+
     czxid: int = 0
     mzxid: int = 0
     ctime: int = 0

@@ -14,6 +14,8 @@ from metashift.agent.zookeeper.codec.jute import ACL, HEADER, MULTI_HEADER, Deco
 
 @dataclass(frozen=True)
 class CreateRequest:
+    """create / create2 / createContainer / createTTL: path, data, ACL, mode (and TTL)."""
+
     path: str
     data: bytes
     acl: list[ACL]
@@ -28,6 +30,8 @@ class CreateRequest:
 
 @dataclass(frozen=True)
 class DeleteRequest:
+    """delete: a path and the expected version (-1: any)."""
+
     path: str
     version: int
 
@@ -38,6 +42,8 @@ class DeleteRequest:
 
 @dataclass(frozen=True)
 class CheckVersionRequest:
+    """check (in a multi): a path and the version it must have."""
+
     path: str
     version: int
 
@@ -71,6 +77,8 @@ class PathRequest:
 
 @dataclass(frozen=True)
 class SetDataRequest:
+    """setData: a path, its new data and the expected version."""
+
     path: str
     data: bytes
     version: int
@@ -82,6 +90,8 @@ class SetDataRequest:
 
 @dataclass(frozen=True)
 class SetACLRequest:
+    """setACL: a path, its ACL and the expected ACL version."""
+
     path: str
     acl: list[ACL]
     version: int
@@ -93,6 +103,8 @@ class SetACLRequest:
 
 @dataclass(frozen=True)
 class SetWatchesRequest:
+    """setWatches / setWatches2: the watches a reconnecting client sets again."""
+
     relative_zxid: int
     data: list[str]
     exist: list[str]
@@ -110,6 +122,8 @@ class SetWatchesRequest:
 
 @dataclass(frozen=True)
 class AddWatchRequest:
+    """addWatch: a persistent or persistent recursive watch on a path."""
+
     path: str
     mode: int
 
@@ -132,6 +146,8 @@ class RemoveWatchesRequest:
 
 @dataclass(frozen=True)
 class AuthRequest:
+    """addAuth: a scheme and its credentials."""
+
     type: int
     scheme: str
     auth: bytes
