@@ -108,7 +108,9 @@ class Sandbox:
         self.work_dir = Path(tempfile.mkdtemp(prefix="metashift-sandbox-"))
         r.work_dir = str(self.work_dir)
         say(f"work directory {self.work_dir}")
-        self.zk = LocalZooKeeper(self.work_dir / "zookeeper")
+        # ZooKeeper holds the whole tree in its heap: ~0.7 KB a node and its garbage (at 512 MB a
+        # 1M-node tree stalls it in GC for more than a client's timeout)
+        self.zk = LocalZooKeeper(self.work_dir / "zookeeper", heap_mb=min(8192, 512 + o.topics // 48))
         self.etcd = LocalEtcd(self.work_dir / "etcd")
         # in this (the main) thread: the servers die with the thread that started them
         self.zk.start()
