@@ -35,8 +35,8 @@ async def test_etcd_counter_reaches_its_step_exactly_and_keeps_the_value(etcd_ur
         assert got is not None and (got[0], got[1].version) == (b"keep", 1499)
         assert await store.advance_sequence_counter("/ctr", 1000) == 0  # already past: nothing
         assert await store.sequence_counter("/ctr") == 1500
-        # Pulsar's layout: the next sequential child is named after the parent key's version
-        assert (await store.put("/ctr/id-", b"", sequential=True)).path == "/ctr/id-1500"  # (unpadded, as Pulsar names it)
+        # Pulsar's layout: the next sequential child is named after the parent key's version (unpadded)
+        assert (await store.put("/ctr/id-", b"", sequential=True)).path == "/ctr/id-1500"
 
 
 async def test_etcd_restore_of_several_long_chains_keeps_every_version(etcd_url: str) -> None:
