@@ -75,17 +75,22 @@ def copy_tree(
             split = run(_copy_top(source, target, rules, progress, report, starter))
             report.listing_seconds = split.listing_seconds
             copy_started = time.monotonic()
+            report.timeline["top_copied"] = copy_started - started
             counters = Background(tasks.move_counters(source, target, split.deferred_counters))
             try:
                 if split.roots:
                     _copy_subtrees(starter, split, source, target, rules, progress, report)
+                    report.timeline["job_done"] = time.monotonic() - started
             finally:
                 moved = counters.result()
+            report.timeline["counters_done"] = counters.ended_at - started
             report.counters_seconds = counters.seconds
             _add(report, [moved], by_executors=False)
             report.copy_seconds = time.monotonic() - copy_started
         finally:
             compactor.stop()
+        if starter.ready_at is not None:
+            report.timeline["spark_ready"] = starter.ready_at - started
         report.compactions += compactor.count
         compaction_started = time.monotonic()
         if report.write_ops:
@@ -186,6 +191,7 @@ class Background:
     def __init__(self, coro: Any) -> None:
         self._box: dict[str, Any] = {}
         self.seconds = 0.0
+        self.ended_at = time.monotonic()
         self._thread = threading.Thread(target=self._run, args=(coro,), name="metashift-background", daemon=True)
         self._thread.start()
 
@@ -196,7 +202,8 @@ class Background:
         except BaseException as e:  # handed over to the caller's thread
             self._box["error"] = e
         finally:
-            self.seconds = time.monotonic() - started
+            self.ended_at = time.monotonic()
+            self.seconds = self.ended_at - started
 
     def result(self) -> Any:
         self._thread.join()

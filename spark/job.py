@@ -7,6 +7,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -58,6 +59,8 @@ class SparkStarter:
         self._spark = spark
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self.ready_at: float | None = None
+        """``time.monotonic()`` when the session was up (None: given, or not yet)."""
 
     def start(self) -> None:
         if self._spark is None and self._thread is None:
@@ -67,6 +70,7 @@ class SparkStarter:
     def _run(self) -> None:
         try:
             self._spark = get_session(self.master)
+            self.ready_at = time.monotonic()
         except BaseException as e:  # handed over to the caller's thread by get()
             self._error = e
 

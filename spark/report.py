@@ -132,6 +132,9 @@ class CopyReport:
     copy_seconds: float = 0.0
     counters_seconds: float = 0.0
     """How long the driver moved the top's counters (beside the copy, within ``copy_seconds``)."""
+    timeline: dict[str, float] = field(default_factory=dict)
+    """When each step ended, in seconds since the copy started (``spark_ready``, ``top_copied``,
+    ``job_done``, ``counters_done``): what the copy waited for."""
     compaction_seconds: float = 0.0
     """The final compaction (etcd: the request only; the server frees the space afterwards)."""
     compactions: int = 0

@@ -8,7 +8,7 @@ verification accepts, and the other way round.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from metashift.stores import paths
 
@@ -25,17 +25,26 @@ class Rules:
 
     excluded: tuple[str, ...] = DEFAULT_EXCLUDED
     counters: tuple[str, ...] = DEFAULT_COUNTERS
+    _excluded_below: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    _counter_heads: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for root in self.excluded:
             paths.validate(root)
         for pattern in self.counters:
             paths.validate(pattern)
+        # checked for every node, several times: a str.startswith of a tuple rejects most paths
+        # at once (derived from the fields)
+        below = tuple(r if r == paths.SEPARATOR else r + paths.SEPARATOR for r in self.excluded)
+        object.__setattr__(self, "_excluded_below", below)
+        object.__setattr__(self, "_counter_heads", tuple(_literal_head(p) for p in self.counters))
 
     def is_excluded(self, path: str) -> bool:
-        return any(paths.is_under(path, root) for root in self.excluded)
+        return path in self.excluded or path.startswith(self._excluded_below)
 
     def is_counter(self, path: str) -> bool:
+        if not path.startswith(self._counter_heads):
+            return False
         return any(path.startswith(_literal_head(p)) and _matches(p, path) for p in self.counters)
 
 

@@ -308,6 +308,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             "nodes": report["nodes"], "bytes": report["bytes"], "seconds": round(copy_s, 2),
             "listing_seconds": round(report["listing_seconds"], 2), "copy_seconds": round(report["copy_seconds"], 2),
             "counters_seconds": round(report["counters_seconds"], 2),
+            "timeline": {k: round(v, 1) for k, v in report.get("timeline", {}).items()},
             "final_compaction_seconds": round(report.get("compaction_seconds", 0.0), 2),
             "partitions_in_driver": report.get("partitions_in_driver", 0),
             "nodes_per_second": round(report["nodes_per_second"]), "write_ops": report["write_ops"],

@@ -15,6 +15,7 @@ from ..bulk import BulkStore, NodeInfo, NodeRead, Restore
 from ..errors import BadVersion, MetadataStoreError, ValueTooLarge
 from .keys import prefix_end
 from .operations import TXN_MAX_BYTES, TXN_MAX_OPS, EtcdOperations, compare
+from .repeat import Chain, repeat_puts
 
 #: Keys per page of ``walk`` (values included). etcd 3.4 walks the whole rest of the range for every
 #: limited page, so few large pages beat many small ones (200k keys: 1.3 s at 10k, 3.4 s at 1k).
@@ -22,8 +23,25 @@ WALK_PAGE_KEYS = 10_000
 #: Txns a bulk write keeps in flight; the final puts of a restore.
 _BULK_TXNS_IN_FLIGHT = 32
 _FINAL_TXNS_IN_FLIGHT = 8
-#: Puts ``advance_sequence_counter`` keeps in flight (one key: one put per txn).
-_COUNTER_PUTS_IN_FLIGHT = 256
+
+
+def _below(prune: set[str]) -> tuple[str, ...]:
+    """The prefixes of the paths below the roots of ``prune`` (for one ``str.startswith``)."""
+    return tuple(r if r == paths.SEPARATOR else r + paths.SEPARATOR for r in prune)
+
+
+def _pruned(path: str, prune: set[str], below: tuple[str, ...]) -> bool:
+    return path in prune or path.startswith(below)
+
+
+def _at_depth(path: str, depth: int) -> str:
+    """The ancestor of ``path`` with ``depth`` separators (``path`` itself when not deeper)."""
+    cut = -1
+    for _ in range(depth + 1):
+        cut = path.find(paths.SEPARATOR, cut + 1)
+        if cut < 0:
+            return path
+    return path[:cut]
 
 
 class _TxnTooBig(Exception):
@@ -42,7 +60,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
         order puts every parent before its children."""
         prefix = self._keys.children_prefix(root)
         end = prefix_end(prefix)
-        pruned = tuple(prune)
+        pruned = _below(prune)
         start = prefix
         revision = 0
         while True:
@@ -53,7 +71,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
             page = []
             for kv in resp.kvs:
                 path = self._keys.path_of(kv.key)
-                if path is None or path == paths.SEPARATOR or any(paths.is_under(path, p) for p in pruned):
+                if path is None or path == paths.SEPARATOR or (pruned and _pruned(path, prune, pruned)):
                     continue
                 page.append(NodeInfo(path, kv.version - 1, len(kv.value), kv.lease != 0))
             if page:
@@ -69,7 +87,9 @@ class EtcdBulk(EtcdOperations, BulkStore):
         if not roots:
             return
         wanted = set(roots)
-        pruned = tuple(prune)
+        pruned = _below(prune)
+        # a path is kept when its ancestor at a root's depth (or itself) is a root
+        depths = sorted({r.count(paths.SEPARATOR) for r in roots})
         start = self._keys.key(roots[0])
         # not the last root's end: "/a-x/" sorts before "/a/", so "/a"'s subtree may end later
         end = max(prefix_end(self._keys.children_prefix(r)) for r in roots)
@@ -82,9 +102,9 @@ class EtcdBulk(EtcdOperations, BulkStore):
                 revision = resp.header.revision
             for kv in resp.kvs:
                 path = self._keys.path_of(kv.key)
-                if path is None or path == paths.SEPARATOR or any(paths.is_under(path, p) for p in pruned):
+                if path is None or path == paths.SEPARATOR or (pruned and _pruned(path, prune, pruned)):
                     continue
-                if path in wanted or any(a in wanted for a in paths.ancestors(path)):
+                if path in wanted or any(_at_depth(path, d) in wanted for d in depths):
                     found.append(NodeRead(path, kv.value, kv.version - 1, kv.lease != 0))
             if not resp.more or not resp.kvs:
                 break
@@ -177,17 +197,13 @@ class EtcdBulk(EtcdOperations, BulkStore):
             return 0
         current = await self.get(parent)
         value = current[0] if current is not None else b""
-        put = rpc.PutRequest(key=self._keys.key(parent), value=value)
         need = at_least - counter
-        sem = asyncio.Semaphore(_COUNTER_PUTS_IN_FLIGHT)
-
-        async def one() -> None:
-            async with sem:
-                await self._conn.put(parent, put)
-
-        # one put per step, all in flight together: etcd commits concurrent proposals in batches
-        for start in range(0, need, 4 * _COUNTER_PUTS_IN_FLIGHT):
-            await asyncio.gather(*(one() for _ in range(min(4 * _COUNTER_PUTS_IN_FLIGHT, need - start))))
+        failed: dict[int, MetadataStoreError] = {}
+        # one put per step, many in flight: etcd commits concurrent proposals in batches
+        chain = (self._keys.key(parent), value, need, 0)
+        await repeat_puts(self._conn, [chain], failed, self._txn_ops, self._txn_bytes)
+        if failed:
+            raise failed[0]
         return need
 
     async def compact_history(self, *, wait: bool = True) -> None:
@@ -232,10 +248,10 @@ class EtcdBulk(EtcdOperations, BulkStore):
         per_op = max(len(k) + len(v) + OP_OVERHEAD for k, v, _, _ in wanted)
         per_txn = max(1, min(self._txn_ops, self._txn_bytes // per_op))
         # as many txns as full ones would take; a chain longer than that puts one op in each of
-        # them and sends the rest as one-key puts, pipelined (cheaper than near-empty txns)
+        # them and sends the rest in rounds shared with the other long chains (``repeat_puts``)
         n_txns = max(1, -(-total // per_txn))
         txns: list[list[tuple[bytes, bytes, int, Any]]] = [[] for _ in range(n_txns)]
-        singles: list[tuple[str, Any, int, int]] = []
+        singles: list[Chain] = []
         slot = 0
         for key, value, count, tag in sorted(wanted, key=lambda w: -w[2]):
             op = rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value))  # one message, reused
@@ -244,17 +260,8 @@ class EtcdBulk(EtcdOperations, BulkStore):
                 txns[(slot + k) % n_txns].append((key, value, tag, op))
             slot += in_txns
             if count > in_txns:
-                singles.append((self._keys.path_of(key) or "?", op.request_put, count - in_txns, tag))
+                singles.append((key, value, count - in_txns, tag))
         sem = asyncio.Semaphore(_BULK_TXNS_IN_FLIGHT)
-        queue = ((path, put, tag) for path, put, n, tag in singles for _ in range(n))
-
-        async def put_worker() -> None:
-            for path, put, tag in queue:
-                if tag not in failed:
-                    try:
-                        await self._conn.put(path, put)
-                    except MetadataStoreError as e:  # unavailable, full, ...
-                        failed.setdefault(tag, e)
 
         async def send(ops: list[tuple[bytes, bytes, int, Any]]) -> None:
             if not ops or all(op[2] in failed for op in ops):
@@ -276,5 +283,6 @@ class EtcdBulk(EtcdOperations, BulkStore):
             half = len(ops) // 2
             await asyncio.gather(send(ops[:half]), send(ops[half:]))
 
-        workers = [put_worker() for _ in range(min(_COUNTER_PUTS_IN_FLIGHT, sum(n for _, _, n, _ in singles)))]
-        await asyncio.gather(*(send(t) for t in txns), *workers)
+        # the rest of the long chains: their steps share rounds of their own
+        rest = repeat_puts(self._conn, singles, failed, self._txn_ops, self._txn_bytes)
+        await asyncio.gather(*(send(t) for t in txns), rest)

@@ -1,0 +1,76 @@
+"""The sequence counters and the long version chains the copy writes, on real servers: what
+ZooKeeper's next sequential suffix is, how etcd's counter steps and a restore's long chains
+land (bytes, versions, the parent key's version), and the rules' per-node checks."""
+
+from __future__ import annotations
+
+import pickle
+
+from metashift.spark.rules import Rules
+from metashift.stores import NodeRead, Restore, open_store, paths
+
+
+async def test_zookeeper_names_a_sequential_child_after_its_count_of_creations(zk_url: str) -> None:
+    """ZooKeeper reports a cversion that counts deletions too, but names the next sequential
+    child after the creations only: (cversion + children) / 2, what ``sequence_counter`` says."""
+    async with await open_store(zk_url) as store:
+        await store.put("/p", b"")
+        made = [(await store.put("/p/s-", b"", sequential=True)).path for _ in range(3)]
+        assert made == [f"/p/s-{i:010d}" for i in range(3)]
+        await store.delete(made[0])
+        await store.delete(made[1])
+        assert await store.children_version("/p") == 5  # 3 creations + 2 deletions
+        assert await store.sequence_counter("/p") == 3  # (5 + 1) / 2
+        assert (await store.put("/p/s-", b"", sequential=True)).path == f"/p/s-{3:010d}"
+        assert await store.sequence_counter("/p") == 4
+
+
+async def test_etcd_counter_reaches_its_step_exactly_and_keeps_the_value(etcd_url: str) -> None:
+    async with await open_store(etcd_url) as store:
+        await store.restore("/ctr", b"keep", 2)
+        assert await store.sequence_counter("/ctr") == 3  # the key's etcd version
+        assert await store.advance_sequence_counter("/ctr", 1500) == 1497
+        assert await store.sequence_counter("/ctr") == 1500
+        got = await store.get("/ctr")
+        assert got is not None and (got[0], got[1].version) == (b"keep", 1499)
+        assert await store.advance_sequence_counter("/ctr", 1000) == 0  # already past: nothing
+        assert await store.sequence_counter("/ctr") == 1500
+        # Pulsar's layout: the next sequential child is named after the parent key's version (unpadded)
+        assert (await store.put("/ctr/id-", b"", sequential=True)).path == "/ctr/id-1500"
+
+
+async def test_etcd_restore_of_several_long_chains_keeps_every_version(etcd_url: str) -> None:
+    """Chains far longer than the batch's txns (their steps go in rounds shared by the long
+    chains), beside many short ones: every node lands with its bytes and its exact version."""
+    async with await open_store(etcd_url) as store:
+        long = {"/chains/a": 900, "/chains/b": 700, "/chains/c": 700, "/chains/d": 40}
+        items = [Restore(p, p.encode() * 3, v) for p, v in long.items()]
+        items += [Restore(f"/chains/short/n-{i:04d}", b"%d" % i, i % 4) for i in range(600)]
+        results = await store.restore_many(items)
+        assert results == [item.version + 1 for item in items]
+        got = await store.read_many([item.path for item in items])
+        assert got == [NodeRead(item.path, item.value, item.version) for item in items]
+        # behind nodes resume from their version: a second restore to higher versions
+        more = [Restore(p, b"again", v + 333) for p, v in long.items()]
+        assert await store.restore_many([Restore(m.path, m.value, m.version, v) for m, v in
+                                         zip(more, long.values(), strict=True)]) == [333] * len(more)
+        assert await store.read_many([m.path for m in more]) == [NodeRead(m.path, m.value, m.version) for m in more]
+
+
+async def test_etcd_read_trees_with_roots_at_several_depths(etcd_url: str) -> None:
+    async with await open_store(etcd_url) as store:
+        for path in ("/r/a/b", "/r/a/b/c", "/r/a/b-c/d", "/r/a-x", "/r/a-x/y", "/r/z/q"):
+            await store.restore(path, path.encode(), 0)
+        got = {n.path async for page in store.read_trees(["/r/a/b", "/r/a-x"]) for n in page}
+        assert got == {"/r/a/b", "/r/a/b/c", "/r/a-x", "/r/a-x/y"}
+
+
+def test_rules_checks_match_their_definition_and_survive_pickling() -> None:
+    rules = pickle.loads(pickle.dumps(Rules(excluded=("/zookeeper", "/x/y"), counters=("/c/*", "/ledgers/idgen"))))
+    for path in ("/zookeeper", "/zookeeper/q", "/zookeeperx", "/x", "/x/y", "/x/y/z", "/x/yz", "/c", "/c/a", "/c/a/b",
+                 "/ledgers/idgen", "/ledgers/idgen-long", "/ledgers/idgen/x"):  # fmt: skip
+        assert rules.is_excluded(path) == any(paths.is_under(path, r) for r in rules.excluded), path
+    assert [p for p in ("/c", "/c/a", "/c/a/b", "/ledgers/idgen", "/ledgers/idgen-long") if rules.is_counter(p)] == [
+        "/c/a", "/ledgers/idgen"]  # fmt: skip
+    assert Rules(excluded=("/",)).is_excluded("/anything")
+    assert Rules() == pickle.loads(pickle.dumps(Rules()))
