@@ -20,6 +20,7 @@ from metashift.stores import (
 )
 
 from .rules import Judgement, Rules, Side, Verdict, counter_ok, judge
+from .tasks import source_counter
 
 #: Paths read per batch.
 _CHUNK = 500
@@ -101,7 +102,7 @@ async def carry(source: Store, target: Store, changed: Collection[str], rules: R
                 report.write_ops += result
     await _delete_all(target, sorted(deletions, key=lambda p: (-_depth(p), p)), report)
     for parent in sorted({p for p in (paths.parent(c) for c in changed) if p and rules.is_counter(p)}):
-        counter = max(await source.sequence_counter(parent), await source.children_version(parent) or 0)
+        counter = await source_counter(source, parent)
         if not counter_ok(counter, await target.sequence_counter(parent)):
             report.write_ops += await target.advance_sequence_counter(parent, counter)
             report.counters += 1
@@ -148,7 +149,7 @@ async def check(source: Store, target: Store, changed: Collection[str], rules: R
             if j.verdict is not Verdict.EQUAL:
                 mismatches.append((path, j.detail))
     for parent in sorted({p for p in (paths.parent(c) for c in changed) if p and rules.is_counter(p)}):
-        counter = await source.sequence_counter(parent)
+        counter = await source_counter(source, parent)  # what the full verification checks
         have = await target.sequence_counter(parent)
         if not counter_ok(counter, have):
             mismatches.append((parent, f"next sequential suffix {have} in the target, {counter} in the source"))
