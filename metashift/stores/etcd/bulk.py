@@ -90,6 +90,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
         pruned = _below(prune)
         # a path is kept when its ancestor at a root's depth (or itself) is a root
         depths = sorted({r.count(paths.SEPARATOR) for r in roots})
+        everything = paths.SEPARATOR in wanted  # "/" has no depth of its own: it holds every path
         start = self._keys.key(roots[0])
         # not the last root's end: "/a-x/" sorts before "/a/", so "/a"'s subtree may end later
         end = max(prefix_end(self._keys.children_prefix(r)) for r in roots)
@@ -104,7 +105,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
                 path = self._keys.path_of(kv.key)
                 if path is None or path == paths.SEPARATOR or (pruned and _pruned(path, prune, pruned)):
                     continue
-                if path in wanted or any(_at_depth(path, d) in wanted for d in depths):
+                if everything or path in wanted or any(_at_depth(path, d) in wanted for d in depths):
                     found.append(NodeRead(path, kv.value, kv.version - 1, kv.lease != 0))
             if not resp.more or not resp.kvs:
                 break
