@@ -33,7 +33,7 @@ from metashift.stores import open_store
 from metashift.stores.aio import run_loop as run
 
 from . import tasks
-from .job import SparkStarter, check_urls, run_sharing
+from .job import SparkStarter, check_urls, run_partitions
 from .plan import Split, min_roots, split_tree
 from .report import CopyConflict, CopyReport, CounterReport, EmptySource, NoProgress, Progress, raise_task_error
 from .rules import Rules
@@ -171,12 +171,10 @@ def _copy_subtrees(
 ) -> None:
     parts = split.partitions(starter.parallelism())
     report.partitions += len(parts)
-    mine, theirs = run_sharing(
-        starter, parts, tasks.copy_partition, source, target, rules, progress, (report.nodes, report.bytes)
+    theirs = run_partitions(
+        starter.get(), parts, tasks.copy_partition, source, target, rules, progress, (report.nodes, report.bytes)
     )
-    report.partitions_in_driver = len(mine)
-    report.listed_by_driver += sum(r["listed"] for r in mine)
-    _add(report, mine + theirs, by_executors=False)
+    _add(report, theirs, by_executors=False)
     report.listed_by_executors += sum(r["listed"] for r in theirs)
 
 

@@ -74,14 +74,6 @@ class SparkStarter:
         except BaseException as e:  # handed over to the caller's thread by get()
             self._error = e
 
-    @property
-    def local(self) -> bool:
-        """Spark runs on this machine (``local[...]``): the driver may share the work."""
-        return self._spark is None and (self.master or "local[*]").startswith("local")
-
-    def ready(self) -> bool:
-        return self._spark is not None or (self._thread is not None and not self._thread.is_alive())
-
     def parallelism(self) -> int:
         """Spark's default parallelism when it is up; until then what the master URL says, or
         the cores of this machine."""
@@ -97,40 +89,6 @@ class SparkStarter:
         if self._error is not None:
             raise self._error
         return self._spark
-
-
-#: Off: measured at 1M nodes, the driver copying in its main thread starved the thread starting
-#: Spark of the GIL (py4j's many round trips), and ended up copying 462k of 979k nodes itself.
-#: A partition copied in a child process would not; not done yet.
-DRIVER_SHARES = False
-
-
-def run_sharing(
-    starter: SparkStarter,
-    parts: list[list[str]],
-    task: Callable[..., dict],
-    source: str,
-    target: str,
-    rules: Rules,
-    progress: Progress,
-    done: tuple[int, int] = (0, 0),
-) -> tuple[list[dict], list[dict]]:
-    """Run ``task`` over ``parts``: on a local Spark still starting, the driver runs partitions
-    itself (in this thread) until it is up, then Spark runs the rest as one job. Returns the
-    driver's results and Spark's."""
-    queue = list(reversed(parts))
-    mine: list[dict] = []
-    nodes, size = done
-    if DRIVER_SHARES and starter.local:
-        starter.start()
-        while queue and not starter.ready():
-            mine.append(task(queue.pop(), source_url=source, target_url=target, rules=rules))
-            nodes, size = nodes + mine[-1]["nodes"], size + mine[-1]["bytes"]
-            progress.update(nodes, size)
-            if mine[-1]["error"] or mine[-1].get("conflicts"):
-                return mine, []
-    theirs = run_partitions(starter.get(), queue[::-1], task, source, target, rules, progress, (nodes, size))
-    return mine, theirs
 
 
 def run_partitions(

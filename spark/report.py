@@ -145,8 +145,6 @@ class CopyReport:
     """Nodes the driver listed: the top of the tree and the names of the subtrees' roots."""
     listed_by_executors: int = 0
     """Nodes the Spark executors listed and read (the subtrees below the top)."""
-    partitions_in_driver: int = 0
-    """Partitions the driver copied itself while a local Spark was starting."""
     verify: VerifyReport | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from metashift.stores import open_store
 from metashift.stores.aio import run_loop as run
 
 from . import tasks
-from .job import SparkStarter, check_urls, run_sharing
+from .job import SparkStarter, check_urls, run_partitions
 from .plan import Split, min_roots, split_tree
 from .report import EmptySource, Mismatch, NoProgress, Progress, VerifyReport, raise_task_error
 from .rules import Rules
@@ -48,13 +48,12 @@ def verify_tree(
         split, top = run(_verify_top(source, target, rules, progress, starter, split))
         report.listing_seconds = split.listing_seconds
         results = [top]
-        mine: list[dict] = []
         if split.roots:
             parts = split.partitions(starter.parallelism())
-            mine, theirs = run_sharing(
-                starter, parts, tasks.verify_partition, source, target, rules, progress, (top["nodes"], top["bytes"])
+            results += run_partitions(
+                starter.get(), parts, tasks.verify_partition, source, target, rules, progress,
+                (top["nodes"], top["bytes"]),
             )
-            results += mine + theirs
     finally:
         progress.finish()
     for r in results:
@@ -65,8 +64,8 @@ def verify_tree(
     report.bytes = sum(r["bytes"] for r in results)
     report.vanished = sum(r["vanished"] for r in results)
     report.counters = sum(r["counters"] for r in results)
-    report.listed_by_driver = split.top_nodes + len(split.roots) + sum(r["listed"] for r in mine)
-    report.listed_by_executors = sum(r["listed"] for r in results[1 + len(mine) :])
+    report.listed_by_driver = split.top_nodes + len(split.roots)
+    report.listed_by_executors = sum(r["listed"] for r in results[1:])
     report.mismatches = sorted(mismatches, key=lambda m: (m.path, m.kind))
     report.seconds = time.monotonic() - started
     report.nodes_per_second = report.nodes / report.seconds if report.seconds else 0.0

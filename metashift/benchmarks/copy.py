@@ -310,7 +310,6 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             "counters_seconds": round(report["counters_seconds"], 2),
             "timeline": {k: round(v, 1) for k, v in report.get("timeline", {}).items()},
             "final_compaction_seconds": round(report.get("compaction_seconds", 0.0), 2),
-            "partitions_in_driver": report.get("partitions_in_driver", 0),
             "nodes_per_second": round(report["nodes_per_second"]), "write_ops": report["write_ops"],
             "write_amplification": round(report["write_amplification"], 2), "partitions": report["partitions"],
             "compactions": report["compactions"], "listed_by_driver": report["listed_by_driver"],
