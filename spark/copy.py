@@ -11,8 +11,10 @@
    behind ones are restored to the source's value and version (``Store.restore_many``, packed
    across the partition), and nodes the target has ahead of the source are conflicts: the copy
    names them (nothing is written below them);
-4. the sequence counters are moved past the source's by whoever copied their node, as soon as
-   it is in place, while the copy goes on;
+4. the sequence counters are moved to the source's next sequential suffix by whoever copied
+   their node, as soon as it is in place, while the copy goes on (those of the top by a child
+   process of the driver: in a driver thread their client work would hold the GIL that Spark's
+   start and the job's driver side need);
 5. the target's history is compacted (etcd) every ``compact_every`` writes during the copy (a
    driver thread watches the target's revision) and once at the end, without waiting for etcd
    to free the space (it does so in the background and reuses it);
@@ -33,6 +35,7 @@ from metashift.stores import open_store
 from metashift.stores.aio import run_loop as run
 
 from . import tasks
+from .child import ChildRun
 from .job import SparkStarter, check_urls, run_partitions
 from .plan import Split, min_roots, split_tree
 from .report import CopyConflict, CopyReport, CounterReport, EmptySource, NoProgress, Progress, raise_task_error
@@ -76,13 +79,16 @@ def copy_tree(
             report.listing_seconds = split.listing_seconds
             copy_started = time.monotonic()
             report.timeline["top_copied"] = copy_started - started
-            counters = Background(tasks.move_counters(source, target, split.deferred_counters))
+            # the top's counters, moved by a child process beside the job (module doc)
+            counters = ChildRun(tasks.__name__, "move_counters", source, target, split.deferred_counters)
             try:
                 if split.roots:
                     _copy_subtrees(starter, split, source, target, rules, progress, report)
                     report.timeline["job_done"] = time.monotonic() - started
-            finally:
-                moved = counters.result()
+            except BaseException:
+                counters.kill()
+                raise
+            moved = counters.result()
             report.timeline["counters_done"] = counters.ended_at - started
             report.counters_seconds = counters.seconds
             _add(report, [moved], by_executors=False)
@@ -181,33 +187,6 @@ def _copy_subtrees(
 async def _compact(target: str) -> None:
     async with await open_store(target, watch=False) as store:
         await store.compact_history(wait=False)
-
-
-class Background:
-    """A coroutine run to its end on its own event loop in a driver thread, beside the Spark job."""
-
-    def __init__(self, coro: Any) -> None:
-        self._box: dict[str, Any] = {}
-        self.seconds = 0.0
-        self.ended_at = time.monotonic()
-        self._thread = threading.Thread(target=self._run, args=(coro,), name="metashift-background", daemon=True)
-        self._thread.start()
-
-    def _run(self, coro: Any) -> None:
-        started = time.monotonic()
-        try:
-            self._box["result"] = run(coro)
-        except BaseException as e:  # handed over to the caller's thread
-            self._box["error"] = e
-        finally:
-            self.ended_at = time.monotonic()
-            self.seconds = self.ended_at - started
-
-    def result(self) -> Any:
-        self._thread.join()
-        if "error" in self._box:
-            raise self._box["error"]
-        return self._box["result"]
 
 
 class Compactor:

@@ -16,7 +16,7 @@ from metashift.stores import parse_url as parse_store_url
 
 from .report import Progress, SameStore
 from .rules import Rules
-from .session import get_session
+from .session import get_context, spark_context
 
 T = TypeVar("T")
 POLL_SECONDS = 0.25
@@ -51,16 +51,16 @@ def _endpoints(url: StoreURL) -> set[tuple[str, int]]:
 
 
 class SparkStarter:
-    """The Spark session, started in a thread beside the driver's own work (a session takes
-    seconds to start: the listing and the copy of the top of the tree run meanwhile)."""
+    """The SparkContext, started in a thread beside the driver's own work (it takes seconds to
+    start: the listing and the copy of the top of the tree run meanwhile)."""
 
     def __init__(self, master: str | None, spark: Any = None) -> None:
         self.master = master
-        self._spark = spark
+        self._spark = None if spark is None else spark_context(spark)
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self.ready_at: float | None = None
-        """``time.monotonic()`` when the session was up (None: given, or not yet)."""
+        """``time.monotonic()`` when the context was up (None: given, or not yet)."""
 
     def start(self) -> None:
         if self._spark is None and self._thread is None:
@@ -69,7 +69,7 @@ class SparkStarter:
 
     def _run(self) -> None:
         try:
-            self._spark = get_session(self.master)
+            self._spark = get_context(self.master)
             self.ready_at = time.monotonic()
         except BaseException as e:  # handed over to the caller's thread by get()
             self._error = e
@@ -78,7 +78,7 @@ class SparkStarter:
         """Spark's default parallelism when it is up; until then what the master URL says, or
         the cores of this machine."""
         if self._spark is not None:
-            return int(self._spark.sparkContext.defaultParallelism)
+            return int(self._spark.defaultParallelism)
         m = re.fullmatch(r"local\[(\d+)(,\d+)?\]", self.master or "")
         return int(m.group(1)) if m else (1 if self.master == "local" else os.cpu_count() or 1)
 
@@ -105,7 +105,7 @@ def run_partitions(
     is updated (nodes, bytes, on top of ``done``) as tasks finish."""
     if not parts:
         return []
-    sc = spark.sparkContext
+    sc = spark_context(spark)
     nodes_acc, bytes_acc = sc.accumulator(0), sc.accumulator(0)
     fn = functools.partial(task, source_url=source, target_url=target, rules=rules, progress=(nodes_acc, bytes_acc))
     rdd = sc.parallelize(parts, len(parts)).map(fn)

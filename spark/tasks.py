@@ -67,11 +67,12 @@ async def _with_stores(
 
 
 async def source_counter(store: Store, parent: str) -> int:
-    """The next sequential suffix the target must reach for ``parent``: the exact one would keep
-    the promise; the parent's children_version (on ZooKeeper the cversion, which also counts
-    deletions) is the larger, the number operators compare with, so the target reaches that."""
-    exact = await store.sequence_counter(parent)
-    return max(exact, await store.children_version(parent) or 0)
+    """The next sequential suffix the target must reach for ``parent``: the exact one the source
+    would hand out next (``Store.sequence_counter``), learnt from one atomic read of the parent,
+    so every suffix the source ever issued is below it. Not ZooKeeper's reported cversion: it also
+    counts deletions, twice the exact suffix under BookKeeper's create-and-delete id generator,
+    and each step above the exact one costs the target a write for nothing."""
+    return await store.sequence_counter(parent)
 
 
 async def move_counter(source: Store, target: Store, parent: str, out: dict[str, Any]) -> None:

@@ -6,8 +6,9 @@ parent) on a local ZooKeeper, copied to a local etcd with its default 2 GiB quot
 
 - ``floor``: what the servers take for the same work driven directly, each part at its raw
   rate: ``source_reads`` (every node read from ZooKeeper once, pipelined), ``store_writes``
-  (as many etcd writes as the copy makes, the sum of V+1 over the nodes, in txns of 128 distinct
-  keys, several in flight) and ``verify_reads`` (the source read once more);
+  (as many etcd writes as the copy makes: the sum of V+1 over the nodes, and the steps of the
+  sequence counters, in txns of 128 distinct keys, several in flight) and ``verify_reads`` (the
+  source read once more);
 - ``copy`` and ``verify``: ``metashift copy --verify --json`` run as a user runs it (its own
   process, Spark ``local[*]`` started inside it), times from its report;
 - ``ratios``: copy against source reads + store writes, verify against verify reads, and
@@ -43,6 +44,8 @@ from typing import Any
 
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.sample_tree import generate
+from metashift.spark.rules import Rules
+from metashift.spark.tasks import source_counter
 from metashift.stores import DeleteOp, PutOp, Restore, Store, open_store
 
 
@@ -111,14 +114,19 @@ class PeakMemory:
 
 
 async def _all_paths(store: Store) -> tuple[list[str], int]:
-    """Persistent paths, and the writes a version-keeping copy of them takes (sum of V+1)."""
+    """The paths the copy copies, and the store writes it makes on an etcd target: V+1 puts per
+    node (a version is kept by counting puts), and the steps that bring each sequence counter
+    (the parent key's version) from V+1 to the source's next sequential suffix."""
+    rules = Rules()
     out: list[str] = []
     writes = 0
-    async for page in store.walk(prune=("/zookeeper",)):
+    async for page in store.walk(prune=rules.excluded):
         for n in page:
             if not n.ephemeral:
                 out.append(n.path)
                 writes += n.version + 1
+                if rules.is_counter(n.path):
+                    writes += max(0, await source_counter(store, n.path) - (n.version + 1))
     return out, writes
 
 

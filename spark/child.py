@@ -1,0 +1,91 @@
+"""One coroutine of this package run in a child process of the driver.
+
+The driver's own background work (the sequence counters of the top of the tree) is CPU-bound
+client work: in a driver thread it would hold the GIL that Spark's py4j calls need, and slow the
+start of Spark and the driver's handling of the job. A child interpreter shares no GIL. The job
+travels as a pickle on the child's stdin (URLs carry credentials: never on a command line) and
+the result comes back the same way on its stdout; the child dies with the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import importlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+from metashift.stores.aio import run_loop
+
+_PR_SET_PDEATHSIG = 1
+
+
+class ChildRun:
+    """``module.name(*args)`` (a coroutine function) running in a child process."""
+
+    def __init__(self, module: str, name: str, *args: Any) -> None:
+        self.started = time.monotonic()
+        self.seconds = 0.0
+        """How long the coroutine ran in the child."""
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(pickle.dumps((module, name, args)))
+        self._proc.stdin.close()
+
+    @property
+    def ended_at(self) -> float:
+        return self.started + self.seconds
+
+    def result(self) -> Any:
+        """Wait for the child; its coroutine's result, or its exception raised here."""
+        assert self._proc.stdout is not None
+        out = self._proc.stdout.read()
+        code = self._proc.wait()
+        if code != 0 or not out:
+            raise RuntimeError(f"the driver's child process ended with exit status {code}")
+        ok, value, self.seconds = pickle.loads(out)
+        if not ok:
+            raise value
+        return value
+
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self._proc.kill()
+        self._proc.wait()
+
+
+def _main() -> int:
+    parent = int(sys.argv[1])
+    # die with the driver, even a SIGKILLed one (and not run on if it is already gone)
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        return 1
+    module, name, args = pickle.loads(sys.stdin.buffer.read())
+    fn = getattr(importlib.import_module(module), name)
+    started = time.monotonic()
+    try:
+        result: tuple[bool, Any, float] = (True, run_loop(fn(*args)), 0.0)
+    except Exception as e:  # handed to the driver
+        result = (False, e, 0.0)
+    result = (result[0], result[1], time.monotonic() - started)
+    try:
+        data = pickle.dumps(result)
+    except Exception:  # an exception that does not pickle: its text still reaches the driver
+        data = pickle.dumps((False, RuntimeError(repr(result[1])), result[2]))
+    sys.stdout.buffer.write(data)
+    sys.stdout.buffer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
