@@ -4,6 +4,7 @@ pipelined ``getChildren2``, restores and counter moves in pipelined ``multi`` re
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -15,14 +16,23 @@ from ..batching import OP_OVERHEAD, pack
 from ..bulk import COUNTER_PROBE, BulkStore, NodeInfo, NodeRead, Restore, restore_by_puts
 from ..ops import GetOp
 from .errors import map_error
+from .fast_reads import OPCODE_GET_CHILDREN, OPCODE_GET_DATA, MultiReadRequest
 from .operations import MULTI_MAX_BYTES, MULTI_MAX_OPS, ZooKeeperOperations, multi_request
+
+log = logging.getLogger(__name__)
 
 #: getChildren2 calls in flight and per page of ``walk``; multis in flight.
 _WALK_IN_FLIGHT = 512
 _WALK_PAGE = 2000
 _MULTIS_IN_FLIGHT = 8
-#: Nodes per page of ``read_trees`` and ``read_many`` (their reads are pipelined together).
+#: Nodes per page of ``read_trees`` and ``read_many`` (their reads are sent together).
 _READ_PAGE = 2000
+#: Reads per multiRead: as many as keep its answer near ``_MULTI_READ_BYTES`` (learnt from the
+#: sizes read so far), within these bounds.
+_MAX_READS_PER_MULTI = 128
+_MIN_READS_PER_MULTI = 8
+_MULTI_READ_BYTES = 4 * 1024 * 1024
+_NO_NODE = -101
 
 
 def _node(path: str, response: Any) -> NodeRead:
@@ -34,22 +44,101 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
     """The ``BulkStore`` operations of the ZooKeeper store."""
 
     needs_parents = True
+    #: Whether the server answers multiRead (None: not tried yet).
+    _multi_read: bool | None = None
+    #: Running estimate of a value's size, for the number of reads per multiRead.
+    _read_size: int = 1024
 
-    async def _pipelined(self, requests: list[tuple[Any, str]]) -> list[Any]:
-        """Send read ``requests`` ((request, path)) back to back on the connection, all in one
-        socket write, without a task or a timer each; their responses, ``None`` for NoNode. A
-        request that failed otherwise (the connection went, ...) goes again on the ordinary
-        path, which retries reads and maps errors."""
-        futures = [self._session.send_now(r) for r, _ in requests]
+    async def _reads(self, reads: list[tuple[int, str]]) -> list[Any]:
+        """The answers of ``reads`` ((``OPCODE_GET_DATA`` or ``OPCODE_GET_CHILDREN``, path)), in
+        order; ``None`` for a missing node. In ``multiRead`` requests when the server has them
+        (``fast_reads``: a read costs ZooKeeper a fraction of a request of its own), else
+        pipelined one by one; all sent at once, in one socket write, without a task or a timer
+        each. A read that failed otherwise (the connection went, ...) goes again on the
+        ordinary path, which retries reads and maps errors."""
+        if not reads:
+            return []
+        if self._multi_read is None:  # the first time: one multiRead alone tells whether it works
+            head = min(len(reads), 8)
+            first = await self._multi_reads(reads[:head])
+            if first is None:
+                self._multi_read = False
+                log.info("%s has no multiRead (ZooKeeper before 3.6): bulk reads are pipelined", self.url)
+                return await self._pipelined(reads)
+            self._multi_read = True
+            if head == len(reads):
+                return first
+            rest = await self._multi_reads(reads[head:])
+            return first + (rest if rest is not None else await self._pipelined(reads[head:]))
+        if self._multi_read:
+            got = await self._multi_reads(reads)
+            if got is not None:
+                return got
+        return await self._pipelined(reads)
+
+    def _request(self, opcode: int, path: str) -> Any:
+        full = self._namespace.full(path)
+        if opcode == OPCODE_GET_DATA:
+            return protocol.GetDataRequest(path=full, watch=False)
+        return protocol.GetChildrenRequest(path=full, watch=False)
+
+    async def _multi_reads(self, reads: list[tuple[int, str]]) -> list[Any] | None:
+        """``_reads`` in multiRead requests; ``None`` when not one of them was answered (the
+        server lacks multiRead, or the connection is down: the caller reads another way)."""
+        if not reads:
+            return []
+        per = max(_MIN_READS_PER_MULTI, min(_MAX_READS_PER_MULTI, _MULTI_READ_BYTES // max(self._read_size, 1)))
+        groups = [reads[i : i + per] for i in range(0, len(reads), per)]
+        full = self._namespace.full
+        futures = [self._session.send_now(MultiReadRequest([(op, full(p)) for op, p in g])) for g in groups]
         pending = [f for f in futures if f is not None]
         if pending:
             try:
                 async with asyncio.timeout(self.url.call_timeout):
                     await asyncio.wait(pending)
             except TimeoutError as e:
-                raise map_error(e, requests[0][1], self.url) from e
+                raise map_error(e, reads[0][1], self.url) from e
         out: list[Any] = []
-        for (request, path), f in zip(requests, futures, strict=True):
+        again: list[int] = []
+        answered = False
+        data_bytes = data_reads = 0
+        for group, f in zip(groups, futures, strict=True):
+            if f is None or f.cancelled() or f.exception() is not None:
+                again.extend(range(len(out), len(out) + len(group)))
+                out.extend([None] * len(group))
+                continue
+            answered = True
+            _zxid, answers = f.result()
+            for read, answer in zip(group, answers, strict=True):
+                if isinstance(answer, int):
+                    if answer != _NO_NODE:
+                        again.append(len(out))
+                    out.append(None)
+                else:
+                    out.append(answer)
+                    if read[0] == OPCODE_GET_DATA:
+                        data_reads += 1
+                        data_bytes += answer.stat.data_length
+        if not answered:
+            return None
+        if data_reads:  # how many reads fit a multiRead: its answer stays a few MB
+            self._read_size = (self._read_size + data_bytes // data_reads) // 2
+        for i in again:
+            out[i] = await self._ordinary(*reads[i])
+        return out
+
+    async def _pipelined(self, reads: list[tuple[int, str]]) -> list[Any]:
+        """``_reads`` as one request each, pipelined."""
+        futures = [self._session.send_now(self._request(op, p)) for op, p in reads]
+        pending = [f for f in futures if f is not None]
+        if pending:
+            try:
+                async with asyncio.timeout(self.url.call_timeout):
+                    await asyncio.wait(pending)
+            except TimeoutError as e:
+                raise map_error(e, reads[0][1], self.url) from e
+        out: list[Any] = []
+        for (op, path), f in zip(reads, futures, strict=True):
             if f is not None and not f.cancelled():
                 error = f.exception()
                 if error is None:
@@ -59,30 +148,31 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
                 if isinstance(error, zk_exc.NoNode):
                     out.append(None)
                     continue
-            try:
-                out.append(await self._call(request, path))
-            except errors.NotFound:
-                out.append(None)
+            out.append(await self._ordinary(op, path))
         return out
+
+    async def _ordinary(self, opcode: int, path: str) -> Any:
+        """One read on the ordinary path (retried, errors mapped); ``None`` for a missing node."""
+        try:
+            return await self._call(self._request(opcode, path), path)
+        except errors.NotFound:
+            return None
 
     async def read_many(self, items: Sequence[str]) -> list[NodeRead | None]:
         out: list[NodeRead | None] = []
         for start in range(0, len(items), _READ_PAGE):
             chunk = items[start : start + _READ_PAGE]
-            requests = [(protocol.GetDataRequest(path=self._namespace.full(p), watch=False), p) for p in chunk]
-            for path, r in zip(chunk, await self._pipelined(requests), strict=True):
+            for path, r in zip(chunk, await self._reads([(OPCODE_GET_DATA, p) for p in chunk]), strict=True):
                 out.append(None if r is None else _node(path, r))
         return out
 
     async def _read_trees(self, roots: list[str], prune: set[str]) -> AsyncIterator[list[NodeRead]]:
-        """Level by level: a pipelined ``getData`` of every node of the level (its Stat says how
-        many children it has), then a pipelined ``getChildren`` of the nodes that have some; the
-        next page is read while the caller works on this one."""
+        """Level by level: the getData of every node of the level (its Stat says how many
+        children it has), then the getChildren of the nodes that have some; the next page is
+        read while the caller works on this one."""
 
         async def read(chunk: list[str]) -> tuple[list[NodeRead], list[str]]:
-            got = await self._pipelined(
-                [(protocol.GetDataRequest(path=self._namespace.full(p), watch=False), p) for p in chunk]
-            )
+            got = await self._reads([(OPCODE_GET_DATA, p) for p in chunk])
             page: list[NodeRead] = []
             parents: list[str] = []
             for path, r in zip(chunk, got, strict=True):
@@ -92,9 +182,7 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
                     page.append(_node(path, r))
                 if r.stat.num_children:
                     parents.append(path)
-            kids = await self._pipelined(
-                [(protocol.GetChildrenRequest(path=self._namespace.full(p), watch=False), p) for p in parents]
-            )
+            kids = await self._reads([(OPCODE_GET_CHILDREN, p) for p in parents])
             below: list[str] = []
             for path, k in zip(parents, kids, strict=True):
                 if k is not None:

@@ -33,6 +33,17 @@ from aiozk.retry import RetryPolicy as AiozkRetryPolicy
 from aiozk.session import Session
 from aiozk.states import SessionStateMachine, States
 
+from .fast_reads import (
+    OPCODE_GET_CHILDREN,
+    OPCODE_GET_DATA,
+    OPCODE_MULTI_READ,
+    REPLY_HEADER,
+    SIZE,
+    get_children_response,
+    get_data_response,
+    multi_read_response,
+)
+
 log = logging.getLogger(__name__)
 
 
@@ -108,72 +119,6 @@ class StateMachine(SessionStateMachine):
         self._on_transition(old, state)
 
 
-_SIZE = struct.Struct("!i")
-_REPLY_HEADER = struct.Struct("!iqi")
-#: ZooKeeper's Stat: czxid, mzxid, ctime, mtime, version, cversion, aversion, ephemeralOwner,
-#: dataLength, numChildren, pzxid.
-_STAT = struct.Struct("!qqqqiiiqiiq")
-
-
-class FastStat:
-    """aiozk's ``Stat`` fields, parsed with ``struct``."""
-
-    __slots__ = (
-        "acl_version",
-        "child_version",
-        "created",
-        "created_zxid",
-        "data_length",
-        "ephemeral_owner",
-        "last_modified_children",
-        "last_modified_zxid",
-        "modified",
-        "num_children",
-        "version",
-    )  # fmt: skip
-
-    def __init__(self, fields: tuple[int, ...]) -> None:
-        (self.created_zxid, self.last_modified_zxid, self.created, self.modified, self.version, self.child_version,
-         self.acl_version, self.ephemeral_owner, self.data_length, self.num_children,
-         self.last_modified_children) = fields  # fmt: skip
-
-
-class FastGetData:
-    """A getData answer: ``data`` (None for a null value, as aiozk) and ``stat``."""
-
-    __slots__ = ("data", "stat")
-
-    def __init__(self, data: bytes | None, stat: FastStat) -> None:
-        self.data, self.stat = data, stat
-
-
-class FastGetChildren:
-    __slots__ = ("children",)
-
-    def __init__(self, children: list[str]) -> None:
-        self.children = children
-
-
-def _get_data_response(raw: bytes, at: int) -> FastGetData:
-    (n,) = _SIZE.unpack_from(raw, at)
-    at += 4
-    data = None if n < 0 else raw[at : at + n]
-    at += max(n, 0)
-    return FastGetData(data, FastStat(_STAT.unpack_from(raw, at)))
-
-
-def _get_children_response(raw: bytes, at: int) -> FastGetChildren:
-    (count,) = _SIZE.unpack_from(raw, at)
-    at += 4
-    children = []
-    for _ in range(max(count, 0)):
-        (n,) = _SIZE.unpack_from(raw, at)
-        at += 4
-        children.append(raw[at : at + n].decode())
-        at += n
-    return FastGetChildren(children)
-
-
 class ZKConnection(Connection):
     """A connection that reports its own end instead of waiting for the next missed heartbeat,
     and that writes the requests sent in one turn of the event loop with one socket write
@@ -215,13 +160,14 @@ class ZKConnection(Connection):
 
     async def read_response(self, initial_connect: bool = False) -> Any:
         """aiozk's, reading header and payload at once (one timer, none when the bytes are
-        already buffered: pipelined answers usually are), with getData and getChildren answers
-        parsed by ``struct`` instead of aiozk's generic parts (the hot spot of bulk reads)."""
+        already buffered: pipelined answers usually are), with getData, getChildren and
+        multiRead answers parsed by ``struct`` instead of aiozk's generic parts (the hot spot of
+        bulk reads; ``fast_reads``)."""
         if initial_connect or self.pending_specials[protocol.CLOSE_XID]:
             return await super().read_response(initial_connect)
         reader = self.reader
         try:
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            (size,) = SIZE.unpack(await reader.readexactly(4))
             if len(reader._buffer) >= size:  # already here: no timer
                 raw = await reader.readexactly(size)
             else:
@@ -231,18 +177,23 @@ class ZKConnection(Connection):
             raise ConnectionAbortedError from None
         except TimeoutError:
             raise zk_exc.UnfinishedRead from None
-        xid, zxid, error_code = _REPLY_HEADER.unpack_from(raw)
+        xid, zxid, error_code = REPLY_HEADER.unpack_from(raw)
         if error_code:
             self.opcode_xref.pop(xid)
             return xid, zxid, zk_exc.get_response_error(error_code)
         if xid == protocol.WATCH_XID:
-            return xid, zxid, protocol.WatchEvent.deserialize(raw[_REPLY_HEADER.size :])
+            return xid, zxid, protocol.WatchEvent.deserialize(raw[REPLY_HEADER.size :])
         opcode = self.opcode_xref.pop(xid)
-        if opcode == protocol.GetDataRequest.opcode:
-            return xid, zxid, _get_data_response(raw, _REPLY_HEADER.size)
-        if opcode == protocol.GetChildrenRequest.opcode:
-            return xid, zxid, _get_children_response(raw, _REPLY_HEADER.size)
-        return xid, zxid, protocol.response_xref[opcode].deserialize(raw[_REPLY_HEADER.size :])
+        if opcode == OPCODE_GET_DATA:
+            return xid, zxid, get_data_response(raw, REPLY_HEADER.size)[0]
+        if opcode == OPCODE_GET_CHILDREN:
+            return xid, zxid, get_children_response(raw, REPLY_HEADER.size)[0]
+        if opcode == OPCODE_MULTI_READ:
+            try:
+                return xid, zxid, multi_read_response(raw, REPLY_HEADER.size)
+            except (struct.error, ValueError, UnicodeDecodeError) as e:  # not what ZooKeeper 3.6+ answers
+                return xid, zxid, zk_exc.UnfinishedRead(f"malformed multiRead answer: {e}")
+        return xid, zxid, protocol.response_xref[opcode].deserialize(raw[REPLY_HEADER.size :])
 
     async def _read(self, size: int = -1) -> bytes:
         # aiozk reads in a loop of wait_for()s, a new task per chunk: the hot spot of pipelined reads.
