@@ -50,7 +50,7 @@ async def test_bulk_reads_go_in_multi_reads(zk_server: LocalZooKeeper, zk_url: s
 
 @pytest.mark.parametrize("multi_read", [True, False], ids=["multiRead", "pipelined"])
 async def test_bulk_reads_answer_what_single_reads_answer(zk_url: str, multi_read: bool) -> None:
-    wanted = await _fill(zk_url)
+    await _fill(zk_url)
     asked = ["/t/big", "/t/missing", "/t/empty", "/t/n", "/t/n/0007", "/t/n/missing/deeper", "/", "/t"]
     async with await open_store(zk_url, watch=False) as store:
         assert isinstance(store, ZooKeeperBulk)
