@@ -29,6 +29,7 @@ def test_etcd_defaults() -> None:
     [
         "", "localhost:2181", "mysql://h:1", "zk://", "zk://h:notaport", "zk://h:70000", "zk://h:2181,",
         "zk://h/a//b", "zk://:pw@h", "zk://h?bogus=1", "etcd://h?timeout=-1", "etcd://h?tls=maybe",
+        "zk://h?multi_read=maybe", "etcd://h?multi_read=false",
         "etcd://h?cert=/x.pem", "etcd://h?ca=/definitely/not/here.pem",
     ],
 )

@@ -48,13 +48,21 @@ async def test_bulk_reads_go_in_multi_reads(zk_server: LocalZooKeeper, zk_url: s
         assert nodes == {p: NodeRead(p, *wanted[p]) for p in wanted}
 
 
+async def test_multi_read_false_in_the_url_reads_one_request_per_node(zk_server: LocalZooKeeper, zk_url: str) -> None:
+    wanted = await _fill(zk_url)
+    paths = sorted(p for p in wanted if p.startswith("/t/n/"))
+    async with await open_store(zk_url + "?multi_read=false", watch=False) as store:
+        before = _received(zk_server)
+        assert await store.read_many(paths) == [NodeRead(p, *wanted[p]) for p in paths]
+        assert _received(zk_server) - before >= len(paths)
+
+
 @pytest.mark.parametrize("multi_read", [True, False], ids=["multiRead", "pipelined"])
 async def test_bulk_reads_answer_what_single_reads_answer(zk_url: str, multi_read: bool) -> None:
     await _fill(zk_url)
     asked = ["/t/big", "/t/missing", "/t/empty", "/t/n", "/t/n/0007", "/t/n/missing/deeper", "/", "/t"]
-    async with await open_store(zk_url, watch=False) as store:
+    async with await open_store(zk_url + ("" if multi_read else "?multi_read=no"), watch=False) as store:
         assert isinstance(store, ZooKeeperBulk)
-        store._multi_read = multi_read
         got = await store.read_many(asked * 40)  # several multiReads, answers kept in order
         for path, node in zip(asked * 40, got, strict=True):
             single = await store.get(path)
@@ -66,4 +74,4 @@ async def test_bulk_reads_answer_what_single_reads_answer(zk_url: str, multi_rea
         assert sorted(kids[0].children) == ["big", "empty", "n"]
         assert kids[1] is None
         assert len(kids[2].children) == 600
-        assert store._multi_read is multi_read
+        assert store._multi_read is (True if multi_read else None)  # None: never tried

@@ -4,6 +4,8 @@
 Parsing is strict and happens before any connection, so a typo never reaches a server.
 Options (query string):
 - both: ``session_timeout`` (seconds, default 30), ``timeout`` (per-call seconds, default 10)
+- zk: ``multi_read=false``: bulk reads (the copy, its verification) one request per node instead
+  of ZooKeeper 3.6's multiRead (used by default when the server answers it)
 - etcd: ``tls=true``, ``ca=PATH``, ``cert=PATH``, ``key=PATH`` (mutual TLS when cert+key given)
 """
 
@@ -19,7 +21,7 @@ from .errors import InvalidPath, InvalidStoreURL
 
 SCHEMES = {"zk": 2181, "etcd": 2379}
 _COMMON_OPTIONS = {"session_timeout", "timeout"}
-_OPTIONS = {"zk": _COMMON_OPTIONS, "etcd": _COMMON_OPTIONS | {"tls", "ca", "cert", "key"}}
+_OPTIONS = {"zk": _COMMON_OPTIONS | {"multi_read"}, "etcd": _COMMON_OPTIONS | {"tls", "ca", "cert", "key"}}
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -43,6 +45,11 @@ class StoreURL:
     @property
     def call_timeout(self) -> float:
         return float(self.options.get("timeout", "10"))
+
+    @property
+    def multi_read(self) -> bool:
+        """ZooKeeper: bulk reads may use multiRead (when the server answers it)."""
+        return self.options.get("multi_read", "true").lower() in _TRUE
 
     @property
     def tls(self) -> bool:
@@ -160,8 +167,9 @@ def _check_options(scheme: str, options: dict[str, str]) -> None:
                 value = -1.0
             if not value > 0:
                 raise InvalidStoreURL(f"option {key} must be a positive number of seconds, not {options[key]!r}")
-    if "tls" in options and options["tls"].lower() not in _TRUE | _FALSE:
-        raise InvalidStoreURL(f"option tls must be true or false, not {options['tls']!r}")
+    for key in ("tls", "multi_read"):
+        if key in options and options[key].lower() not in _TRUE | _FALSE:
+            raise InvalidStoreURL(f"option {key} must be true or false, not {options[key]!r}")
     if ("cert" in options) != ("key" in options):
         raise InvalidStoreURL("options cert and key go together (client certificate and its key)")
     for key in ("ca", "cert", "key"):

@@ -58,6 +58,8 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
         ordinary path, which retries reads and maps errors."""
         if not reads:
             return []
+        if not self.url.multi_read:
+            return await self._pipelined(reads)
         if self._multi_read is None:  # the first time: one multiRead alone tells whether it works
             head = min(len(reads), 8)
             first = await self._multi_reads(reads[:head])
