@@ -15,9 +15,10 @@
    their node, as soon as it is in place, while the copy goes on (those of the top by a child
    process of the driver: in a driver thread their client work would hold the GIL that Spark's
    start and the job's driver side need);
-5. the target's history is compacted (etcd) every ``compact_every`` writes during the copy (a
-   driver thread watches the target's revision) and once at the end, without waiting for etcd
-   to free the space (it does so in the background and reuses it);
+5. the target's history is compacted (etcd) whenever the copy's writes have grown its backend
+   by ``compact_every_bytes`` (a driver thread watches the space the target reports in use),
+   and once at the end, without waiting for etcd to free the space (it does so in the
+   background and reuses it);
 6. with ``verify=True``, the verification job (``verify.verify_tree``) on the same split.
 
 A second run finds everything equal and writes nothing; a run killed half-way leaves nodes
@@ -42,8 +43,8 @@ from .report import CopyConflict, CopyReport, CounterReport, EmptySource, NoProg
 from .rules import Rules
 from .session import check_master
 
-#: Target writes between two compactions of its history during the copy.
-COMPACT_EVERY_WRITES = 1_000_000
+#: Growth of the target's backend (data and history, etcd) between two compactions during the copy.
+COMPACT_EVERY_BYTES = 256 * 1024 * 1024
 
 #: Order in which executor errors are raised when several partitions failed: the most telling first.
 _ERROR_ORDER = ("StoreFull", "ValueTooLarge", "AuthFailed", "StoreUnavailable")
@@ -58,7 +59,7 @@ def copy_tree(
     rules: Rules | None = None,
     progress: Progress | None = None,
     spark: Any = None,
-    compact_every: int = COMPACT_EVERY_WRITES,
+    compact_every_bytes: int = COMPACT_EVERY_BYTES,
 ) -> CopyReport:
     """Copy every persistent node of ``source`` to ``target`` (module doc). Raises the store's
     error (``InvalidStoreURL``, ``StoreUnavailable``, ``StoreFull``, ...) or ``CopyConflict``;
@@ -73,7 +74,7 @@ def copy_tree(
     try:
         run(_reach(source, target))
         starter = SparkStarter(master, spark)
-        compactor = Compactor(target, compact_every)
+        compactor = Compactor(target, compact_every_bytes)
         try:
             split = run(_copy_top(source, target, rules, progress, report, starter))
             report.listing_seconds = split.listing_seconds
@@ -190,8 +191,10 @@ async def _compact(target: str) -> None:
 
 
 class Compactor:
-    """A driver thread that compacts the target's history every ``every`` writes (read from the
-    target's own revision, so that it sees the executors' writes as they happen)."""
+    """A driver thread that compacts the target's history whenever its backend has grown by
+    ``every`` bytes over the least it took since the last compaction (read from the target
+    itself, so that it sees the executors' writes as they happen; the space a compaction frees
+    lowers that least)."""
 
     POLL_SECONDS = 0.2
 
@@ -209,16 +212,19 @@ class Compactor:
 
     async def _watch(self) -> None:
         async with await open_store(self.target, watch=False) as store:
-            last = await store.history_revision()
-            if last is None:
+            least = await store.history_bytes()
+            if least is None:
                 return
             while not self._stop.is_set():
                 await asyncio.sleep(self.POLL_SECONDS)
-                now = await store.history_revision()
-                if now is not None and now - last >= self.every:
+                now = await store.history_bytes()
+                if now is None:
+                    continue
+                if now - least >= self.every:
                     await store.compact_history(wait=False)
                     self.count += 1
-                    last = now
+                    least = now
+                least = min(least, now)
 
     def stop(self) -> None:
         self._stop.set()

@@ -138,8 +138,9 @@ class CopyReport:
     compaction_seconds: float = 0.0
     """The final compaction (etcd: the request only; the server frees the space afterwards)."""
     compactions: int = 0
-    """Compactions of the target's history: during the copy (every ``compact_every`` writes) and
-    after it. Stores without a history (ZooKeeper) count them too; for them they cost nothing."""
+    """Compactions of the target's history: during the copy (each time its backend has grown by
+    ``compact_every_bytes``) and after it. Stores without a history (ZooKeeper) count them too;
+    for them they cost nothing."""
     partitions: int = 0
     listed_by_driver: int = 0
     """Nodes the driver listed: the top of the tree and the names of the subtrees' roots."""

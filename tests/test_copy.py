@@ -254,9 +254,12 @@ async def test_tight_etcd_limits(
 @pytest.mark.parametrize("pair", [("zk", "etcd")], indirect=True, ids=_ids)
 async def test_etcd_history_compacted_during_the_copy(pair: tuple[str, str, Store], spark: Any) -> None:
     """Replaying versions leaves history that etcd counts against its quota: the copy compacts it
-    every ``compact_every`` writes, not only at the end, and the result is still exact."""
+    each time the target's backend has grown by ``compact_every_bytes``, not only at the end, and
+    the result is still exact."""
     source_url, target_url, source = pair
-    report = await asyncio.to_thread(copy_tree, source_url, target_url, verify=True, spark=spark, compact_every=1000)
+    report = await asyncio.to_thread(
+        copy_tree, source_url, target_url, verify=True, spark=spark, compact_every_bytes=16 * 1024
+    )
     assert report.verify is not None and report.verify.ok, report.verify.text() if report.verify else None
     assert report.write_ops > 3 * 1000
     assert report.compactions >= 2  # at least once during the copy, and once more after the counters

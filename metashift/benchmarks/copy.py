@@ -5,10 +5,14 @@ On one generated tree (``metashift.sample_tree``, or ``--flat N`` nodes at versi
 parent) on a local ZooKeeper, copied to a local etcd with its default 2 GiB quota:
 
 - ``floor``: what the servers take for the same work driven directly, each part at its raw
-  rate: ``source_reads`` (every node read from ZooKeeper once, pipelined), ``store_writes``
+  rate: ``source_reads`` (every node read from ZooKeeper once, pipelined getData requests, one
+  per node), ``store_writes``
   (as many etcd writes as the copy makes: the sum of V+1 over the nodes, and the steps of the
   sequence counters, in txns of 128 distinct keys, several in flight) and ``verify_reads`` (the
   source read once more);
+- ``floor_multi_read``: the same with the reads in ZooKeeper's multiRead requests, as the copy
+  and the verification read (a getData inside a multiRead costs ZooKeeper a fraction of a
+  request of its own): the lower floor, and the copy's ratio to it;
 - ``copy`` and ``verify``: ``metashift copy --verify --json`` run as a user runs it (its own
   process, Spark ``local[*]`` started inside it), times from its report;
 - ``ratios``: copy against source reads + store writes, verify against verify reads, and
@@ -130,9 +134,11 @@ async def _all_paths(store: Store) -> tuple[list[str], int]:
     return out, writes
 
 
-async def raw_zk_reads(url: str, all_paths: list[str]) -> dict[str, Any]:
-    """Every node read once, the fastest way the store layer has (pipelined ``read_many``)."""
-    store = await open_store(url, watch=False)
+async def raw_zk_reads(url: str, all_paths: list[str], multi_read: bool = False) -> dict[str, Any]:
+    """Every node read once with ``read_many``: pipelined getData requests, one per node (the
+    floor's reads, as issue 11 defines them), or with ``multi_read`` in ZooKeeper's multiRead
+    requests, as the copy reads (a lower floor, printed beside the other)."""
+    store = await open_store(url + ("" if multi_read else "?multi_read=false"), watch=False)
     try:
         started = time.monotonic()
         nbytes = 0
@@ -307,6 +313,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                  "seconds": round(reads["seconds"] + writes["seconds"] + reads2["seconds"], 2)}  # fmt: skip
         out["floor"] = floor
         print(f"floor: {floor}", file=sys.stderr, flush=True)
+        multi = [asyncio.run(raw_zk_reads(zk.url, all_paths, multi_read=True)) for _ in range(2)]
+        out["floor_multi_read"] = {"source_reads": multi[0], "store_writes": writes, "verify_reads": multi[1],
+                                   "seconds": round(multi[0]["seconds"] + writes["seconds"] + multi[1]["seconds"], 2)}
+        print(f"floor with multiRead reads: {out['floor_multi_read']}", file=sys.stderr, flush=True)
 
         report, memory = _run_copy(zk.url, etcd.url + "/copy", args.spark_master, servers)
         verified = report.get("verify") or {}
@@ -335,6 +345,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         "copy_vs_floor": round(copy_s / (reads["seconds"] + writes["seconds"]), 2),
         "verify_vs_floor": round(verify_s / reads2["seconds"], 2),
         "copy_and_verify_vs_floor": round((copy_s + verify_s) / floor["seconds"], 2),
+        "copy_and_verify_vs_multi_read_floor": round((copy_s + verify_s) / out["floor_multi_read"]["seconds"], 2),
         "kazoo_vs_copy_and_verify": round(kazoo_s / (copy_s + verify_s), 1),
     }
     print(json.dumps(out, indent=2))

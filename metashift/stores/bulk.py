@@ -143,10 +143,10 @@ class BulkStore(ABC):
         stores."""
         return None
 
-    async def history_revision(self) -> int | None:
-        """A number that grows by one per write the store keeps history for (etcd's revision),
-        so that a bulk writer can compact every so many writes; ``None`` for stores without
-        history."""
+    async def history_bytes(self) -> int | None:
+        """The bytes the store's data and its history of old values take now (etcd: its backend
+        in use, what counts against its quota), so that a bulk writer can compact its history
+        when its writes have made it grow; ``None`` for stores without history."""
         return None
 
     # ---- what each backend implements -----------------------------------------------------------

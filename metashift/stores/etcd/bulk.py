@@ -114,9 +114,14 @@ class EtcdBulk(EtcdOperations, BulkStore):
         for i in range(0, len(found), WALK_PAGE_KEYS):
             yield found[i : i + WALK_PAGE_KEYS]
 
-    async def history_revision(self) -> int | None:
-        resp = await self._conn.range(None, rpc.RangeRequest(key=self._keys.key(paths.SEPARATOR), count_only=True))
-        return int(resp.header.revision)
+    async def history_bytes(self) -> int | None:
+        """The backend's bytes in use, as the member we talk to reports it (etcd 3.4+; the whole
+        backend file on older servers). Not the revision: a revision is one txn, of up to 128
+        writes, so revisions say little about the history a bulk write leaves."""
+        conn = self._conn
+        request = rpc.StatusRequest()
+        resp = await conn.call(None, lambda md: conn.maintenance.Status(request, timeout=conn.timeout, metadata=md))
+        return int(resp.dbSizeInUse or resp.dbSize)
 
     async def _restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
         """Keeping version V takes V+1 puts of the key, each in its own txn (etcd refuses a key

@@ -49,6 +49,7 @@ class EtcdConnection:
         self.host_index = 0
         self.channel: grpc.aio.Channel | None = None
         self.kv: Any = None
+        self.maintenance: Any = None
         self.lease: Any = None
         self.watch: Any = None
         self.metadata: Metadata = None
@@ -146,6 +147,7 @@ class EtcdConnection:
         self.kv = rpc.KVStub(channel)
         self.lease = rpc.LeaseStub(channel)
         self.watch = rpc.WatchStub(channel)
+        self.maintenance = rpc.MaintenanceStub(channel)
 
     async def failover(self) -> None:
         """Switch to the next host that answers, when the URL names several."""
