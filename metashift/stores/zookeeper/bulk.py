@@ -58,21 +58,15 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
         ordinary path, which retries reads and maps errors."""
         if not reads:
             return []
-        if not self.url.multi_read:
-            return await self._pipelined(reads)
-        if self._multi_read is None:  # the first time: one multiRead alone tells whether it works
-            head = min(len(reads), 8)
-            first = await self._multi_reads(reads[:head])
+        if self.url.multi_read and self._multi_read is None:
+            # the first time, one small multiRead alone tells whether the server has it
+            first = await self._multi_reads(reads[:_MIN_READS_PER_MULTI])
+            self._multi_read = first is not None
             if first is None:
-                self._multi_read = False
-                log.info("%s has no multiRead (ZooKeeper before 3.6): bulk reads are pipelined", self.url)
-                return await self._pipelined(reads)
-            self._multi_read = True
-            if head == len(reads):
-                return first
-            rest = await self._multi_reads(reads[head:])
-            return first + (rest if rest is not None else await self._pipelined(reads[head:]))
-        if self._multi_read:
+                log.info("%s answers no multiRead (ZooKeeper before 3.6?): bulk reads are pipelined", self.url)
+                first = []
+            return first + await self._reads(reads[len(first) :])
+        if self.url.multi_read and self._multi_read:
             got = await self._multi_reads(reads)
             if got is not None:
                 return got
@@ -125,8 +119,9 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
             return None
         if data_reads:  # how many reads fit a multiRead: its answer stays a few MB
             self._read_size = (self._read_size + data_bytes // data_reads) // 2
-        for i in again:
-            out[i] = await self._ordinary(*reads[i])
+        if again:
+            for i, answer in zip(again, await self._pipelined([reads[i] for i in again]), strict=True):
+                out[i] = answer
         return out
 
     async def _pipelined(self, reads: list[tuple[int, str]]) -> list[Any]:
