@@ -86,14 +86,7 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
         per = max(_MIN_READS_PER_MULTI, min(_MAX_READS_PER_MULTI, _MULTI_READ_BYTES // max(self._read_size, 1)))
         groups = [reads[i : i + per] for i in range(0, len(reads), per)]
         full = self._namespace.full
-        futures = [self._session.send_now(MultiReadRequest([(op, full(p)) for op, p in g])) for g in groups]
-        pending = [f for f in futures if f is not None]
-        if pending:
-            try:
-                async with asyncio.timeout(self.url.call_timeout):
-                    await asyncio.wait(pending)
-            except TimeoutError as e:
-                raise map_error(e, reads[0][1], self.url) from e
+        futures = await self._send_all([MultiReadRequest([(op, full(p)) for op, p in g]) for g in groups], reads[0][1])
         out: list[Any] = []
         again: list[int] = []
         answered = False
@@ -124,16 +117,24 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
                 out[i] = answer
         return out
 
-    async def _pipelined(self, reads: list[tuple[int, str]]) -> list[Any]:
-        """``_reads`` as one request each, pipelined."""
-        futures = [self._session.send_now(self._request(op, p)) for op, p in reads]
+    async def _send_all(self, requests: list[Any], path: str) -> list[asyncio.Future[Any] | None]:
+        """Send ``requests`` back to back on the connection and wait until all are answered,
+        within the call timeout; a future each, ``None`` where the session was not connected."""
+        futures = [self._session.send_now(r) for r in requests]
         pending = [f for f in futures if f is not None]
         if pending:
             try:
                 async with asyncio.timeout(self.url.call_timeout):
                     await asyncio.wait(pending)
             except TimeoutError as e:
-                raise map_error(e, reads[0][1], self.url) from e
+                raise map_error(e, path, self.url) from e
+        return futures
+
+    async def _pipelined(self, reads: list[tuple[int, str]]) -> list[Any]:
+        """``_reads`` as one request each, pipelined."""
+        if not reads:
+            return []
+        futures = await self._send_all([self._request(op, p) for op, p in reads], reads[0][1])
         out: list[Any] = []
         for (op, path), f in zip(reads, futures, strict=True):
             if f is not None and not f.cancelled():
