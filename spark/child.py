@@ -65,6 +65,8 @@ class ChildRun:
 
 def _main() -> int:
     parent = int(sys.argv[1])
+    # Ctrl-C reaches the whole process group: the driver ends this child itself (``kill``)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # die with the driver, even a SIGKILLed one (and not run on if it is already gone)
     with contextlib.suppress(Exception):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)

@@ -81,18 +81,21 @@ def copy_tree(
             copy_started = time.monotonic()
             report.timeline["top_copied"] = copy_started - started
             # the top's counters, moved by a child process beside the job (module doc)
-            counters = ChildRun(tasks.__name__, "move_counters", source, target, split.deferred_counters)
+            counters = None
+            if split.deferred_counters:
+                counters = ChildRun(tasks.__name__, "move_counters", source, target, split.deferred_counters)
             try:
                 if split.roots:
                     _copy_subtrees(starter, split, source, target, rules, progress, report)
                     report.timeline["job_done"] = time.monotonic() - started
             except BaseException:
-                counters.kill()
+                if counters is not None:
+                    counters.kill()
                 raise
-            moved = counters.result()
-            report.timeline["counters_done"] = counters.ended_at - started
-            report.counters_seconds = counters.seconds
-            _add(report, [moved], by_executors=False)
+            if counters is not None:
+                _add(report, [counters.result()], by_executors=False)
+                report.timeline["counters_done"] = counters.ended_at - started
+                report.counters_seconds = counters.seconds
             report.copy_seconds = time.monotonic() - copy_started
         finally:
             compactor.stop()

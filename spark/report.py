@@ -131,10 +131,11 @@ class CopyReport:
     listing_seconds: float = 0.0
     copy_seconds: float = 0.0
     counters_seconds: float = 0.0
-    """How long the driver moved the top's counters (beside the copy, within ``copy_seconds``)."""
+    """How long the driver's child process moved the top's counters (beside the copy, within
+    ``copy_seconds``; 0 when the top holds none: the executors move those they copy)."""
     timeline: dict[str, float] = field(default_factory=dict)
     """When each step ended, in seconds since the copy started (``spark_ready``, ``top_copied``,
-    ``job_done``, ``counters_done``): what the copy waited for."""
+    ``job_done``, and ``counters_done`` when the top held counters): what the copy waited for."""
     compaction_seconds: float = 0.0
     """The final compaction (etcd: the request only; the server frees the space afterwards)."""
     compactions: int = 0
