@@ -75,15 +75,16 @@ def _main() -> int:
     module, name, args = pickle.loads(sys.stdin.buffer.read())
     fn = getattr(importlib.import_module(module), name)
     started = time.monotonic()
+    ok, value = True, None
     try:
-        result: tuple[bool, Any, float] = (True, run_loop(fn(*args)), 0.0)
+        value = run_loop(fn(*args))
     except Exception as e:  # handed to the driver
-        result = (False, e, 0.0)
-    result = (result[0], result[1], time.monotonic() - started)
+        ok, value = False, e
+    seconds = time.monotonic() - started
     try:
-        data = pickle.dumps(result)
+        data = pickle.dumps((ok, value, seconds))
     except Exception:  # an exception that does not pickle: its text still reaches the driver
-        data = pickle.dumps((False, RuntimeError(repr(result[1])), result[2]))
+        data = pickle.dumps((False, RuntimeError(repr(value)), seconds))
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
     return 0

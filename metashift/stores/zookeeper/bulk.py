@@ -32,7 +32,6 @@ _READ_PAGE = 2000
 _MAX_READS_PER_MULTI = 128
 _MIN_READS_PER_MULTI = 8
 _MULTI_READ_BYTES = 4 * 1024 * 1024
-_NO_NODE = -101
 
 
 def _node(path: str, response: Any) -> NodeRead:
@@ -58,7 +57,9 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
         ordinary path, which retries reads and maps errors."""
         if not reads:
             return []
-        if self.url.multi_read and self._multi_read is None:
+        if not self.url.multi_read or self._multi_read is False:
+            return await self._pipelined(reads)
+        if self._multi_read is None:
             # the first time, one small multiRead alone tells whether the server has it
             first = await self._multi_reads(reads[:_MIN_READS_PER_MULTI])
             self._multi_read = first is not None
@@ -66,11 +67,8 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
                 log.info("%s answers no multiRead (ZooKeeper before 3.6?): bulk reads are pipelined", self.url)
                 first = []
             return first + await self._reads(reads[len(first) :])
-        if self.url.multi_read and self._multi_read:
-            got = await self._multi_reads(reads)
-            if got is not None:
-                return got
-        return await self._pipelined(reads)
+        got = await self._multi_reads(reads)
+        return got if got is not None else await self._pipelined(reads)
 
     def _request(self, opcode: int, path: str) -> Any:
         full = self._namespace.full(path)
@@ -100,7 +98,7 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
             _zxid, answers = f.result()
             for read, answer in zip(group, answers, strict=True):
                 if isinstance(answer, int):
-                    if answer != _NO_NODE:
+                    if answer != zk_exc.NoNode.error_code:
                         again.append(len(out))
                     out.append(None)
                 else:
