@@ -63,6 +63,14 @@ class ChangeTracker:
         taken, self.pending = self.pending, {}
         return taken
 
+    def add_stale(self, stale: list[str]) -> None:
+        """Paths a full pass found only in the target: nodes an earlier pass copied that the source
+        deleted unseen (while the stream was broken, or before this pass began). They are carried
+        like deletions (the carry reads the source again) and are expected until then."""
+        for path in stale:
+            self.pending.setdefault(path, NotificationType.DELETED)
+            self.since_pass.add(path)
+
     def _on_change(self, n: Notification) -> None:
         if paths.is_protocol_path(n.path):
             barrier = self._barriers.get(n.path)

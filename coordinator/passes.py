@@ -94,7 +94,8 @@ class Passes:
         """Full passes until one ran with an unbroken change stream, then delta passes."""
         while True:
             if self.passes >= MAX_FULL_PASSES:
-                return PassResult(f"the change stream kept breaking: {self.passes} full passes", self.passes)
+                return PassResult(f"no full pass came through clean in {self.passes}: the change stream kept "
+                                  "breaking or nodes kept being deleted and created again", self.passes)
             self.tracker.start()  # before the bulk copy: nothing that changes during it is missed
             self.passes += 1
             outcome = await self._full_pass(flag, f"pass {self.passes}")
@@ -102,12 +103,26 @@ class Passes:
                 # also what made the pass itself fail, if it did (the store went away a moment)
                 log.warning("full pass %d: %s; running another full pass", self.passes, self.tracker.broken)
                 continue
-            if outcome.conflicts and set(outcome.conflicts) <= self.tracker.since_pass:
-                # deleted and created again while the pass ran: carry them, then a clean full pass
-                await self._carry(flag, set(outcome.conflicts))
+            if outcome.conflicts:
+                # In SYNCING the target holds only what this migration's passes wrote (it was empty
+                # at the start; agents write there from PREPARATION on), so a node it has ahead of
+                # the source was deleted and created again in the source since a pass copied it,
+                # seen or not (a broken stream, a coordinator that took over): carry those nodes,
+                # then a clean full pass (the copy wrote nothing below them)
+                failure = await self._carry(flag, set(outcome.conflicts))
+                if failure is not None:
+                    return PassResult(failure, self.passes)
                 continue
             if not outcome.ok and not outcome.report.get("verify"):
                 return PassResult(outcome.failure(), self.passes)
+            # the copy never deletes: what only the target has, the source deleted after an earlier
+            # pass copied it; a full pass leaves the target equal to the source, deletions included
+            stale = [str(m.get("path")) for m in outcome.mismatches
+                     if m.get("kind") == "extra" and str(m.get("path")) not in self.tracker.since_pass]
+            if stale:
+                log.info("full pass %d: %d node(s) only in the target, deleted in the source since an earlier "
+                         "pass: removing them", self.passes, len(stale))
+                self.tracker.add_stale(stale)
             failure = await self._deltas(flag)
             if failure is not None:
                 return PassResult(failure, self.passes)

@@ -4,8 +4,11 @@ one elected coordinator, real ZooKeeper and etcd, the copy on real Spark."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
-from collections.abc import AsyncIterator
+import os
+import signal
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -301,22 +304,70 @@ async def test_the_same_migration_between_other_stores(gateways: Gateways, zk_ur
         await cluster.close()
 
 
+def _copy_job_pid() -> int | None:
+    """The coordinator's copy child of this process (in-process agents), if one runs."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"metashift.coordinator.copy_job" in cmdline:
+            return int(entry)
+    return None
+
+
+@contextlib.contextmanager
+def _copy_job_paused() -> Iterator[None]:
+    """Hold the running copy (its process group: the job, Spark's JVM and workers) by SIGSTOP, so
+    that a full pass cannot end while the test breaks things; SIGCONT on the way out."""
+    pid = _copy_job_pid()
+    assert pid is not None, "no copy job is running"
+    os.killpg(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGCONT)
+
+
 async def test_a_change_stream_broken_in_syncing_leads_to_another_full_pass(gateways: Gateways, etcd_url: str,
                                                                            fresh_servers: Any) -> None:
+    """Nodes that pass 1 copied change in the source while the coordinator's change stream is
+    broken (a ZooKeeper restart): one is deleted, one deleted and created again (younger than its
+    copy). The next full pass must leave the target equal to the source: the first removed, not
+    failed on as "only in the target"; the second carried, not failed on as a conflict."""
     zk = fresh_servers.zk()
     cluster = Cluster(gateways, f"{zk.url}/cluster", etcd_url)
     try:
         await _seed(cluster, topics=40)
+        source = await cluster.source()
+        # top level: the copy's driver writes it before Spark's job has even started
+        await source.put("/doomed", b"copied by pass 1, deleted unseen", expected_version=-1)
+        await source.put("/reborn", b"first", expected_version=-1)
+        await source.put("/reborn", b"first, again", expected_version=0)
         await cluster.start()
         await cluster.start_writers()
-        await control.start(await cluster.source(), cluster.target_url)
-        await eventually_status(cluster, lambda s: (s["copy"] or {}).get("stage", "").startswith("pass 1"),
-                                within=120)
-        # every connection to ZooKeeper drops; it is back on the same data before sessions expire
-        await asyncio.to_thread(zk.restart)
+        await control.start(source, cluster.target_url)
+        target = await cluster.open(cluster.target_url)
+        await eventually(lambda: target.exists("/doomed"), within=120, what="pass 1 copies /doomed")
+        await eventually(lambda: target.exists("/reborn"), within=120, what="pass 1 copies /reborn")
+        with _copy_job_paused():  # pass 1 cannot end before the break and the deletion
+            # every connection to ZooKeeper drops; it is back on the same data before sessions expire
+            await asyncio.to_thread(zk.restart)
+            await retry_while_unavailable(lambda: source.delete("/doomed"), attempts=100, delay=0.2)
+            await source.delete("/reborn")
+            await source.put("/reborn", b"second life", expected_version=-1)
         status = await _finish_and_check(cluster, Phase.COMPLETED)
         assert status["copy"]["passes"] >= 2, status
         assert status["copy"]["verified"] is True
+        assert await target.get("/doomed") is None
+        reborn = await target.get("/reborn")
+        assert reborn is not None and reborn[0] == b"second life" and reborn[1].version == 0
     finally:
         await cluster.close()
 
