@@ -6,6 +6,11 @@ exactly the last ones and then hold the source to being frozen: a change after t
 writer that bypasses the agents. A break in the stream (connection lost, session lost, an etcd
 watch resumed after compaction, which the store reports as ConnectionLost) means changes may
 have been missed: the delta is no longer trusted.
+
+Every coordinator candidate follows the changes, leader or not. A standby starts again from each
+``pass`` marker the leader writes as a full pass begins (after its own tracker started, before
+the copy reads anything): so a standby that takes over inside the freeze knows every path that
+changed since the last full pass began, and carries and checks those, instead of failing.
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ class ChangeTracker:
         self.since_pass: set[str] = set()
         """Changed since the last full pass began: mismatches there are expected."""
         self.broken: str | None = None
+        self.anchored = False
+        """Following since a full pass began (this coordinator's, or a ``pass`` marker seen)."""
+        self.standby = True
+        """Not leading: a ``pass`` marker starts the collection again."""
         self._removers: list[Callable[[], None]] = []
         self._barriers: dict[str, asyncio.Event] = {}
 
@@ -39,15 +48,29 @@ class ChangeTracker:
 
     @property
     def trusted(self) -> bool:
-        """Following since the last full pass without a break."""
-        return self.active and self.broken is None
+        """Following since the last full pass began without a break."""
+        return self.active and self.anchored and self.broken is None
 
     def start(self) -> None:
-        """Follow from now on, forgetting what was collected (a new full pass begins)."""
+        """Lead: follow from now on, forgetting what was collected (a new full pass begins)."""
+        self.standby = False
+        self._restart()
+        self._activate()
+
+    def follow(self) -> None:
+        """Stand by: follow, starting again at each ``pass`` marker of the leader."""
+        self.standby = True
+        self._activate()
+
+    def _restart(self) -> None:
         self.pending.clear()
         self.since_pass.clear()
         self.broken = None
+        self.anchored = True
+
+    def _activate(self) -> None:
         if not self.active:
+            self.anchored = False
             self._removers = [
                 self.source.add_listener(self._on_change),
                 self.source.add_session_listener(self._on_session_event),
@@ -57,6 +80,7 @@ class ChangeTracker:
         for remove in self._removers:
             remove()
         self._removers = []
+        self.anchored = False
 
     def take(self) -> dict[str, NotificationType]:
         """The changes collected since the last ``take``; collecting goes on."""
@@ -76,6 +100,8 @@ class ChangeTracker:
             barrier = self._barriers.get(n.path)
             if barrier is not None:
                 barrier.set()
+            if n.path == paths.PASS and self.standby and n.type is not NotificationType.DELETED:
+                self._restart()  # the leader's full pass begins: what changed before, it copies
             return
         # child lists change with every create and delete, which are reported on their own
         if n.type is NotificationType.CHILDREN_CHANGED:

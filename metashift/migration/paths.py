@@ -19,6 +19,13 @@ PROGRESS = f"{ROOT}/progress"
 #: Written by the coordinator inside the freeze; its notification coming back proves that every
 #: change written before it has reached the coordinator's change tracker.
 BARRIER = f"{ROOT}/barrier"
+#: Written by the coordinator as each full pass begins (after it started following the changes,
+#: before the copy reads anything): every standby coordinator follows the changes from its
+#: notification on, so that one taking over inside the freeze knows what changed since the pass.
+PASS = f"{ROOT}/pass"
+#: In a store a migration completed into: where the cluster came from, and the epoch. Written by
+#: the coordinator into the target just before COMPLETED; the next migration's epoch follows it.
+ORIGIN = f"{ROOT}/origin"
 
 
 def is_protocol_path(path: str) -> bool:
