@@ -66,9 +66,11 @@ async def first_path(target: MetadataStore) -> str | None:
 async def empty_target(target: MetadataStore) -> int:
     """Delete every node of the target but the kept ones (and their parents), children first.
     Returns how many were deleted."""
+    found = await target_paths(target)
+    kept = [p for p in found if p in KEPT]
     by_depth: dict[int, list[str]] = {}
-    for path in await target_paths(target):
-        if not _kept_or_above(path):
+    for path in found:
+        if not any(k == path or k.startswith(path + "/") for k in kept):
             by_depth.setdefault(path.count("/"), []).append(path)
     deleted = 0
     for depth in sorted(by_depth, reverse=True):  # a batch runs in no order: one depth at a time
