@@ -132,7 +132,10 @@ class Cluster:
         self._stores: list[Store] = []
 
     async def start_agent(self, node_id: str, role: str, *, coordinator: bool = True, **settings: Any) -> Any:
-        flat = {"node_id": node_id, "role": role, "coordinator.prepare_timeout": 30.0, "gate.hold_timeout": 90.0}
+        # heartbeats: an agent whose event loop (this test process's) stalls for most of the timeout
+        # holds its writes until it looks again; 10 s rides out a loaded machine (the default is 5)
+        flat = {"node_id": node_id, "role": role, "coordinator.prepare_timeout": 30.0, "gate.hold_timeout": 90.0,
+                "coordinator.participant_timeout": 10.0}
         flat.update(settings)
         agent = await self.gateways.start(self.source_url, flat)
         if coordinator:
