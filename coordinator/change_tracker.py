@@ -9,8 +9,10 @@ have been missed: the delta is no longer trusted.
 
 Every coordinator candidate follows the changes, leader or not. A standby starts again from each
 ``pass`` marker the leader writes as a full pass begins (after its own tracker started, before
-the copy reads anything): so a standby that takes over inside the freeze knows every path that
-changed since the last full pass began, and carries and checks those, instead of failing.
+the copy reads anything), and forgets what changed before a ``carrying`` marker once the leader
+writes ``carried`` (the changes of that round are in the target): so a standby that takes over
+inside the freeze knows every path that changed since the leader last carried, and carries and
+checks those, instead of failing.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class ChangeTracker:
         """Not leading: a ``pass`` marker starts the collection again."""
         self._removers: list[Callable[[], None]] = []
         self._barriers: dict[str, asyncio.Event] = {}
+        self._seq = 0
+        self._changed_at: dict[str, int] = {}
+        """Path -> the sequence number of its last change (a standby's, to forget carried rounds)."""
+        self._carrying: int | None = None
 
     @property
     def active(self) -> bool:
@@ -65,8 +71,19 @@ class ChangeTracker:
     def _restart(self) -> None:
         self.pending.clear()
         self.since_pass.clear()
+        self._changed_at.clear()
+        self._carrying = None
         self.broken = None
         self.anchored = True
+
+    def _carried(self) -> None:
+        """The leader carried every change made before its ``carrying`` marker: forget those."""
+        mark, self._carrying = self._carrying, None
+        if mark is None:
+            return
+        for path in [p for p, seq in self._changed_at.items() if seq <= mark]:
+            self.pending.pop(path, None)
+            del self._changed_at[path]
 
     def _activate(self) -> None:
         if not self.active:
@@ -100,8 +117,13 @@ class ChangeTracker:
             barrier = self._barriers.get(n.path)
             if barrier is not None:
                 barrier.set()
-            if n.path == paths.PASS and self.standby and n.type is not NotificationType.DELETED:
-                self._restart()  # the leader's full pass begins: what changed before, it copies
+            if self.standby and n.type is not NotificationType.DELETED:
+                if n.path == paths.PASS:
+                    self._restart()  # the leader's full pass begins: what changed before, it copies
+                elif n.path == paths.CARRYING:
+                    self._carrying = self._seq
+                elif n.path == paths.CARRIED:
+                    self._carried()
             return
         # child lists change with every create and delete, which are reported on their own
         if n.type is NotificationType.CHILDREN_CHANGED:
@@ -109,6 +131,9 @@ class ChangeTracker:
         if n.type is not NotificationType.DELETED or n.path not in self.pending:
             self.pending[n.path] = n.type  # a write after a delete is what counts
         self.since_pass.add(n.path)
+        if self.standby:
+            self._seq += 1
+            self._changed_at[n.path] = self._seq
 
     def _on_session_event(self, event: SessionEvent) -> None:
         if event in (SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST) and self.broken is None:

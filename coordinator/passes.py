@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -212,13 +213,22 @@ class Passes:
 
     async def _deltas(self, flag: MigrationFlag) -> str | None:
         previous: int | None = None
-        for _ in range(MAX_DELTA_PASSES):
+        for round_ in range(MAX_DELTA_PASSES):
+            # standbys forget what this round carries (``ChangeTracker``): mark where it begins
+            marker = json.dumps({"epoch": flag.epoch, "pass": self.passes, "round": round_}).encode()
+            try:
+                await self.tracker.barrier(
+                    paths.CARRYING, functools.partial(self.source.put, paths.CARRYING, marker), BARRIER_SECONDS
+                )
+            except TimeoutError:
+                return None  # the stream broke: the caller sees it and runs another full pass
             changed = self.tracker.take()
             if not changed:
                 return None
             failure = await self._carry(flag, set(changed))
             if failure is not None:
                 return failure
+            await self.source.put(paths.CARRIED, marker)
             if previous is not None and len(changed) >= previous:
                 return None  # not shrinking: the freeze carries the rest
             previous = len(changed)
