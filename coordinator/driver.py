@@ -82,7 +82,7 @@ class Coordinator:
         self.passes = Passes(
             source, self.tracker, source_url=source.url, target_url=url_for, open_target=open_target,
             still_leader=self._check_leader, spark_master=spark_master, spark_delta_threshold=spark_delta_threshold,
-            outage_timeout=outage_timeout,
+            outage_timeout=outage_timeout, freeze_outage_timeout=participant_timeout,
         )
         self.leading = False
         self._deposed = False

@@ -87,6 +87,7 @@ class Passes:
         spark_master: str | None,
         spark_delta_threshold: int,
         outage_timeout: float = 300.0,
+        freeze_outage_timeout: float = 5.0,
     ) -> None:
         self.source = source
         self.tracker = tracker
@@ -97,6 +98,7 @@ class Passes:
         self.spark_master = spark_master
         self.spark_delta_threshold = spark_delta_threshold
         self.outage_timeout = outage_timeout
+        self.freeze_outage_timeout = freeze_outage_timeout
         self.reachability = Reachability(source, open_target)
         self._outage_passes = 0
         self._final_changed: set[str] = set()
@@ -316,6 +318,11 @@ class Passes:
                     raise Abandoned()
                 if flag.phase.frozen and (why := await self.tracker.violation()) is not None:
                     raise FreezeBroken(why)
+                # a copy may hang on a store that stopped answering rather than fail: look for it
+                bound = self.freeze_outage_timeout if flag.phase.frozen else self.outage_timeout
+                if (why := await self.reachability.probe(flag.target_url)) is not None:
+                    if self.reachability.down_for > bound:
+                        raise Unreachable(f"{why} while the copy ran")
             return copying.result()
         finally:
             if not copying.done():
