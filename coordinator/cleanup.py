@@ -27,18 +27,20 @@ def _kept_or_above(path: str) -> bool:
     return any(k == path or k.startswith(path + "/") for k in KEPT)
 
 
+async def _children(target: MetadataStore, parent: str) -> list[str]:
+    """The paths of ``parent``'s children (``/zookeeper`` left out)."""
+    names = await target.get_children(parent)
+    return [f"{parent.rstrip('/')}/{n}" for n in names if not (parent == "/" and n in RESERVED)]
+
+
 async def target_paths(target: MetadataStore) -> list[str]:
     """Every path in the target, parents before children (``/zookeeper`` left out)."""
     found: list[str] = []
     frontier = ["/"]
     while frontier:
-        parent = frontier.pop()
-        for name in await target.get_children(parent):
-            if parent == "/" and name in RESERVED:
-                continue
-            path = f"{parent.rstrip('/')}/{name}"
-            found.append(path)
-            frontier.append(path)
+        children = await _children(target, frontier.pop())
+        found.extend(children)
+        frontier.extend(children)
     return found
 
 
@@ -47,11 +49,7 @@ async def first_path(target: MetadataStore) -> str | None:
     with its empty parents aside."""
     frontier = ["/"]
     while frontier:
-        parent = frontier.pop()
-        for name in await target.get_children(parent):
-            if parent == "/" and name in RESERVED:
-                continue
-            path = f"{parent.rstrip('/')}/{name}"
+        for path in await _children(target, frontier.pop()):
             if path in KEPT:
                 continue
             if not _kept_or_above(path):
