@@ -204,7 +204,7 @@ class Coordinator:
                 dropped = tuple(sorted(p.node_id for p in acks.dropped))
                 await move(self.source, flag, Phase.COPYING, coordinator=self.node_id, dropped=dropped)
                 log.info("every live participant (%d) acknowledged epoch %d%s: copying", len(acks.acknowledged),
-                         flag.epoch, f"; dead, not waited for: {', '.join(dropped)}" if dropped else "")
+                         flag.epoch, f" (dead, not waited for: {', '.join(dropped)})" if dropped else "")
                 return
             why = await reach.probe(flag.target_url)
             if why is not None and reach.down_for > self.participant_timeout:
