@@ -37,7 +37,9 @@ password_file = ""
 
 [coordinator]
 enabled = true                  # false: this agent never stands for election
-prepare_timeout = 60            # seconds to wait for every participant's acknowledgement
+prepare_timeout = 20            # seconds to wait for every live participant's acknowledgement
+participant_timeout = 5         # seconds without a heartbeat after which an agent (or the coordinator) is dead
+outage_timeout = 300            # seconds a store may stay unreachable in SYNCING before the migration FAILS
 spark_master = "local[*]"       # where the coordinator runs the copy
 spark_delta_threshold = 10000   # changed paths in the freeze from which a Spark pass carries them
 ```
@@ -99,8 +101,15 @@ class CoordinatorSettings:
     """The ``[coordinator]`` section: whether this agent stands for election, and how it leads."""
 
     enabled: bool = True
-    prepare_timeout: float = 60.0
+    prepare_timeout: float = 20.0
     """Longest wait for every live participant's acknowledgement before the migration FAILS."""
+    participant_timeout: float = 5.0
+    """Seconds without a heartbeat after which an agent is dead to the migration: a participant is
+    no longer waited for, a coordinator is replaced; also the longest a store may stay unreachable
+    inside the freeze before the migration FAILS. Agents beat four times as often."""
+    outage_timeout: float = 300.0
+    """Seconds the source or the target may stay unreachable in SYNCING (the coordinator waits,
+    then runs another pass) before the migration FAILS."""
     spark_master: str = "local[*]"
     spark_delta_threshold: int = 10_000
     """Changed paths in the freeze's last delta from which a Spark pass carries them (fewer: the
@@ -160,6 +169,8 @@ _SCHEMA: dict[str, str] = {
     "target.password_file": "str",
     "coordinator.enabled": "bool",
     "coordinator.prepare_timeout": "float",
+    "coordinator.participant_timeout": "float",
+    "coordinator.outage_timeout": "float",
     "coordinator.spark_master": "str",
     "coordinator.spark_delta_threshold": "count",
     "zookeeper.listen": "str",
@@ -334,7 +345,8 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
             kwargs[attr] = values[key]
     kwargs["target_username"], kwargs["target_password"] = _credentials(values, "target", None, None)
     coordinator = CoordinatorSettings()
-    for attr in ("enabled", "prepare_timeout", "spark_master", "spark_delta_threshold"):
+    for attr in ("enabled", "prepare_timeout", "participant_timeout", "outage_timeout", "spark_master",
+                 "spark_delta_threshold"):
         if values.get(f"coordinator.{attr}") not in (None, ""):
             coordinator = dataclasses.replace(coordinator, **{attr: values[f"coordinator.{attr}"]})
     kwargs["coordinator"] = coordinator

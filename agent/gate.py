@@ -7,6 +7,12 @@ another, in the order they arrived, then lets everything flow concurrently again
 whose caller's deadline (or ``hold_timeout``) comes first fails with ``HeldForMigration`` and
 writes nothing.
 
+A fence (``fence_with``: the migration participant's heartbeat lease) says whether writes may be
+acknowledged at all: while it says no, new writes wait as if the gate were closed (and the
+fence's owner is told, so that it closes the gate and looks again), and a write that ends then
+answers WriteOutcomeUnknown instead of success: it may have reached the store after a
+coordinator went on without this agent.
+
 The gate is in one ``GateState`` at a time; ``TRANSITIONS`` lists every legal move and each move
 is checked against it (an illegal one raises ``GateStateError``).
 """
@@ -22,7 +28,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from metashift.agent.errors import HeldForMigration
+from metashift.agent.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.agent.router import Router
 from metashift.stores import MetadataStore
 
@@ -116,6 +122,28 @@ class WriteGate:
         self.drained_total = 0
         self.held_total = 0
         self.expired_total = 0
+        self._lease: Callable[[], bool] | None = None
+        self._on_lapse: Callable[[], None] | None = None
+
+    def fence_with(self, lease: Callable[[], bool], on_lapse: Callable[[], None]) -> None:
+        """Admit and acknowledge writes only while ``lease()`` is true; call ``on_lapse`` when a
+        write finds it false (its owner then closes the gate and reopens it once it may)."""
+        self._lease, self._on_lapse = lease, on_lapse
+
+    def _leased(self) -> bool:
+        if self._lease is None or self._lease():
+            return True
+        if self._on_lapse is not None:
+            self._on_lapse()
+        return False
+
+    def _check_lease(self) -> None:
+        """After a write: its success may be told only while the lease holds."""
+        if not self._leased():
+            raise WriteOutcomeUnknown(
+                "the agent's migration heartbeat lapsed while the write ran: it may have reached the store "
+                "after a migration went on without this agent; read before retrying"
+            )
 
     # ---- state ----------------------------------------------------------------------------------
 
@@ -140,7 +168,7 @@ class WriteGate:
         return self._state in _SHUTTING_DOWN
 
     def _must_wait(self) -> bool:
-        return self._state not in _FLOWING or bool(self._held)
+        return self._state not in _FLOWING or bool(self._held) or not self._leased()
 
     @property
     def held(self) -> int:
@@ -167,6 +195,7 @@ class WriteGate:
             self._enter()
         try:
             yield self.router.active
+            self._check_lease()
         finally:
             self._leave()
             if ticket is not None:
@@ -187,7 +216,9 @@ class WriteGate:
 
         async def admitted() -> T:
             try:
-                return await fn(store)
+                result = await fn(store)
+                self._check_lease()
+                return result
             finally:
                 self._leave()
                 if ticket is not None:

@@ -1,36 +1,45 @@
 """The participant: what every agent does for a migration.
 
-It registers the agent under ``participants/`` (a sequential ephemeral in the source), follows
-the flag, and acts on each phase:
+It registers the agent under ``participants/`` in its home store (the store its cluster lives on;
+``home.Home``), beats there (``registration``), follows the flag there, and acts on each phase:
 
 - SYNCING: nothing: writes flow while the coordinator copies.
 - PREPARATION, COPYING: close the write gate and drain the writes in flight, open the target
-  (the flag names it; credentials come from the agent's own ``[target]`` config), re-create there
-  every ephemeral of its clients with the same value and version, then acknowledge the epoch by a
+  (the flag names it; credentials come from the agent's own config), re-create there every
+  ephemeral of its clients with the same value and version, then acknowledge the epoch by a
   compare-and-set of its own record. Reads keep going to the frozen source.
-- COMPLETED: route reads, writes and watches to the target and release the held writes there.
+- COMPLETED: the target becomes the home: register and beat there, leave the old home, then
+  route reads, writes and watches to the target and release the held writes there. A new
+  migration from there (the way back) finds the agent registered and following its flag.
 - FAILED: drop the target (its session takes the re-created ephemerals with it), route to the
   source and release the held writes there.
 
-An agent that starts, restarts or reconnects mid-migration reads the flag first and acts on it;
-a lost store session (its registration went with it) registers again.
+An agent that starts, restarts or reconnects mid-migration reads the flag first and acts on it,
+following COMPLETED flags from its configured source to where the cluster lives now; a lost
+store session (its registration went with it) registers again. When its heartbeat lease lapses
+(no heartbeat got through for most of ``participant_timeout``) it holds writes until a heartbeat
+gets through again and it has read the flag again: the coordinator may have gone on without it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from metashift.agent.gate import WriteGate
+from metashift.agent.home import Home
+from metashift.agent.registration import Registration
 from metashift.agent.sessions import SessionRegistry
 from metashift.migration import paths
-from metashift.migration.flag import MigrationFlag, read_flag
+from metashift.migration.flag import MigrationFlag
+from metashift.migration.liveness import BEATS_PER_TIMEOUT
+from metashift.migration.origin import read_state
 from metashift.migration.participants import ParticipantRecord
 from metashift.migration.phase import Phase
-from metashift.stores import BadVersion, MetadataStore, MetadataStoreError, Notification, SessionEvent
+from metashift.stores import MetadataStore, MetadataStoreError, Notification, SessionEvent
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +50,8 @@ PhaseListener = Callable[[Phase], None]
 
 #: How often the flag is read again when no notification came (a missed one costs at most this).
 POLL_SECONDS = 1.0
+#: COMPLETED flags followed at most from the configured source to the store the cluster lives on.
+MAX_HOPS = 16
 
 
 class Participant:
@@ -56,14 +67,21 @@ class Participant:
         role: str,
         address: str,
         drain_timeout: float = 30.0,
+        participant_timeout: float = 5.0,
+        home: Home | None = None,
         on_phase: PhaseListener | None = None,
     ) -> None:
         self.gate = gate
         self.router = gate.router
         self.source = gate.router.source
+        """The configured source (the first home)."""
+        self.home = home if home is not None else Home(self.source)
         self.registry = registry
         self._open_target = open_target
-        self.record = ParticipantRecord(node_id, role, address)
+        self.participant_timeout = participant_timeout
+        self.registration = Registration(
+            self.home.store, ParticipantRecord(node_id, role, address), participant_timeout
+        )
         self.drain_timeout = drain_timeout
         self._on_phase = on_phase
         self.phase = Phase.NOT_STARTED
@@ -71,46 +89,126 @@ class Participant:
         self._prepared: int | None = None
         """The epoch whose freeze this agent has done (gate closed, ephemerals re-created)."""
         self._target: MetadataStore | None = None
+        """The target of the migration in progress (opened at its freeze)."""
+        self._arrived: MetadataStore | None = None
+        """The target of the last migration that completed (the home since)."""
         self._holding = False
         """This participant closed the gate for a migration and has not reopened it yet."""
+        self._lapsed_at: float | None = None
+        """When the heartbeat lease lapsed (monotonic), until the flag is read again after a heartbeat."""
+        self._fenced = False
+        """The gate is closed because the lease lapsed."""
         self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._removers: list[Callable[[], None]] = []
+        self._lease_timer: asyncio.TimerHandle | None = None
         self.errors = 0
         self.carried = 0
         """Ephemerals re-created in the target by the last freeze."""
 
+    @property
+    def record(self) -> ParticipantRecord:
+        return self.registration.record
+
     # ---- life cycle -----------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Act on the flag as it stands (before the agent serves anyone: a frozen migration closes
-        the gate first, a completed one routes to the target), register, then follow the flag."""
-        self._removers.append(self.source.add_listener(self._on_notification))
-        self._removers.append(self.source.add_session_listener(self._on_session_event))
-        flag = await read_flag(self.source)
+        """Act on the flag as it stands before the agent serves anyone (a frozen migration closes
+        the gate first; a completed one routes to its target, and the flag there is read next),
+        register, then follow the flag and beat."""
+        self.gate.fence_with(self.lease_ok, self._on_lapse)
+        self._listen()
+        for _ in range(MAX_HOPS):
+            state = await read_state(self.home.store)
+            if state.left_for is None:
+                break
+            assert state.flag is not None
+            # the cluster left this store: go where it went (a target that cannot be reached
+            # fails the start: no stale reads), then look at that store's flag
+            await self._complete(state.flag, starting=True)
+        else:
+            raise MetadataStoreError(f"more than {MAX_HOPS} completed migrations to follow from {self.source.url}")
+        flag = state.current_flag
         if flag is not None and flag.phase.frozen:
             await self._freeze()
-        if flag is not None and flag.phase is Phase.COMPLETED:
-            await self._complete(flag)  # a target that cannot be reached fails the start: no stale reads
-        await self._register()
-        self._task = asyncio.get_running_loop().create_task(self._follow(), name="participant")
+        await self.registration.ensure()
+        self._arm_lease_timer()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._follow(), name="participant"),
+                       loop.create_task(self._beat(), name="heartbeat")]
 
     async def stop(self) -> None:
-        for remove in self._removers:
-            remove()
-        self._removers.clear()
-        if self._task is not None:
-            self._task.cancel()
+        self._unlisten()
+        if self._lease_timer is not None:
+            self._lease_timer.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-        target, self._target = self._target, None
-        if target is not None and target is not self.router.active:
-            with contextlib.suppress(Exception):
-                await target.close()
+                await task
+        for store in {id(s): s for s in (self._target, self._arrived) if s is not None}.values():
+            if store is not self.router.active and store is not self.source:
+                with contextlib.suppress(Exception):
+                    await store.close()
+        self._target = None
 
     @property
     def target(self) -> MetadataStore | None:
-        return self._target
+        """The target of the migration in progress, or else of the last one completed."""
+        return self._target if self._target is not None else self._arrived
+
+    def _listen(self) -> None:
+        store = self.home.store
+        self._removers = [store.add_listener(self._on_notification), store.add_session_listener(self._on_session_event)]
+
+    def _unlisten(self) -> None:
+        for remove in self._removers:
+            remove()
+        self._removers = []
+
+    # ---- the lease ------------------------------------------------------------------------------
+
+    def lease_ok(self) -> bool:
+        """Writes to the home may be acknowledged now (the write gate asks, as each ends)."""
+        return self._lapsed_at is None and self.registration.fresh()
+
+    def _on_lapse(self) -> None:
+        """The lease ran out (the timer, or the gate found it so): hold writes, look again."""
+        if self._lapsed_at is not None:
+            return
+        self._lapsed_at = time.monotonic()
+        log.warning("no heartbeat got through for %.1fs: holding writes until one does and the flag is "
+                    "read again (a coordinator may have gone on without this agent)",
+                    time.monotonic() - self.registration.renewed_at)
+        self._wake.set()
+
+    def _arm_lease_timer(self) -> None:
+        if self._lease_timer is not None:
+            self._lease_timer.cancel()
+        delay = max(0.0, self.registration.lease_until - time.monotonic())
+        self._lease_timer = asyncio.get_running_loop().call_later(delay, self._lease_due)
+
+    def _lease_due(self) -> None:
+        self._lease_timer = None
+        if not self.registration.fresh():
+            self._on_lapse()
+        else:
+            self._arm_lease_timer()
+
+    async def _beat(self) -> None:
+        interval = self.participant_timeout / BEATS_PER_TIMEOUT
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await asyncio.wait_for(self.registration.beat(), interval * 2)
+            except asyncio.CancelledError:
+                raise
+            except (MetadataStoreError, TimeoutError) as e:
+                log.warning("heartbeat to %s failed: %s", self.registration.store.url, e or "no answer in time")
+                continue
+            self._arm_lease_timer()
+            if self._lapsed_at is not None:
+                self._wake.set()  # a heartbeat got through: read the flag again, then writes may flow
 
     # ---- following the flag ----------------------------------------------------------------------
 
@@ -140,24 +238,42 @@ class Participant:
 
     async def step(self) -> None:
         """Read the flag once and do what it asks of this agent."""
-        flag = await read_flag(self.source)
-        await self._register()
+        if self._lapsed_at is not None and not self._fenced:
+            await self._fence()
+        lapsed_at = self._lapsed_at
+        renewed_at = self.registration.renewed_at
+        state = await read_state(self.home.store)
+        await self.registration.ensure()
+        if lapsed_at is not None:
+            if renewed_at <= lapsed_at or not self.registration.fresh():
+                return  # no heartbeat got through since: the flag we read proves nothing yet
+            self._lapsed_at = None  # read after a heartbeat got through: act on what it says
+            self._arm_lease_timer()
+        if state.left_for is not None:
+            assert state.flag is not None
+            self._seen(state.flag.phase, state.flag.epoch)
+            await self._complete(state.flag)
+            self._wake.set()  # and now the new home's flag
+            return
+        flag = state.current_flag
         if flag is None:
             if self._holding:
                 await self._roll_back("the migration flag was removed")
-            self._seen(Phase.NOT_STARTED, 0)
-            return
-        self._seen(flag.phase, flag.epoch)
-        if flag.phase is Phase.SYNCING:
-            if self._holding or self._target is not None:  # a freeze of an older epoch never ended here
-                await self._roll_back("a new migration started")
-        elif flag.phase.frozen:
-            await self._prepare(flag)
-        elif flag.phase is Phase.COMPLETED:
-            await self._complete(flag)
-        elif flag.phase is Phase.FAILED:
-            if self._holding or self._target is not None:
-                await self._roll_back(flag.reason or "failed")
+            self._seen(Phase.NOT_STARTED, state.arrived_epoch)
+        else:
+            self._seen(flag.phase, flag.epoch)
+            if flag.phase is Phase.SYNCING:
+                if self._holding or self._target is not None:  # a freeze of an older epoch never ended here
+                    await self._roll_back("a new migration started")
+            elif flag.phase.frozen:
+                await self._prepare(flag)
+            elif flag.phase is Phase.FAILED:
+                if self._holding or self._target is not None:
+                    await self._roll_back(flag.reason or "failed")
+        if self._fenced and not self._holding:
+            self._fenced = False
+            await self.gate.open()
+            log.info("heartbeat and flag read again: writes flow")
 
     def _seen(self, phase: Phase, epoch: int) -> None:
         if (phase, epoch) != (self.phase, self.epoch):
@@ -166,33 +282,12 @@ class Participant:
             if self._on_phase is not None:
                 self._on_phase(phase)
 
-    # ---- registration ----------------------------------------------------------------------------
-
-    async def _register(self) -> None:
-        """Make sure this agent's record exists (a lost session took it): create it again if not."""
-        if self.record.path:
-            got = await self.source.get(self.record.path)
-            if got is not None and got[1].created_by_self:
-                return
-            log.info("participant record %s is gone; registering again", self.record.path)
-        fresh = dataclasses.replace(self.record, acknowledged=None, path="", version=-1)
-        stat = await self.source.put(paths.PARTICIPANT_PREFIX, fresh.to_json(), ephemeral=True, sequential=True)
-        self.record = dataclasses.replace(fresh, path=stat.path, version=stat.version)
-        log.info("registered as participant %s", stat.path)
-
-    async def _acknowledge(self, epoch: int) -> None:
-        if self.record.acknowledged == epoch:
-            return
-        acked = self.record.acknowledging(epoch)
-        try:
-            stat = await self.source.put(self.record.path, acked.to_json(), expected_version=self.record.version)
-        except BadVersion:  # changed behind our back (re-registered?): read it again next round
-            got = await self.source.get(self.record.path)
-            if got is not None:
-                self.record = dataclasses.replace(self.record, version=got[1].version)
-            raise
-        self.record = dataclasses.replace(acked, version=stat.version)
-        log.info("acknowledged migration epoch %d", epoch)
+    async def _fence(self) -> None:
+        """Close the gate for a lapsed lease (writes in flight drain; what they end with is
+        unknown to their callers when the lease is still out)."""
+        self._fenced = True
+        with contextlib.suppress(TimeoutError):
+            await self.gate.close(self.drain_timeout)
 
     # ---- the phases ------------------------------------------------------------------------------
 
@@ -206,46 +301,68 @@ class Participant:
             carried = await self.registry.recreate_in(self._target)
             self._prepared = flag.epoch
             self.carried = carried
-        await self._acknowledge(flag.epoch)
+        await self.registration.acknowledge(flag.epoch)
 
     async def _freeze(self) -> None:
         """Close the gate (held writes wait) and drain the writes in flight."""
         self._holding = True
         await self.gate.close(self.drain_timeout)
 
-    async def _complete(self, flag: MigrationFlag) -> None:
-        if self._target is not None and self.router.active is self._target and self.gate.is_open:
-            return
-        if self._prepared != flag.epoch:
+    async def _complete(self, flag: MigrationFlag, *, starting: bool = False) -> None:
+        """The migration ``flag`` completed: the target becomes the home (register there, leave
+        the old one), then route to it and release the held writes there."""
+        if self._prepared != flag.epoch or self._target is None:
             # started (or restarted) after the freeze: nothing of ours is in the target yet
             await self._freeze()
             if self._target is None:
                 self._target = await self._open_target(flag.target_url)
             await self.registry.recreate_in(self._target)
             self._prepared = flag.epoch
-        assert self._target is not None
+        target, old_home = self._target, self.home.store
         left_behind = self.registry.ephemerals()
-        await self.gate.open(towards=self._target)
-        self._holding = False
-        log.info("migration completed: serving from the target %s", self._target.url)
-        # the copies in the source are ours (our source session's); nobody reads the source now
+        await self._move_home(target, leave=not starting)
+        await self.gate.open(towards=target)
+        self._holding = self._fenced = False
+        log.info("migration epoch %d completed: serving from %s, now this agent's home", flag.epoch, target.url)
+        # the copies in the old home are ours (our session's there); nobody reads it now
         for path in left_behind:
             with contextlib.suppress(MetadataStoreError):
-                got = await self.source.get(path)
+                got = await old_home.get(path)
                 if got is not None and got[1].created_by_self:
-                    await self.source.delete(path, expected_version=got[1].version)
+                    await old_home.delete(path, expected_version=got[1].version)
+        if old_home is not self.source:  # an earlier target: nothing of this agent's left there
+            with contextlib.suppress(Exception):
+                await old_home.close()
+
+    async def _move_home(self, store: MetadataStore, *, leave: bool) -> None:
+        """Register in ``store`` (a fresh lease there) and follow its flag; leave the old home."""
+        old = self.registration
+        fresh = Registration(store, old.record, self.participant_timeout)
+        await fresh.ensure()
+        self._unlisten()
+        self.registration = fresh
+        self.home.move(store)
+        self._listen()
+        self._arrived, self._target, self._prepared = store, None, None
+        self._arm_lease_timer()
+        if leave:
+            try:
+                await old.leave()
+            except MetadataStoreError as e:  # it goes with our session there anyway
+                log.warning("could not remove participant record %s from %s: %s", old.record.path, old.store.url, e)
 
     async def _roll_back(self, reason: str) -> None:
-        log.info("migration rolled back (%s): serving from the source", reason)
+        log.info("migration rolled back (%s): serving from %s", reason, self.home.store.url)
         target, self._target = self._target, None
         self._prepared = None
-        if self.router.active is not self.source:
+        if self.router.active is not self.home.store:
             # COMPLETED is final: only a flag removed by hand gets here; never leave the target then
-            log.error("not routing back to the source: this agent already serves from the target")
+            log.error("not routing back to %s: this agent already serves from %s", self.home.store.url,
+                      self.router.active.url)
             self._target = target
             return
-        await self.gate.open(towards=self.source)
-        self._holding = False
+        await self.gate.open(towards=self.home.store)
+        self._holding = self._fenced = False
         if target is not None:
             # closing the target session deletes every ephemeral re-created there
             with contextlib.suppress(Exception):

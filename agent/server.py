@@ -30,13 +30,14 @@ from metashift.agent.auth import TokenAuth, read_token
 from metashift.agent.config import AgentConfig, ConfigError
 from metashift.agent.gate import WriteGate
 from metashift.agent.gateway import SESSION_SERVICE, STORE_SERVICE, Gateway
+from metashift.agent.home import Home
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.participant import Participant
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
 from metashift.agent.zookeeper.server import ZooKeeperServer
 from metashift.migration.phase import Phase
-from metashift.stores import MetadataStore, Store, open_store, parse_url
+from metashift.stores import MetadataStore, Store, StoreURL, open_store, parse_url
 from metashift.stores.aio import run_loop
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class Agent:
         self.registry: SessionRegistry
         self.gateway: Gateway
         self.participant: Participant | None = None
+        self.home: Home | None = None
+        """The store the cluster lives on (the configured source until a migration completes)."""
         self.zookeeper: ZooKeeperServer | None = None
         """ZooKeeper's client protocol (``zookeeper.listen``); ``zookeeper.address`` is its host:port."""
         self._companions: list[asyncio.Task[None]] = []
@@ -116,17 +119,21 @@ class Agent:
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         self.address = self._bind(server)
         self._server = server
+        if config.zookeeper_listen:  # bound now, served below: a port in use fails before registering
+            await self._start_zookeeper()
         # the flag first: a frozen migration closes the gate, a completed one routes to the target,
         # before the first client is served
+        self.home = Home(self.source)
         self.participant = Participant(
             gate=self.gate, registry=self.registry, open_target=self.open_target,
             node_id=config.node_id, role=config.role, address=self.address,
-            drain_timeout=config.drain_timeout, on_phase=self._phase_changed,
+            drain_timeout=config.drain_timeout, participant_timeout=config.coordinator.participant_timeout,
+            home=self.home, on_phase=self._phase_changed,
         )
         await self.participant.start()
         await server.start()
-        if config.zookeeper_listen:
-            await self._start_zookeeper()
+        if self.zookeeper is not None:
+            await self.zookeeper.serve()
         if config.listen.kind == "unix":
             os.chmod(config.listen.address, config.socket_mode)
         for service in ("", STORE_SERVICE, SESSION_SERVICE):
@@ -162,7 +169,7 @@ class Agent:
             max_timeout_ms=int(config.session_max_timeout * 1000), ssl_context=context,
         )
         try:
-            await zk.start()
+            await zk.start(serve=False)
         except OSError as e:
             raise ConfigError(
                 "zookeeper.listen", f"cannot listen on {config.zookeeper_listen}: {e.strerror or e}"
@@ -234,14 +241,20 @@ class Agent:
         self._companions.append(task)
         return task
 
+    def url_with_credentials(self, url: str) -> StoreURL:
+        """A store URL named by a flag (no credentials) with this agent's credentials for it: the
+        ``[source]`` ones for the configured source (a way back may lead there), else ``[target]``."""
+        parsed = parse_url(url)
+        config = self.config
+        if parsed.overlaps(config.source) and parsed.root == config.source.root:
+            return dataclasses.replace(parsed, username=config.source.username, password=config.source.password)
+        if config.target_username is not None:
+            parsed = dataclasses.replace(parsed, username=config.target_username, password=config.target_password)
+        return parsed
+
     async def open_target(self, url: str) -> Store:
         """Open a migration's target (named by the flag) with this agent's own credentials."""
-        parsed = parse_url(url)
-        if self.config.target_username is not None:
-            parsed = dataclasses.replace(
-                parsed, username=self.config.target_username, password=self.config.target_password
-            )
-        return await open_store(parsed)
+        return await open_store(self.url_with_credentials(url))
 
     def _phase_changed(self, phase: Phase) -> None:
         self.metrics.phase.state(phase.value)

@@ -6,6 +6,13 @@ exactly the last ones and then hold the source to being frozen: a change after t
 writer that bypasses the agents. A break in the stream (connection lost, session lost, an etcd
 watch resumed after compaction, which the store reports as ConnectionLost) means changes may
 have been missed: the delta is no longer trusted.
+
+Every coordinator candidate follows the changes, leader or not. A standby starts again from each
+``pass`` marker the leader writes as a full pass begins (after its own tracker started, before
+the copy reads anything), and forgets what changed before a ``carrying`` marker once the leader
+writes ``carried`` (the changes of that round are in the target): so a standby that takes over
+inside the freeze knows every path that changed since the leader last carried, and carries and
+checks those, instead of failing.
 """
 
 from __future__ import annotations
@@ -30,8 +37,16 @@ class ChangeTracker:
         self.since_pass: set[str] = set()
         """Changed since the last full pass began: mismatches there are expected."""
         self.broken: str | None = None
+        self.anchored = False
+        """Following since a full pass began (this coordinator's, or a ``pass`` marker seen)."""
+        self.standby = True
+        """Not leading: a ``pass`` marker starts the collection again."""
         self._removers: list[Callable[[], None]] = []
         self._barriers: dict[str, asyncio.Event] = {}
+        self._seq = 0
+        self._changed_at: dict[str, int] = {}
+        """Path -> the sequence number of its last change (a standby's, to forget carried rounds)."""
+        self._carrying: int | None = None
 
     @property
     def active(self) -> bool:
@@ -39,15 +54,40 @@ class ChangeTracker:
 
     @property
     def trusted(self) -> bool:
-        """Following since the last full pass without a break."""
-        return self.active and self.broken is None
+        """Following since the last full pass began without a break."""
+        return self.active and self.anchored and self.broken is None
 
     def start(self) -> None:
-        """Follow from now on, forgetting what was collected (a new full pass begins)."""
+        """Lead: follow from now on, forgetting what was collected (a new full pass begins)."""
+        self.standby = False
+        self._restart()
+        self._activate()
+
+    def follow(self) -> None:
+        """Stand by: follow, starting again at each ``pass`` marker of the leader."""
+        self.standby = True
+        self._activate()
+
+    def _restart(self) -> None:
         self.pending.clear()
         self.since_pass.clear()
+        self._changed_at.clear()
+        self._carrying = None
         self.broken = None
+        self.anchored = True
+
+    def _carried(self) -> None:
+        """The leader carried every change made before its ``carrying`` marker: forget those."""
+        mark, self._carrying = self._carrying, None
+        if mark is None:
+            return
+        for path in [p for p, seq in self._changed_at.items() if seq <= mark]:
+            self.pending.pop(path, None)
+            del self._changed_at[path]
+
+    def _activate(self) -> None:
         if not self.active:
+            self.anchored = False
             self._removers = [
                 self.source.add_listener(self._on_change),
                 self.source.add_session_listener(self._on_session_event),
@@ -57,6 +97,7 @@ class ChangeTracker:
         for remove in self._removers:
             remove()
         self._removers = []
+        self.anchored = False
 
     def take(self) -> dict[str, NotificationType]:
         """The changes collected since the last ``take``; collecting goes on."""
@@ -76,6 +117,13 @@ class ChangeTracker:
             barrier = self._barriers.get(n.path)
             if barrier is not None:
                 barrier.set()
+            if self.standby and n.type is not NotificationType.DELETED:
+                if n.path == paths.PASS:
+                    self._restart()  # the leader's full pass begins: what changed before, it copies
+                elif n.path == paths.CARRYING:
+                    self._carrying = self._seq
+                elif n.path == paths.CARRIED:
+                    self._carried()
             return
         # child lists change with every create and delete, which are reported on their own
         if n.type is NotificationType.CHILDREN_CHANGED:
@@ -83,6 +131,9 @@ class ChangeTracker:
         if n.type is not NotificationType.DELETED or n.path not in self.pending:
             self.pending[n.path] = n.type  # a write after a delete is what counts
         self.since_pass.add(n.path)
+        if self.standby:
+            self._seq += 1
+            self._changed_at[n.path] = self._seq
 
     def _on_session_event(self, event: SessionEvent) -> None:
         if event in (SessionEvent.CONNECTION_LOST, SessionEvent.SESSION_LOST) and self.broken is None:

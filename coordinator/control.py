@@ -1,5 +1,5 @@
 """The control API behind ``metashift migrate``: start, status, abort. Everything is read from
-and written to the source store, where the flag lives; no agent has to be reached."""
+and written to the source store (where the cluster lives and the flag is), no agent reached."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from metashift.migration import paths
-from metashift.migration.flag import FlagChanged, MigrationFlag, move, new_flag, read_flag, write_flag
+from metashift.migration.flag import FlagChanged, MigrationFlag, move, new_flag, write_flag
+from metashift.migration.origin import StoreState, read_state
 from metashift.migration.participants import list_participants
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, StoreURL, open_store, parse_url
 
-from .cleanup import first_path
+from .cleanup import empty_target, first_path
 from .election import LeaderElection
 
 #: How long ``start`` waits for the coordinator to remove a failed migration's copy.
@@ -29,18 +30,28 @@ class MigrationRefused(MetadataStoreError):
         super().__init__(message)
 
 
-async def start(source: MetadataStore, target_url: str | StoreURL) -> MigrationFlag:
-    """Start a migration to ``target_url``: checks, then the flag (created, or replacing a FAILED
-    one). Raises ``MigrationRefused`` (nothing written) when a migration runs or completed, when
-    no agent is registered, or when the target is not empty."""
-    target = parse_url(target_url) if isinstance(target_url, str) else target_url
-    flag = await read_flag(source)
-    if flag is not None and flag.phase.in_progress:
-        raise MigrationRefused(f"a migration is already in progress (phase {flag.phase.value})")
-    if flag is not None and flag.phase is Phase.COMPLETED:
-        raise MigrationRefused(f"the migration to {flag.target_url} is already completed")
+async def _startable(source: MetadataStore, target: StoreURL) -> StoreState:
+    """The source's state once a start may go ahead (a failed copy removed); refused otherwise."""
+    if target.overlaps(source.url):
+        if target.root == source.url.root:
+            raise MigrationRefused(f"the target is the source ({target}): a migration needs another store")
+        raise MigrationRefused(f"the target {target} and the source {source.url} share nodes (one lies inside "
+                               "the other): a migration needs another store")
     deadline = time.monotonic() + CLEAN_WAIT
-    while flag is not None and flag.phase is Phase.FAILED and not flag.target_cleaned:
+    while True:
+        state = await read_state(source)
+        flag = state.flag
+        if state.left_for is not None:
+            assert flag is not None
+            raise MigrationRefused(
+                f"the migration to {flag.target_url} is already completed (epoch {flag.epoch}): the cluster lives "
+                f"there now; the way back starts from there: metashift migrate start --source {flag.target_url} "
+                f"--target {source.url.public()} --clean-target"
+            )
+        if flag is not None and flag.phase.in_progress:
+            raise MigrationRefused(f"a migration is already in progress (phase {flag.phase.value})")
+        if flag is None or flag.phase is not Phase.FAILED or flag.target_cleaned:
+            return state
         # the coordinator is removing the failed copy from the target: a start must not race it
         if time.monotonic() > deadline:
             raise MigrationRefused(
@@ -48,24 +59,59 @@ async def start(source: MetadataStore, target_url: str | StoreURL) -> MigrationF
                 "(is a coordinator running?); try again later"
             )
         await asyncio.sleep(0.2)
-        flag = await read_flag(source)
+
+
+async def start(source: MetadataStore, target_url: str | StoreURL, *, clean_target: bool = False) -> MigrationFlag:
+    """Start a migration to ``target_url``: checks, then the flag (created, or replacing a FAILED
+    one, or one the cluster came back from). Raises ``MigrationRefused`` (nothing written) when a
+    migration runs or completed from here, when no agent is registered, when the target is the
+    source, or when the target is not empty. ``clean_target``: a target that is not empty is
+    emptied first (its migration flag kept: ``cleanup``), unless a cluster lives or migrates there."""
+    target = parse_url(target_url) if isinstance(target_url, str) else target_url
+    state = await _startable(source, target)
     participants = await list_participants(source)
     if not participants:
         raise MigrationRefused(f"no agent is registered under {paths.PARTICIPANTS}: nobody would act on a migration")
     async with await open_store(target, watch=False) as store:
         found = await first_path(store)
-    if found is not None:
-        raise MigrationRefused(f"the target {target} is not empty: it holds {found}")
+        if found is not None and not clean_target:
+            raise MigrationRefused(
+                f"the target {target} is not empty: it holds {found} (--clean-target removes what is there)"
+            )
+        if found is not None:
+            await check_cleanable(store)
+            await empty_target(store)
+    flag = state.flag
     try:
-        return await write_flag(source, new_flag(target.public(), flag), flag.version if flag else -1)
+        fresh = new_flag(target.public(), flag, state.arrived_epoch)
+        return await write_flag(source, fresh, flag.version if flag else -1)
     except FlagChanged:
         raise MigrationRefused("another command changed the migration flag at the same moment; try again") from None
+
+
+async def check_cleanable(target: MetadataStore) -> None:
+    """Refuse to empty a store a cluster lives on or migrates from: agents registered there, or a
+    migration of its own in progress."""
+    state = await read_state(target)
+    flag = state.current_flag
+    if flag is not None and flag.phase.in_progress:
+        raise MigrationRefused(
+            f"the target {target.url} holds a migration in progress (phase {flag.phase.value}, epoch {flag.epoch}): "
+            "not removing anything there"
+        )
+    agents = await list_participants(target)
+    if agents:
+        names = ", ".join(sorted({a.node_id for a in agents}))
+        raise MigrationRefused(
+            f"agents are registered in the target {target.url} ({names}): a cluster lives there; not removing anything"
+        )
 
 
 async def abort(source: MetadataStore) -> MigrationFlag:
     """Fail the running migration with reason "aborted" (agents route back to the source)."""
     while True:
-        flag = await read_flag(source)
+        state = await read_state(source)
+        flag = state.current_flag
         if flag is None:
             raise MigrationRefused("no migration has been started")
         if flag.phase is Phase.COMPLETED:
@@ -86,30 +132,42 @@ class Status:
     participants: list[dict[str, Any]]
     copy: dict[str, Any] | None
     leader: str | None
+    state: StoreState | None = None
 
     def to_dict(self) -> dict[str, Any]:
         flag = self.flag
+        state = self.state or StoreState(flag, None)
+        origin = state.origin
         return {
             "phase": flag.phase.value if flag else Phase.NOT_STARTED.value,
             "target": flag.target_url if flag else None,
-            "epoch": flag.epoch if flag else 0,
+            "epoch": flag.epoch if flag else state.arrived_epoch,
             "reason": flag.reason if flag else None,
             "coordinator": (flag.coordinator if flag and flag.coordinator else self.leader),
             "participants": self.participants,
+            "dropped": list(flag.dropped) if flag else [],
             "copy": self.copy,
             "elapsed_s": round(flag.elapsed_s, 3) if flag else 0.0,
             "target_cleaned": flag.target_cleaned if flag else False,
+            "lives_on": state.left_for,
+            "origin": {"epoch": origin.epoch, "source": origin.source_url} if origin else None,
         }
 
 
 async def status(source: MetadataStore) -> Status:
-    flag = await read_flag(source)
+    state = await read_state(source)
+    flag = state.current_flag
     epoch = flag.epoch if flag else 0
-    participants = [
-        {"node_id": p.node_id, "role": p.role, "address": p.address,
-         "acknowledged": flag is not None and p.acknowledged == epoch, "path": p.path}
-        for p in await list_participants(source)
-    ]
+    now = int(time.time() * 1000)
+    participants = []
+    for p in await list_participants(source):
+        age = p.heartbeat_age(now)
+        participants.append({
+            "node_id": p.node_id, "role": p.role, "address": p.address,
+            "acknowledged": flag is not None and p.acknowledged == epoch, "path": p.path,
+            "heartbeat_age_s": round(age, 1) if age is not None else None,
+            "alive": age is None or p.timeout is None or age <= p.timeout,
+        })
     copy = None
     got = await source.get(paths.PROGRESS)
     if got is not None and flag is not None:
@@ -119,5 +177,8 @@ async def status(source: MetadataStore) -> Status:
             body = None
         if isinstance(body, dict) and body.get("epoch") == epoch:
             copy = {k: body.get(k) for k in ("stage", "done", "total", "verified", "passes", "pending")}
+            if not copy.get("total"):
+                copy["total"] = None  # a pass that had not counted its nodes (or never will: it was stopped)
+            copy["stopped"] = flag.phase is Phase.FAILED and not copy.get("verified")
     leader = await LeaderElection(source, "").leader()
-    return Status(flag, participants, copy, leader)
+    return Status(flag, participants, copy, leader, state)

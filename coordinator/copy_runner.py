@@ -17,6 +17,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 ProgressListener = Callable[[str, int, int], None]
+#: Errors of the copy that say a store did not answer (``StoreFull`` is not one: it answered no).
+UNREACHABLE_KINDS = frozenset({"StoreUnavailable", "WriteOutcomeUnknown"})
 #: The report is one JSON line that lists every mismatch of the verification (while writes flow,
 #: one per path changed during the pass): far above asyncio's 64 KiB default line.
 REPORT_LINE_LIMIT = 512 * 1024 * 1024
@@ -29,6 +31,13 @@ class CopyOutcome:
     ok: bool
     report: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    kind: str = ""
+    """The class name of the store error the copy ended with (``StoreUnavailable``, ...)."""
+
+    @property
+    def unreachable(self) -> bool:
+        """The copy ended because a store did not answer (an outage, perhaps a passing one)."""
+        return self.kind in UNREACHABLE_KINDS
 
     @property
     def conflicts(self) -> list[str]:
@@ -105,7 +114,7 @@ class CopyRunner:
                     outcome = CopyOutcome(bool(event.get("ok")), event)
                 elif kind == "error":
                     outcome = CopyOutcome(False, {"conflict_paths": event.get("paths") or []},
-                                          error=f"copy failed: {event.get('message')}")
+                                          error=f"copy failed: {event.get('message')}", kind=str(event.get("kind")))
             code = await proc.wait()
             await stderr_task
         finally:

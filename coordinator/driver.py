@@ -1,17 +1,21 @@
-"""The coordinator's phase machine. It runs in the agent elected leader and sees only the
-source store, a way to open the target, and the copy passes.
+"""The coordinator's phase machine, for one home store. It runs in the agent elected leader and
+sees only the home store (the migration's source), a way to open the target, and the copy passes.
 
 Each phase is resumed from the flag, so a new leader picks up where a dead one stopped:
 - SYNCING: the online pre-copy while writes flow (``passes.Passes.sync``) → PREPARATION.
-- PREPARATION: wait for every live participant's acknowledgement of the epoch; all in →
-  COPYING; ``prepare_timeout`` since the phase began → FAILED, naming who did not acknowledge.
-- COPYING: the last delta, checked, the source held frozen (``Passes.final``) → COMPLETED.
-  A leader that did not follow the source since the last full pass (a failover inside the
-  freeze, a broken change stream) cannot trust the delta: FAILED, never an incomplete copy.
+- PREPARATION: wait for every live participant's acknowledgement of the epoch (``freeze``); all
+  in → COPYING, naming the dead ones dropped; ``prepare_timeout`` since the phase began, or the
+  target silent for ``participant_timeout`` → FAILED.
+- COPYING: the last delta, checked, the source held frozen (``Passes.final``), the origin record
+  written into the target → COMPLETED. A leader that took over inside the freeze knows what
+  changed since the last full pass (every standby follows the changes: ``ChangeTracker``); one
+  that does not (it started late, its change stream broke) cannot trust a delta: FAILED, never
+  an incomplete copy. A store silent for ``participant_timeout`` → FAILED.
 - FAILED: remove what the migration put into the target, then mark the flag ``targetCleaned``.
 
 Every move is a compare-and-set on the flag as read; a leader that finds the flag moved under it
-reads it again, and one that lost its leader node stops acting.
+reads it again, and one that lost its leader node (its heartbeat stopped, another took over)
+stops acting.
 """
 
 from __future__ import annotations
@@ -25,20 +29,24 @@ from collections.abc import Awaitable, Callable
 
 from metashift.migration import paths
 from metashift.migration.flag import FlagChanged, MigrationFlag, move, read_flag, write_flag
-from metashift.migration.participants import list_participants
+from metashift.migration.liveness import BEATS_PER_TIMEOUT
+from metashift.migration.origin import read_state, write_origin
 from metashift.migration.phase import Phase
-from metashift.stores import MetadataStoreError, Notification, Store, StoreURL, parse_url
+from metashift.stores import MetadataStoreError, Notification, Store, StoreUnavailable, StoreURL
 
 from .change_tracker import ChangeTracker
 from .cleanup import empty_target
 from .election import LeaderElection
-from .passes import Abandoned, Passes
+from .freeze import ParticipantWatch, deadline_passed
+from .passes import Abandoned, Passes, PassResult, Unreachable
 
 log = logging.getLogger(__name__)
 
 TargetOpener = Callable[[str], Awaitable[Store]]
 #: How often the leader looks again when no notification came.
 POLL_SECONDS = 0.5
+#: Shortest pause between two looks at the acknowledgements (each heartbeat is a notification).
+MIN_WAIT_SECONDS = 0.05
 #: Paths in the last delta from which the freeze runs a Spark pass instead of the store layer.
 SPARK_DELTA_THRESHOLD = 10_000
 
@@ -48,43 +56,51 @@ class Deposed(Exception):
 
 
 class Coordinator:
-    """Stands for election and, while leader, drives every migration recorded in the flag."""
+    """Stands for election in one store and, while leader, drives every migration its flag records."""
 
     def __init__(
         self,
         source: Store,
         *,
         node_id: str,
-        source_url: StoreURL,
         open_target: TargetOpener,
-        target_credentials: tuple[str | None, str | None] = (None, None),
-        prepare_timeout: float = 60.0,
+        url_for: Callable[[str], StoreURL],
+        prepare_timeout: float = 20.0,
+        participant_timeout: float = 5.0,
+        outage_timeout: float = 300.0,
         spark_master: str | None = None,
         spark_delta_threshold: int = SPARK_DELTA_THRESHOLD,
     ) -> None:
         self.source = source
         self.node_id = node_id
         self._open_target = open_target
-        self._target_credentials = target_credentials
         self.prepare_timeout = prepare_timeout
-        self.election = LeaderElection(source, node_id)
+        self.participant_timeout = participant_timeout
+        self.election = LeaderElection(source, node_id, participant_timeout)
         self.tracker = ChangeTracker(source)
+        self.participants = ParticipantWatch(source)
         self.passes = Passes(
-            source, self.tracker, source_url=source_url, target_url=self._target_url, open_target=open_target,
+            source, self.tracker, source_url=source.url, target_url=url_for, open_target=open_target,
             still_leader=self._check_leader, spark_master=spark_master, spark_delta_threshold=spark_delta_threshold,
+            outage_timeout=outage_timeout, freeze_outage_timeout=participant_timeout,
         )
         self.leading = False
+        self._deposed = False
         self._changed = asyncio.Event()
 
     # ---- life cycle -----------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Campaign, lead until deposed, campaign again; until cancelled."""
+        """Follow the changes and the heartbeats; campaign, lead until deposed, campaign again;
+        until cancelled."""
         remove = self.source.add_listener(self._on_notification)
+        self.tracker.follow()
+        observer = asyncio.get_running_loop().create_task(self._observe(), name="participant-watch")
         try:
             while True:
                 await self.election.campaign()
-                self.leading = True
+                self.leading, self._deposed = True, False
+                beating = asyncio.get_running_loop().create_task(self._beat(), name="leader-heartbeat")
                 try:
                     await self._lead()
                 except Deposed:
@@ -95,11 +111,35 @@ class Coordinator:
                     await asyncio.sleep(POLL_SECONDS)
                 finally:
                     self.leading = False
-                    self.tracker.stop()
+                    beating.cancel()
+                    self.tracker.follow()  # a standby again: ready to take over inside a freeze
         finally:
             remove()
+            observer.cancel()
+            self.tracker.stop()
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.election.resign())
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.passes.reachability.close())
+
+    async def _observe(self) -> None:
+        """Note the participants' heartbeats all along, so that a new leader knows who died."""
+        while True:
+            with contextlib.suppress(MetadataStoreError):
+                await self.participants.observe()
+            await asyncio.sleep(self.participant_timeout / BEATS_PER_TIMEOUT)
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(self.participant_timeout / BEATS_PER_TIMEOUT)
+            try:
+                if not await self.election.beat():
+                    log.warning("the leader node is no longer ours: another coordinator took over")
+                    self._deposed = True
+                    self._changed.set()
+                    return
+            except MetadataStoreError as e:
+                log.warning("coordinator heartbeat failed: %s", e)
 
     def _on_notification(self, n: Notification) -> None:
         if n.path == paths.FLAG or n.path.startswith(paths.PARTICIPANTS) or n.path == paths.LEADER:
@@ -111,7 +151,7 @@ class Coordinator:
         self._changed.clear()
 
     async def _check_leader(self) -> None:
-        if not await self.election.holds():
+        if self._deposed or not await self.election.holds():
             raise Deposed()
 
     # ---- leading --------------------------------------------------------------------------------
@@ -124,12 +164,12 @@ class Coordinator:
             log.info("taking over the migration (epoch %d) in %s", flag.epoch, flag.phase.value)
         while True:
             await self._check_leader()
-            flag = await read_flag(self.source)
+            state = await read_state(self.source)
+            flag = state.current_flag
             try:
                 if flag is None or flag.phase is Phase.COMPLETED or (
                     flag.phase is Phase.FAILED and flag.target_cleaned
                 ):
-                    self.tracker.stop()
                     await self._wait_change()
                 elif flag.phase is Phase.SYNCING:
                     await self._sync(flag)
@@ -138,7 +178,6 @@ class Coordinator:
                 elif flag.phase is Phase.COPYING:
                     await self._finish(flag)
                 elif flag.phase is Phase.FAILED:
-                    self.tracker.stop()
                     await self._clean(flag)
             except FlagChanged:
                 log.info("the flag moved under the coordinator; reading it again")
@@ -154,38 +193,68 @@ class Coordinator:
         log.info("pre-copy done in %d full pass(es): freezing", result.passes)
 
     async def _await_acknowledgements(self, flag: MigrationFlag) -> None:
-        deadline = flag.phase_since / 1000.0 + self.prepare_timeout
+        reach = self.passes.reachability
         while True:
             await self._check_leader()
             current = await read_flag(self.source)
             if current is None or current.version != flag.version:
                 return  # moved (abort, a start): dispatch again
-            participants = await list_participants(self.source)
-            waiting = [p for p in participants if p.acknowledged != flag.epoch]
-            if not waiting:
-                await move(self.source, flag, Phase.COPYING, coordinator=self.node_id)
-                log.info("every participant (%d) acknowledged epoch %d: copying", len(participants), flag.epoch)
+            acks = await self.participants.acknowledgements(flag.epoch)
+            if acks.complete:
+                dropped = tuple(sorted(p.node_id for p in acks.dropped))
+                await move(self.source, flag, Phase.COPYING, coordinator=self.node_id, dropped=dropped)
+                log.info("every live participant (%d) acknowledged epoch %d%s: copying", len(acks.acknowledged),
+                         flag.epoch, f" (dead, not waited for: {', '.join(dropped)})" if dropped else "")
                 return
-            if time.time() > deadline:
-                names = ", ".join(sorted(p.node_id for p in waiting))
+            why = await reach.probe(flag.target_url)
+            if why is not None and reach.down_for > self.participant_timeout:
+                await self._fail(flag, f"{why} for more than {self.participant_timeout:g}s inside the freeze "
+                                       "(coordinator.participant_timeout)")
+                return
+            if deadline_passed(flag.phase_since, self.prepare_timeout):
+                names = ", ".join(sorted(p.node_id for p in acks.waiting))
                 await self._fail(flag, f"not acknowledged within {self.prepare_timeout:g}s by: {names}")
                 return
-            await self._wait_change(min(POLL_SECONDS, max(0.05, deadline - time.time())))
+            await self._wait_change(POLL_SECONDS)
+            await asyncio.sleep(MIN_WAIT_SECONDS)
 
     async def _finish(self, flag: MigrationFlag) -> None:
-        result = await self.passes.final(flag)
+        """COPYING: the last delta; a store that stops answering is given ``participant_timeout``
+        (every write of the cluster waits meanwhile), then the migration fails."""
+        silent_since: float | None = None
+        while True:
+            try:
+                result = await self.passes.final(flag)
+                if result.failure is None:
+                    target = await self._open_target(flag.target_url)
+                    try:  # where the cluster comes from: the next migration from there takes a higher epoch
+                        await write_origin(target, flag.epoch, self.source.url.public())
+                    finally:
+                        with contextlib.suppress(Exception):
+                            await target.close()
+                break
+            except (StoreUnavailable, Unreachable) as e:
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since > self.participant_timeout:
+                    result = PassResult(f"a store did not answer for more than {self.participant_timeout:g}s inside "
+                                        f"the freeze (coordinator.participant_timeout): {e}")
+                    break
+                log.warning("COPYING: %s; trying again", e)
+                await asyncio.sleep(POLL_SECONDS)
+                await self._check_leader()
+                current = await read_flag(self.source)
+                if current is None or current.version != flag.version:
+                    return
         await self._check_leader()
         if result.failure is not None:
             await self._fail(flag, result.failure)
             return
         await move(self.source, flag, Phase.COMPLETED, coordinator=self.node_id)
-        self.tracker.stop()
         log.info("migration epoch %d completed", flag.epoch)
 
     async def _fail(self, flag: MigrationFlag, reason: str) -> None:
         log.warning("migration epoch %d fails: %s", flag.epoch, reason)
         await move(self.source, flag, Phase.FAILED, coordinator=self.node_id, reason=reason)
-        self.tracker.stop()
 
     async def _clean(self, flag: MigrationFlag) -> None:
         try:
@@ -206,10 +275,3 @@ class Coordinator:
         await self._check_leader()
         await write_flag(self.source, dataclasses.replace(flag, target_cleaned=True), flag.version)
         log.info("the target is clean again after the failed migration (epoch %d)", flag.epoch)
-
-    def _target_url(self, public: str) -> StoreURL:
-        url = parse_url(public)
-        username, password = self._target_credentials
-        if username is not None:
-            url = dataclasses.replace(url, username=username, password=password)
-        return url

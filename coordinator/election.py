@@ -1,4 +1,13 @@
-"""Leader election among agents: whoever holds the ephemeral ``leader`` node coordinates."""
+"""Leader election among agents: whoever holds the ``leader`` node coordinates.
+
+The leader node is an ephemeral of the leader's store session, and the leader rewrites it every
+quarter of its ``timeout`` (``coordinator.participant_timeout``): a heartbeat. A candidate that
+sees it unchanged for that long (by its own clock, ``migration.liveness``) deletes it (a
+compare-and-set on the version it saw) and takes its place: a dead coordinator is replaced in
+seconds, not after its store session times out. A leader whose node was taken over finds out at
+its next heartbeat or ``holds`` check; every phase move is a compare-and-set on the flag, which
+the new leader rewrites first, so a deposed leader can never move a phase.
+"""
 
 from __future__ import annotations
 
@@ -8,20 +17,28 @@ import json
 import logging
 
 from metashift.migration import paths
-from metashift.stores import BadVersion, MetadataStore, MetadataStoreError, Notification
+from metashift.migration.liveness import BEATS_PER_TIMEOUT, Liveness
+from metashift.stores import BadVersion, MetadataStore, MetadataStoreError, NotFound, Notification
 
 log = logging.getLogger(__name__)
 
-#: How often a candidate looks again when no notification came.
+#: Longest pause between two looks at the leader node when no notification came.
 POLL_SECONDS = 1.0
 
 
 class LeaderElection:
-    """One candidate: ``campaign`` returns once this agent's session holds the leader node."""
+    """One candidate: ``campaign`` returns once this agent holds the leader node."""
 
-    def __init__(self, store: MetadataStore, node_id: str) -> None:
+    def __init__(self, store: MetadataStore, node_id: str, timeout: float = 5.0) -> None:
         self.store = store
         self.node_id = node_id
+        self.timeout = timeout
+        self._beats = 0
+        self._version = -1
+        self._liveness = Liveness()
+
+    def _body(self) -> bytes:
+        return json.dumps({"nodeId": self.node_id, "heartbeat": self._beats, "timeout": self.timeout}).encode()
 
     async def campaign(self) -> None:
         changed = asyncio.Event()
@@ -41,35 +58,72 @@ class LeaderElection:
                 except MetadataStoreError as e:
                     log.warning("election: %s", e)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), POLL_SECONDS)
+                    await asyncio.wait_for(changed.wait(), min(POLL_SECONDS, self.timeout / BEATS_PER_TIMEOUT))
         finally:
             remove()
 
     async def _try_take(self) -> bool:
-        body = json.dumps({"nodeId": self.node_id}).encode()
+        self._beats = 0
         try:
-            await self.store.put(paths.LEADER, body, expected_version=-1, ephemeral=True)
+            stat = await self.store.put(paths.LEADER, self._body(), expected_version=-1, ephemeral=True)
+            self._version = stat.version
             return True
         except BadVersion:  # someone holds it: perhaps our own session still does
+            pass
+        got = await self.store.get(paths.LEADER)
+        if got is None:
+            return False  # gone meanwhile: try again at once next round
+        if got[1].ephemeral and got[1].created_by_self:
+            self._version = got[1].version
+            return True
+        holder, timeout = _holder(got[0])
+        age = self._liveness.observe(paths.LEADER, got[1].version)
+        if timeout is not None and age > timeout:
+            log.warning("coordinator %s gave no heartbeat for %.1fs (its timeout: %gs): taking over",
+                        holder, age, timeout)
+            with contextlib.suppress(NotFound, BadVersion):  # another candidate was quicker
+                await self.store.delete(paths.LEADER, expected_version=got[1].version)
+            self._liveness.forget(paths.LEADER)
+        return False
+
+    async def beat(self) -> bool:
+        """One heartbeat of the leader node; False when it is no longer ours (taken over)."""
+        self._beats += 1
+        try:
+            stat = await self.store.put(paths.LEADER, self._body(), expected_version=self._version, ephemeral=True)
+        except (BadVersion, NotFound):
             return await self.holds()
+        self._version = stat.version
+        return True
 
     async def holds(self) -> bool:
         """True while this agent's store session owns the leader node."""
         got = await self.store.get(paths.LEADER)
-        return got is not None and got[1].ephemeral and got[1].created_by_self
+        if got is None or not got[1].ephemeral or not got[1].created_by_self:
+            return False
+        self._version = got[1].version
+        return True
 
     async def leader(self) -> str | None:
         """The node id of the current leader, if any."""
         got = await self.store.get(paths.LEADER)
-        if got is None:
-            return None
-        try:
-            return str(json.loads(got[0])["nodeId"])
-        except (ValueError, KeyError, TypeError):
-            return None
+        return _holder(got[0])[0] if got is not None else None
 
     async def resign(self) -> None:
         with contextlib.suppress(MetadataStoreError):
             got = await self.store.get(paths.LEADER)
             if got is not None and got[1].created_by_self:
                 await self.store.delete(paths.LEADER, expected_version=got[1].version)
+
+
+def _holder(data: bytes) -> tuple[str | None, float | None]:
+    """The node id in a leader node, and its heartbeat timeout (``None``: it does not beat)."""
+    try:
+        body = json.loads(data)
+        node_id = str(body["nodeId"])
+    except (ValueError, KeyError, TypeError):
+        return None, None
+    timeout = body.get("timeout")
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+        return node_id, float(timeout)
+    return node_id, None

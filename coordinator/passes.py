@@ -3,7 +3,9 @@
 SYNCING, while writes flow: follow the source's changes from before the bulk copy starts, run
 the Spark copy with its verification, carry the paths that changed meanwhile again (and again,
 while the set shrinks), and accept only mismatches on paths that changed since the pass began.
-A break in the change stream means another full pass.
+A break in the change stream means another full pass. A store that does not answer (the copy
+failed on it, or a probe finds it down) means waiting for it and another full pass, up to
+``outage_timeout`` from the first failure; only past it does the migration fail.
 
 COPYING, inside the freeze: make every change written before the last acknowledgement reach the
 tracker (a barrier), carry exactly those paths (through the store layer, or a Spark pass when the
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -24,11 +27,12 @@ from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms, read_flag
 from metashift.spark.delta import carry, check
 from metashift.spark.rules import Rules
-from metashift.stores import MetadataStoreError, Store, StoreURL
+from metashift.stores import MetadataStoreError, Store, StoreUnavailable, StoreURL
 from metashift.stores import paths as store_paths
 
 from .change_tracker import ChangeTracker
 from .copy_runner import CopyOutcome, CopyRunner
+from .outage import Reachability
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,10 @@ MAX_DELTA_PASSES = 5
 MAX_FULL_PASSES = 5
 #: Longest wait for the barrier's own notification.
 BARRIER_SECONDS = 15.0
+#: How often an unreachable store is probed again in SYNCING.
+OUTAGE_POLL_SECONDS = 1.0
+#: Full passes in a row that failed on a store that answered again at once, before the migration fails.
+MAX_OUTAGE_PASSES = 10
 
 
 class Abandoned(Exception):
@@ -50,6 +58,10 @@ class Abandoned(Exception):
 
 class FreezeBroken(Exception):
     """Inside the freeze, the source changed (or the change stream broke) while a pass ran."""
+
+
+class Unreachable(Exception):
+    """A store did not answer while a pass ran (SYNCING: wait for it, then another full pass)."""
 
 
 @dataclass
@@ -74,6 +86,8 @@ class Passes:
         still_leader: Callable[[], Awaitable[None]],
         spark_master: str | None,
         spark_delta_threshold: int,
+        outage_timeout: float = 300.0,
+        freeze_outage_timeout: float = 5.0,
     ) -> None:
         self.source = source
         self.tracker = tracker
@@ -83,6 +97,12 @@ class Passes:
         self._still_leader = still_leader
         self.spark_master = spark_master
         self.spark_delta_threshold = spark_delta_threshold
+        self.outage_timeout = outage_timeout
+        self.freeze_outage_timeout = freeze_outage_timeout
+        self.reachability = Reachability(source, open_target)
+        self._outage_passes = 0
+        self._final_changed: set[str] = set()
+        """The freeze's last delta, taken from the tracker, not yet carried and checked."""
         self.rules = Rules()
         self.passes = 0
         self._last_progress = 0.0
@@ -91,51 +111,98 @@ class Passes:
     # ---- SYNCING -------------------------------------------------------------------------------
 
     async def sync(self, flag: MigrationFlag) -> PassResult:
-        """Full passes until one ran with an unbroken change stream, then delta passes."""
+        """Full passes until one ran with an unbroken change stream, then delta passes; a store
+        that does not answer costs a wait and another full pass (``outage_timeout`` at most)."""
+        broken_passes = 0
         while True:
-            if self.passes >= MAX_FULL_PASSES:
+            if broken_passes >= MAX_FULL_PASSES:
                 return PassResult(f"no full pass came through clean in {self.passes}: the change stream kept "
                                   "breaking or nodes kept being deleted and created again", self.passes)
-            self.tracker.start()  # before the bulk copy: nothing that changes during it is missed
-            self.passes += 1
-            outcome = await self._full_pass(flag, f"pass {self.passes}")
-            if self.tracker.broken is not None:
-                # also what made the pass itself fail, if it did (the store went away a moment)
-                log.warning("full pass %d: %s; running another full pass", self.passes, self.tracker.broken)
-                continue
-            if outcome.conflicts:
-                # In SYNCING the target holds only what this migration's passes wrote (it was empty
-                # at the start; agents write there from PREPARATION on), so a node it has ahead of
-                # the source was deleted and created again in the source since a pass copied it,
-                # seen or not (a broken stream, a coordinator that took over): carry those nodes,
-                # then a clean full pass (the copy wrote nothing below them)
-                failure = await self._carry(flag, set(outcome.conflicts))
+            try:
+                result = await self._sync_once(flag)
+            except (Unreachable, StoreUnavailable) as e:
+                failure = await self._wait_out(flag, str(e))
                 if failure is not None:
                     return PassResult(failure, self.passes)
+                continue  # another full pass, not counted against MAX_FULL_PASSES: nothing was wrong with the data
+            if result is None:
+                broken_passes += 1
                 continue
-            if not outcome.ok and not outcome.report.get("verify"):
-                return PassResult(outcome.failure(), self.passes)
-            # the copy never deletes: what only the target has, the source deleted after an earlier
-            # pass copied it; a full pass leaves the target equal to the source, deletions included
-            stale = [str(m.get("path")) for m in outcome.mismatches
-                     if m.get("kind") == "extra" and str(m.get("path")) not in self.tracker.since_pass]
-            if stale:
-                log.info("full pass %d: %d node(s) only in the target, deleted in the source since an earlier "
-                         "pass: removing them", self.passes, len(stale))
-                self.tracker.add_stale(stale)
-            failure = await self._deltas(flag)
-            if failure is not None:
-                return PassResult(failure, self.passes)
-            unexpected = [m for m in outcome.mismatches if not self._expected(m)]
-            if unexpected:
-                m = unexpected[0]
-                return PassResult(
-                    f"verification while writes flowed: {m.get('path')} ({m.get('kind')}: {m.get('detail')}) "
-                    f"did not change since the copy and still differs", self.passes,
-                )
-            if self.tracker.broken is not None:
-                continue
-            return PassResult(None, self.passes)
+            self._outage_passes = 0
+            return result
+
+    async def _sync_once(self, flag: MigrationFlag) -> PassResult | None:
+        """One full pass and the delta passes after it: the result, or ``None`` for another full
+        pass. ``Unreachable`` (or a store's ``StoreUnavailable``) when a store did not answer."""
+        self.tracker.start()  # before the bulk copy: nothing that changes during it is missed
+        self._final_changed.clear()
+        # every standby follows from here on too (``ChangeTracker``): it can finish the freeze
+        await self.source.put(paths.PASS, json.dumps({"epoch": flag.epoch, "pass": self.passes + 1}).encode())
+        self.passes += 1
+        outcome = await self._full_pass(flag, f"pass {self.passes}")
+        if outcome.error and (outcome.unreachable or await self.reachability.probe(flag.target_url)):
+            raise Unreachable(outcome.error)
+        if self.tracker.broken is not None:
+            # also what made the pass itself fail, if it did (the store went away a moment)
+            log.warning("full pass %d: %s; running another full pass", self.passes, self.tracker.broken)
+            return None
+        if outcome.conflicts:
+            # In SYNCING the target holds only what this migration's passes wrote (it was empty
+            # at the start; agents write there from PREPARATION on), so a node it has ahead of
+            # the source was deleted and created again in the source since a pass copied it,
+            # seen or not (a broken stream, a coordinator that took over): carry those nodes,
+            # then a clean full pass (the copy wrote nothing below them)
+            failure = await self._carry(flag, set(outcome.conflicts))
+            return PassResult(failure, self.passes) if failure is not None else None
+        if not outcome.ok and not outcome.report.get("verify"):
+            return PassResult(outcome.failure(), self.passes)
+        # the copy never deletes: what only the target has, the source deleted after an earlier
+        # pass copied it; a full pass leaves the target equal to the source, deletions included
+        stale = [str(m.get("path")) for m in outcome.mismatches
+                 if m.get("kind") == "extra" and str(m.get("path")) not in self.tracker.since_pass]
+        if stale:
+            log.info("full pass %d: %d node(s) only in the target, deleted in the source since an earlier "
+                     "pass: removing them", self.passes, len(stale))
+            self.tracker.add_stale(stale)
+        failure = await self._deltas(flag)
+        if failure is not None:
+            return PassResult(failure, self.passes)
+        unexpected = [m for m in outcome.mismatches if not self._expected(m)]
+        if unexpected:
+            m = unexpected[0]
+            return PassResult(
+                f"verification while writes flowed: {m.get('path')} ({m.get('kind')}: {m.get('detail')}) "
+                f"did not change since the copy and still differs", self.passes,
+            )
+        if self.tracker.broken is not None:
+            return None
+        return PassResult(None, self.passes)
+
+    async def _wait_out(self, flag: MigrationFlag, error: str) -> str | None:
+        """A store did not answer in SYNCING: wait until both do (then ``None``: another full pass)
+        or until ``outage_timeout`` has passed since they stopped answering (then the failure)."""
+        reach = self.reachability
+        why = await reach.probe(flag.target_url)
+        if why is None:
+            # both answer again already: another pass, but not for ever on a copy that keeps failing so
+            self._outage_passes += 1
+            if self._outage_passes > MAX_OUTAGE_PASSES:
+                return f"the copy kept failing on an unreachable store ({self._outage_passes} passes): {error}"
+        else:
+            log.warning("a store did not answer in SYNCING (%s); waiting up to %gs for it, then another full pass",
+                        why, self.outage_timeout)
+        while why is not None:
+            if reach.down_for > self.outage_timeout:
+                return f"{why} for more than {self.outage_timeout:g}s (coordinator.outage_timeout); {error}"
+            self._report(flag, "waiting for an unreachable store", 0, 0, force=True)
+            await asyncio.sleep(OUTAGE_POLL_SECONDS)
+            why = await reach.probe(flag.target_url)
+        await self._still_leader()
+        current = await read_flag(self.source)
+        if current is None or current.version != flag.version:
+            raise Abandoned()
+        log.info("both stores answer: another full pass")
+        return None
 
     def _expected(self, mismatch: dict[str, object]) -> bool:
         """A mismatch on a path that changed since the pass began (carried in the freeze)."""
@@ -148,13 +215,22 @@ class Passes:
 
     async def _deltas(self, flag: MigrationFlag) -> str | None:
         previous: int | None = None
-        for _ in range(MAX_DELTA_PASSES):
+        for round_ in range(MAX_DELTA_PASSES):
+            # standbys forget what this round carries (``ChangeTracker``): mark where it begins
+            marker = json.dumps({"epoch": flag.epoch, "pass": self.passes, "round": round_}).encode()
+            try:
+                await self.tracker.barrier(
+                    paths.CARRYING, functools.partial(self.source.put, paths.CARRYING, marker), BARRIER_SECONDS
+                )
+            except TimeoutError:
+                return None  # the stream broke: the caller sees it and runs another full pass
             changed = self.tracker.take()
             if not changed:
                 return None
             failure = await self._carry(flag, set(changed))
             if failure is not None:
                 return failure
+            await self.source.put(paths.CARRIED, marker)
             if previous is not None and len(changed) >= previous:
                 return None  # not shrinking: the freeze carries the rest
             previous = len(changed)
@@ -187,12 +263,16 @@ class Passes:
             )
         except TimeoutError:
             return PassResult("the barrier write's notification did not come back: the change stream broke")
-        changed = set(self.tracker.take())
+        # kept until carried and checked: a store that stops answering midway means trying again
+        self._final_changed |= set(self.tracker.take())
+        changed = set(self._final_changed)
         if len(changed) >= self.spark_delta_threshold:
             try:
                 outcome = await self._full_pass(flag, "final pass")
             except FreezeBroken as e:
                 return PassResult(str(e), self.passes)
+            if outcome.error and outcome.unreachable:
+                raise Unreachable(outcome.error)
             # the copy never deletes: what was deleted in the source still differs, and is carried next
             unexpected = [m for m in outcome.mismatches if str(m.get("path")) not in changed]
             if outcome.error or unexpected:
@@ -211,6 +291,7 @@ class Passes:
             await target.close()
         if violation is not None:
             return PassResult(violation, self.passes)
+        self._final_changed.clear()
         self._report(flag, "verified", len(changed), len(changed), verified=True, force=True)
         return PassResult(None, self.passes)
 
@@ -237,6 +318,11 @@ class Passes:
                     raise Abandoned()
                 if flag.phase.frozen and (why := await self.tracker.violation()) is not None:
                     raise FreezeBroken(why)
+                # a copy may hang on a store that stopped answering rather than fail: look for it
+                bound = self.freeze_outage_timeout if flag.phase.frozen else self.outage_timeout
+                if (why := await self.reachability.probe(flag.target_url)) is not None:
+                    if self.reachability.down_for > bound:
+                        raise Unreachable(f"{why} while the copy ran")
             return copying.result()
         finally:
             if not copying.done():

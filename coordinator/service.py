@@ -1,30 +1,59 @@
 """The coordinator inside an agent process: what ``metashift agent`` runs beside the gateway
-unless the config says ``coordinator.enabled = false``."""
+unless the config says ``coordinator.enabled = false``.
+
+It stands for election in the agent's home store (where the cluster lives), and when a migration
+completes and the agent's home moves to its target, it resigns there and stands again in the new
+home: the way back is a new migration from there, coordinated by the same agents.
+"""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
 
 from metashift.agent.server import Agent
 from metashift.stores import Store
 
 from .driver import Coordinator
 
+log = logging.getLogger(__name__)
 
-def coordinator_for(agent: Agent) -> Coordinator:
-    """A coordinator candidate that shares ``agent``'s source session and target credentials."""
+
+def coordinator_for(agent: Agent, store: Store) -> Coordinator:
+    """A coordinator candidate in ``store`` that shares ``agent``'s session there and its credentials."""
     config = agent.config
-    assert isinstance(agent.source, Store), "the agent must be started first, on a store of its own"
+    settings = config.coordinator
     return Coordinator(
-        agent.source,
+        store,
         node_id=config.node_id,
-        source_url=config.source,
         open_target=agent.open_target,
-        target_credentials=(config.target_username, config.target_password),
-        prepare_timeout=config.coordinator.prepare_timeout,
-        spark_master=config.coordinator.spark_master,
-        spark_delta_threshold=config.coordinator.spark_delta_threshold,
+        url_for=agent.url_with_credentials,
+        prepare_timeout=settings.prepare_timeout,
+        participant_timeout=settings.participant_timeout,
+        outage_timeout=settings.outage_timeout,
+        spark_master=settings.spark_master,
+        spark_delta_threshold=settings.spark_delta_threshold,
     )
 
 
 async def run_coordinator(agent: Agent) -> None:
-    """Stand for election and coordinate while leader, until cancelled."""
-    await coordinator_for(agent).run()
+    """Stand for election and coordinate while leader, in whichever store is the agent's home,
+    until cancelled."""
+    home = agent.home
+    assert home is not None, "the agent must be started first"
+    loop = asyncio.get_running_loop()
+    while True:
+        store = home.store
+        assert isinstance(store, Store), "the agent's home must be a store of its own"
+        candidate = loop.create_task(coordinator_for(agent, store).run(), name="coordinator")
+        moved = loop.create_task(home.wait_moved())
+        try:
+            await asyncio.wait({candidate, moved}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (candidate, moved):
+                task.cancel()
+            for task in (candidate, moved):  # a candidate that failed raises here
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        log.info("the agent's home moved to %s: standing for election there", home.store.url)

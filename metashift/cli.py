@@ -58,7 +58,8 @@ async def _sandbox(args: argparse.Namespace) -> int:
     return await run_sandbox(
         Options(
             topics=args.topics, brokers=args.brokers, bookies=args.bookies, clients_per_agent=args.clients,
-            json=args.json, kill_agent_at=args.kill_agent_at, keep=args.keep, spark_master=args.spark_master,
+            json=args.json, kill_agent_at=args.kill_agent_at, kill_agent=args.kill_agent, keep=args.keep,
+            spark_master=args.spark_master,
         )
     )
 
@@ -81,6 +82,9 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--keep", action="store_true", help="keep the work directory (agent logs and configs)")
     # for tests: SIGKILL the coordinator's agent process as soon as the migration is in PHASE
     p.add_argument("--kill-agent-at", choices=["SYNCING", "PREPARATION", "COPYING"], help=argparse.SUPPRESS)
+    # which one: the coordinator's agent (default) or another, a participant only
+    p.add_argument("--kill-agent", choices=["coordinator", "participant"], default="coordinator",
+                   help=argparse.SUPPRESS)
     p.set_defaults(handler=lambda a: _run(_sandbox(a)))
 
 

@@ -9,7 +9,7 @@ import json
 import sys
 from typing import Any
 
-from metashift.coordinator import control
+from metashift.coordinator import cleanup, control
 from metashift.migration.phase import Phase
 from metashift.stores import open_store
 
@@ -25,6 +25,10 @@ def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser], runner
     s = verbs.add_parser("start", help="start a migration: every agent freezes, the coordinator copies and switches")
     s.add_argument("--source", required=True, metavar="URL", help="the store the cluster uses now")
     s.add_argument("--target", required=True, metavar="URL", help="the (empty) store to move to")
+    s.add_argument("--clean-target", action="store_true",
+                   help="remove what the target holds first, after a confirmation (the way back: the store the "
+                        "cluster left); refused while a cluster lives or migrates there")
+    s.add_argument("--yes", action="store_true", help="confirm --clean-target without asking")
     s.add_argument("--wait", action="store_true", help="follow the migration to its end (exit 0 COMPLETED, 1 FAILED)")
     s.add_argument("--json", action="store_true", help="print the status as JSON")
     s.set_defaults(handler=lambda a: runner(_start(a)))
@@ -42,7 +46,9 @@ def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser], runner
 async def _start(args: argparse.Namespace) -> int:
     async with await open_store(args.source, create_root=False) as source:
         try:
-            flag = await control.start(source, args.target)
+            if args.clean_target and not await _confirm_clean(args.target, args.yes):
+                return EXIT_USER_ERROR
+            flag = await control.start(source, args.target, clean_target=args.clean_target)
         except control.MigrationRefused as e:
             print(f"metashift: error: {e}", file=sys.stderr)
             return EXIT_USER_ERROR
@@ -58,6 +64,29 @@ async def _start(args: argparse.Namespace) -> int:
         else:
             print(_text(final), flush=True)
         return 0 if final["phase"] == Phase.COMPLETED.value else 1
+
+
+async def _confirm_clean(target_url: str, yes: bool) -> bool:
+    """Say what ``--clean-target`` would remove and ask (``--yes``: do not ask). False: refused."""
+    async with await open_store(target_url, watch=False, create_root=False) as target:
+        if await cleanup.first_path(target) is None:
+            return True  # empty: nothing to remove, nothing to ask
+        await control.check_cleanable(target)
+        shown = ", ".join(await cleanup.top_level(target))
+    if yes:
+        print(f"removing everything in the target {target.url} ({shown}; its migration flag stays)", file=sys.stderr)
+        return True
+    if not sys.stdin.isatty():
+        print(f"metashift: error: --clean-target would remove everything in {target.url} ({shown}); "
+              "confirm with --yes (no terminal to ask on)", file=sys.stderr)
+        return False
+    answer = await asyncio.to_thread(
+        input, f"Remove everything in the target {target.url} ({shown}; its migration flag stays)? [y/N] "
+    )
+    if answer.strip().lower() in ("y", "yes"):
+        return True
+    print("metashift: error: not confirmed; nothing was removed", file=sys.stderr)
+    return False
 
 
 async def _follow(source: Any, epoch: int, *, show: bool) -> dict[str, Any]:
@@ -128,17 +157,41 @@ def _text(status: dict[str, Any]) -> str:
     lines = [f"phase        {status['phase']}" + (f" (epoch {status['epoch']})" if status["epoch"] else "")]
     if status["target"]:
         lines.append(f"target       {status['target']}")
+    if status.get("lives_on"):
+        lines.append(f"lives on     {status['lives_on']} (the cluster went there: read its status there, "
+                     f"metashift migrate status --source {status['lives_on']})")
+    if status.get("origin") and status["phase"] == "NOT_STARTED":
+        origin = status["origin"]
+        lines.append(f"arrived from {origin['source']} (epoch {origin['epoch']})")
     if status["reason"]:
         lines.append(f"reason       {status['reason']}")
     if status["coordinator"]:
         lines.append(f"coordinator  {status['coordinator']}")
     if status["copy"]:
-        c = status["copy"]
-        lines.append(f"copy         {c.get('stage')}: {c.get('done')} of {c.get('total')} nodes"
-                     + (", verified" if c.get("verified") else ""))
+        lines.append(f"copy         {_copy_text(status['copy'])}")
+    if status.get("dropped"):
+        lines.append(f"dropped      {', '.join(status['dropped'])} (dead: no heartbeat in time, not waited for)")
     lines.append(f"elapsed      {status['elapsed_s']:.1f}s")
     lines.append(f"participants {len(status['participants'])}")
     for p in status["participants"]:
         mark = "acknowledged" if p["acknowledged"] else "not acknowledged"
+        if not p.get("alive", True):
+            mark += f", no heartbeat for {p['heartbeat_age_s']}s"
         lines.append(f"  {p['node_id']:<24} {p['role']:<7} {mark}")
     return "\n".join(lines)
+
+
+def _copy_text(copy: dict[str, Any]) -> str:
+    """The copy's last progress: done of total when the total is known, else done so far; a pass
+    the migration's end stopped says so."""
+    done, total = copy.get("done") or 0, copy.get("total")
+    if total:
+        count = f"{done} of {total} nodes"
+    elif done:
+        count = f"{done} nodes" + ("" if copy.get("stopped") else " so far")
+    else:
+        count = ""
+    text = f"{copy.get('stage')}: {count}" if count else str(copy.get("stage"))
+    if copy.get("stopped"):
+        text += " (stopped: the migration failed)"
+    return text + (", verified" if copy.get("verified") else "")

@@ -39,6 +39,8 @@ class Writer:
     failed: int = 0
     errors: list[str] = field(default_factory=list)
     ephemeral: str = ""
+    timeout: float = 90.0
+    """Each write's deadline (seconds): how long it may be held."""
     _inflight: str = ""
     _task: asyncio.Task[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
@@ -60,18 +62,19 @@ class Writer:
             doomed = ""
             try:
                 self._inflight = counter
-                stat = await self.client.put(counter, str(i).encode(), expected_version=version, timeout=90)
+                stat = await self.client.put(counter, str(i).encode(), expected_version=version, timeout=self.timeout)
                 version = stat.version
                 self.acked[counter] = str(i).encode()
                 item = self._inflight = f"{base}/item-{i}"
-                await self.client.put(item, b"v%d" % i, expected_version=-1, timeout=90)
+                await self.client.put(item, b"v%d" % i, expected_version=-1, timeout=self.timeout)
                 self.acked[item] = b"v%d" % i
                 if i % 5 == 0:
-                    seq = await self.client.put(f"/counters/{self.node_id}-", b"s", sequential=True, timeout=90)
+                    seq = await self.client.put(f"/counters/{self.node_id}-", b"s", sequential=True,
+                                                timeout=self.timeout)
                     self.acked[seq.path] = b"s"
                 if i % 4 == 0 and i > 2 and f"{base}/item-{i - 2}" in self.acked:  # deletions must reach the target
                     doomed = self._inflight = f"{base}/item-{i - 2}"
-                    await self.client.delete(doomed, timeout=90)
+                    await self.client.delete(doomed, timeout=self.timeout)
                     self.acked[doomed] = None
             except (StoreUnavailable, BadVersion, NotFound) as e:
                 # a store outage: the outcome may be unknown (a retried create finds its node, a
@@ -129,7 +132,10 @@ class Cluster:
         self._stores: list[Store] = []
 
     async def start_agent(self, node_id: str, role: str, *, coordinator: bool = True, **settings: Any) -> Any:
-        flat = {"node_id": node_id, "role": role, "coordinator.prepare_timeout": 30.0, "gate.hold_timeout": 90.0}
+        # heartbeats: an agent whose event loop (this test process's) stalls for most of the timeout
+        # holds its writes until it looks again; 10 s rides out a loaded machine (the default is 5)
+        flat = {"node_id": node_id, "role": role, "coordinator.prepare_timeout": 30.0, "gate.hold_timeout": 90.0,
+                "coordinator.participant_timeout": 10.0}
         flat.update(settings)
         agent = await self.gateways.start(self.source_url, flat)
         if coordinator:

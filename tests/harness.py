@@ -160,6 +160,9 @@ class Gateways:
         flat: dict[str, Any] = {
             "source.url": source_url, "listen": f"unix:{self.socket_path()}", "node_id": "test-agent",
             "gate.drain_timeout": 2.0,
+            # the agent's migration heartbeat (its lease on writing): 10 s rides out this test
+            # process's event loop stalling a few seconds on a loaded machine (the default is 5)
+            "coordinator.participant_timeout": 10.0,
         }
         flat.update(settings or {})
         agent = Agent(build(flat), source=source)

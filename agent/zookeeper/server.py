@@ -102,10 +102,20 @@ class ZooKeeperServer:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, ssl=self.ssl_context)
+    async def start(self, serve: bool = True) -> None:
+        """Bind the port (``OSError`` when it cannot be), and serve unless ``serve=False`` (then
+        ``serve()`` later: the agent binds before it registers, serves once it read the flag)."""
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self.port, ssl=self.ssl_context, start_serving=False
+        )
         self.port = self._server.sockets[0].getsockname()[1]
+        if serve:
+            await self.serve()
+
+    async def serve(self) -> None:
+        assert self._server is not None
         self.sessions.start()
+        await self._server.start_serving()
         log.info("zookeeper protocol served on %s", self.address)
 
     async def stop(self) -> None:

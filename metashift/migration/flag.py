@@ -4,8 +4,10 @@ compare-and-set that is the only way to move it.
 The JSON keeps Pulsar's two fields, ``phase`` and ``targetUrl`` (PIP-454 writes
 ``{"phase":"PREPARATION","targetUrl":"..."}``), and adds metashift's: ``epoch`` (grows with every
 start), ``reason`` (why it FAILED), ``coordinator`` (the node id of the leader that made the last
-move), ``startedAt`` and ``phaseSince`` (milliseconds since the epoch), and ``targetCleaned``
-(FAILED: what the copy wrote into the target has been removed). A flag read from the store
+move), ``startedAt`` and ``phaseSince`` (milliseconds since the epoch), ``targetCleaned``
+(FAILED: what the copy wrote into the target has been removed) and ``dropped`` (the node ids of
+participants the coordinator stopped waiting for in PREPARATION: no heartbeat for their
+``participant_timeout``). A flag read from the store
 carries the store version it was read at; every move is a compare-and-set on that version, so a
 deposed coordinator, whose copy is stale, can never move a phase.
 """
@@ -54,6 +56,8 @@ class MigrationFlag:
     started_at: int = 0
     phase_since: int = 0
     target_cleaned: bool = False
+    dropped: tuple[str, ...] = ()
+    """Participants the coordinator stopped waiting for (dead: no heartbeat in time)."""
     version: int = -1
     """The flag node's version when read; -1 for a flag not (yet) stored."""
 
@@ -70,6 +74,8 @@ class MigrationFlag:
             "phaseSince": self.phase_since,
             "targetCleaned": self.target_cleaned,
         }
+        if self.dropped:
+            body["dropped"] = list(self.dropped)
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -103,31 +109,49 @@ class MigrationFlag:
             if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
                 raise MalformedFlag(f"{key} must be a {kind.__name__}, not {value!r}")
             fields[attr] = value
+        dropped = body.get("dropped")
+        if dropped is not None:
+            if not isinstance(dropped, list) or not all(isinstance(d, str) for d in dropped):
+                raise MalformedFlag(f"dropped must be a list of node ids, not {dropped!r}")
+            fields["dropped"] = tuple(dropped)
         return cls(phase, target, epoch, version=version, **fields)
 
     # ---- moves -----------------------------------------------------------------------------------
 
-    def moved(self, phase: Phase, *, coordinator: str | None = None, reason: str | None = None) -> MigrationFlag:
+    def moved(
+        self, phase: Phase, *, coordinator: str | None = None, reason: str | None = None,
+        dropped: tuple[str, ...] | None = None,
+    ) -> MigrationFlag:
         """This flag in ``phase`` (``IllegalTransition`` unless the table allows the move)."""
         check_transition(self.phase, phase)
         return dataclasses.replace(
             self, phase=phase, phase_since=now_ms(), reason=reason,
             coordinator=coordinator if coordinator is not None else self.coordinator,
-            target_cleaned=False,
+            target_cleaned=False, dropped=self.dropped if dropped is None else dropped,
         )
+
+    def left(self, arrived_epoch: int) -> bool:
+        """The cluster left this store for ``target_url`` and has not come back: COMPLETED, and no
+        later migration completed into this store (``arrived_epoch``: its origin's epoch)."""
+        return self.phase is Phase.COMPLETED and self.epoch > arrived_epoch
 
     @property
     def elapsed_s(self) -> float:
         return max(0.0, (now_ms() - self.started_at) / 1000.0) if self.started_at else 0.0
 
 
-def new_flag(target_url: str, previous: MigrationFlag | None) -> MigrationFlag:
-    """The flag of a new start: SYNCING, the epoch after ``previous``'s."""
+def new_flag(target_url: str, previous: MigrationFlag | None, arrived_epoch: int = 0) -> MigrationFlag:
+    """The flag of a new start: SYNCING, an epoch above ``previous``'s and above ``arrived_epoch``
+    (the migration that brought the cluster into this store: epochs keep growing across stores).
+    A COMPLETED ``previous`` older than that arrival is history (the cluster left, then came
+    back): it counts as NOT_STARTED."""
     old_phase = previous.phase if previous is not None else Phase.NOT_STARTED
+    if previous is not None and previous.phase is Phase.COMPLETED and not previous.left(arrived_epoch):
+        old_phase = Phase.NOT_STARTED
     check_transition(old_phase, Phase.SYNCING)
     stamp = now_ms()
     return MigrationFlag(
-        Phase.SYNCING, target_url, (previous.epoch if previous else 0) + 1,
+        Phase.SYNCING, target_url, max(previous.epoch if previous else 0, arrived_epoch) + 1,
         started_at=stamp, phase_since=stamp, version=previous.version if previous else -1,
     )
 
@@ -152,8 +176,9 @@ async def write_flag(store: MetadataStore, flag: MigrationFlag, read_at: int) ->
 
 async def move(
     store: MetadataStore, flag: MigrationFlag, phase: Phase, *, coordinator: str | None = None,
-    reason: str | None = None,
+    reason: str | None = None, dropped: tuple[str, ...] | None = None,
 ) -> MigrationFlag:
     """Move ``flag`` (as read) to ``phase``: checked against the table, then a compare-and-set on
     the version it was read at."""
-    return await write_flag(store, flag.moved(phase, coordinator=coordinator, reason=reason), flag.version)
+    moved = flag.moved(phase, coordinator=coordinator, reason=reason, dropped=dropped)
+    return await write_flag(store, moved, flag.version)

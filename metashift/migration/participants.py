@@ -1,8 +1,11 @@
 """Participants: one sequential ephemeral node per agent under ``participants/``, holding JSON
-with the agent's node id, role and address, and the epoch it last acknowledged.
+with the agent's node id, role and address, the epoch it last acknowledged, and its heartbeat.
 
 An agent acknowledges a migration by a compare-and-set of its own record (it never deletes it),
-so status can always name who has and has not acknowledged.
+so status can always name who has and has not acknowledged. It also rewrites its record every
+quarter of its ``timeout`` (``heartbeat`` + 1): a record that has not changed for ``timeout``
+seconds, as its observer measures it, belongs to a dead agent, whatever its store session says.
+A record without ``timeout`` (written by hand, or by an older agent) lives as long as its node.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,11 +37,20 @@ class ParticipantRecord:
     """The epoch this agent acknowledged last (``None``: none yet)."""
     path: str = ""
     version: int = -1
+    heartbeat: int = 0
+    """Rewritten (+1) by the agent every quarter of ``timeout``."""
+    heartbeat_at: int = 0
+    """The agent's wall clock at its last heartbeat (milliseconds; for display only)."""
+    timeout: float | None = None
+    """The agent's ``coordinator.participant_timeout``: dead after that long without a heartbeat
+    (``None``: no heartbeat; alive as long as the node exists)."""
 
     def to_json(self) -> bytes:
         body: dict[str, Any] = {
             "nodeId": self.node_id, "role": self.role, "address": self.address, "acknowledged": self.acknowledged,
         }
+        if self.timeout is not None:
+            body.update(heartbeat=self.heartbeat, heartbeatAt=self.heartbeat_at, timeout=self.timeout)
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -46,13 +59,34 @@ class ParticipantRecord:
         if not isinstance(body, dict) or not isinstance(body.get("nodeId"), str):
             raise ValueError("not a participant record")
         ack = body.get("acknowledged")
+        timeout = body.get("timeout")
         return cls(
             body["nodeId"], str(body.get("role", "")), str(body.get("address", "")),
-            ack if isinstance(ack, int) and not isinstance(ack, bool) else None, path, version,
+            ack if _whole(ack) else None, path, version,
+            heartbeat=body["heartbeat"] if _whole(body.get("heartbeat")) else 0,
+            heartbeat_at=body["heartbeatAt"] if _whole(body.get("heartbeatAt")) else 0,
+            timeout=float(timeout) if isinstance(timeout, int | float) and not isinstance(timeout, bool)
+            and timeout > 0 else None,
         )
 
     def acknowledging(self, epoch: int) -> ParticipantRecord:
         return dataclasses.replace(self, acknowledged=epoch)
+
+    def beating(self) -> ParticipantRecord:
+        """The record of the next heartbeat."""
+        return dataclasses.replace(self, heartbeat=self.heartbeat + 1, heartbeat_at=int(time.time() * 1000))
+
+    def heartbeat_age(self, now_ms: int | None = None) -> float | None:
+        """Seconds since the last heartbeat by the wall clock of the one who asks (hosts' clocks
+        differ: for display; the coordinator judges by its own monotonic clock)."""
+        if self.timeout is None or not self.heartbeat_at:
+            return None
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        return max(0.0, (now - self.heartbeat_at) / 1000.0)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 async def list_participants(store: MetadataStore) -> list[ParticipantRecord]:

@@ -19,6 +19,18 @@ PROGRESS = f"{ROOT}/progress"
 #: Written by the coordinator inside the freeze; its notification coming back proves that every
 #: change written before it has reached the coordinator's change tracker.
 BARRIER = f"{ROOT}/barrier"
+#: Written by the coordinator as each full pass begins (after it started following the changes,
+#: before the copy reads anything): every standby coordinator follows the changes from its
+#: notification on, so that one taking over inside the freeze knows what changed since the pass.
+PASS = f"{ROOT}/pass"
+#: Written by the coordinator before it takes a round of changes to carry in SYNCING (and waited
+#: for: every change before it is in the round), then ``CARRIED`` once they are carried: a standby
+#: forgets what changed before ``CARRYING`` when ``CARRIED`` comes, so that its set stays small.
+CARRYING = f"{ROOT}/carrying"
+CARRIED = f"{ROOT}/carried"
+#: In a store a migration completed into: where the cluster came from, and the epoch. Written by
+#: the coordinator into the target just before COMPLETED; the next migration's epoch follows it.
+ORIGIN = f"{ROOT}/origin"
 
 
 def is_protocol_path(path: str) -> bool:

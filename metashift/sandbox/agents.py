@@ -10,8 +10,9 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from metashift.stores import MetadataStoreError
 
@@ -48,6 +49,8 @@ class AgentProcess:
     hold_timeout: float
     prepare_timeout: float
     spark_master: str | None = None
+    coordinator_settings: dict[str, Any] = field(default_factory=dict)
+    """More keys of the ``[coordinator]`` section (``participant_timeout``, ...)."""
     process: asyncio.subprocess.Process | None = None
     killed: bool = False
 
@@ -96,6 +99,8 @@ class AgentProcess:
         ]
         if self.spark_master:
             lines.append(f"spark_master = {_toml(self.spark_master)}")
+        for key, value in self.coordinator_settings.items():
+            lines.append(f"{key} = {_toml(value) if isinstance(value, str) else repr(value).lower()}")
         return "\n".join(lines) + "\n"
 
     async def start(self) -> None:

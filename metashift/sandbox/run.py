@@ -25,10 +25,11 @@ from typing import Any
 
 from metashift.coordinator import control
 from metashift.local_servers import LocalEtcd, LocalZooKeeper, ServerStartError
+from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
 from metashift.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
-from metashift.stores import MetadataStore, MetadataStoreError, open_store
+from metashift.stores import MetadataStore, MetadataStoreError, Notification, open_store
 
 from .agents import AgentProcess, AgentStartError, die_with_parent, start_agents, stop_agents
 from .clients import WRITER_ROOT, SimClient, carried, missing
@@ -57,7 +58,9 @@ class Options:
     prepare_timeout: float = 60.0
     spark_master: str | None = None
     kill_agent_at: str | None = None
-    """A phase name: SIGKILL the coordinator's agent process as soon as the migration is in it."""
+    """A phase name: SIGKILL an agent process as soon as the migration is in it."""
+    kill_agent: str = "coordinator"
+    """Which agent ``kill_agent_at`` kills: the ``coordinator`` or a ``participant`` (not the coordinator)."""
     keep: bool = False
     """Keep the work directory (logs, configs) instead of removing it."""
 
@@ -95,6 +98,7 @@ class Sandbox:
         self._started = time.monotonic()
         self._mark = self._started
         self._copying_since: float | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def _lap(self, name: str) -> None:
         now = time.monotonic()
@@ -190,6 +194,7 @@ class Sandbox:
         since: dict[str, float] = {Phase.SYNCING.value: flag.started_at / 1000.0}
         last_line = ""
         last_shown = 0.0
+        remove = self.source.add_listener(self._on_flag) if o.kill_agent_at else None
         while True:
             status = (await control.status(self.source)).to_dict()
             now_flag = await read_flag(self.source)
@@ -197,7 +202,7 @@ class Sandbox:
             if now_flag is not None and now_flag.epoch == flag.epoch and now_flag.phase.value not in since:
                 since[now_flag.phase.value] = now_flag.phase_since / 1000.0
             if o.kill_agent_at == phase and r.killed_agent is None:
-                await self._kill_coordinator(status)
+                await self._kill(phase)
             line = _progress_line(status)
             ended = phase in (Phase.COMPLETED.value, Phase.FAILED.value)
             fresh = phase != last_line.split(":")[0] or time.monotonic() - last_shown > 2.0
@@ -207,6 +212,8 @@ class Sandbox:
             if phase in (Phase.COMPLETED.value, Phase.FAILED.value):
                 break
             await asyncio.sleep(FOLLOW_SECONDS)
+        if remove is not None:
+            remove()
         r.phase, r.reason, r.coordinator = phase, status["reason"], status["coordinator"]
         copy = status.get("copy") or {}
         r.coordinator_verified = phase == Phase.COMPLETED.value and bool(copy.get("verified"))
@@ -223,9 +230,34 @@ class Sandbox:
         freeze_start = since.get(Phase.PREPARATION.value)
         return (freeze_start, end) if freeze_start is not None else None
 
-    async def _kill_coordinator(self, status: dict[str, Any]) -> None:
-        victim = next((a for a in self.agents if a.node_id == status.get("coordinator")), self.agents[0])
-        say(f"SIGKILL to agent {victim.node_id} (pid {victim.pid}) in {status['phase']}")
+    def _on_flag(self, n: Notification) -> None:
+        """The flag moved: kill at once when it is the phase asked for (a short PREPARATION may
+        fall between two looks at the status)."""
+        if n.path == paths.FLAG and self.report.killed_agent is None:
+            task = asyncio.get_running_loop().create_task(self._kill_if_due())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _kill_if_due(self) -> None:
+        assert self.source is not None
+        with contextlib.suppress(MetadataStoreError):
+            flag = await read_flag(self.source)
+            if flag is not None and flag.phase.value == self.options.kill_agent_at:
+                await self._kill(flag.phase.value)
+
+    async def _kill(self, phase: str) -> None:
+        """SIGKILL the coordinator's agent, or another (``Options.kill_agent``), once."""
+        if self.report.killed_agent is not None:
+            return
+        self.report.killed_agent = "?"
+        assert self.source is not None
+        got = await self.source.get(paths.LEADER)
+        leader = json.loads(got[0]).get("nodeId") if got is not None else None
+        if self.options.kill_agent == "coordinator":
+            victim = next((a for a in self.agents if a.node_id == leader), self.agents[0])
+        else:
+            victim = next((a for a in self.agents if a.node_id != leader), self.agents[-1])
+        say(f"SIGKILL to agent {victim.node_id} (pid {victim.pid}, the {self.options.kill_agent}) in {phase}")
         await victim.kill()
         self.report.killed_agent = victim.node_id
         for c in self.clients:

@@ -79,6 +79,27 @@ class StoreURL:
     def __str__(self) -> str:
         return self.redacted()
 
+    def same_cluster(self, other: StoreURL) -> bool:
+        """Both name the same servers (at least one host in common, ``localhost`` and
+        ``127.0.0.1`` alike) of the same kind of store."""
+        mine, theirs = {_host_key(h) for h in self.hosts}, {_host_key(h) for h in other.hosts}
+        return self.scheme == other.scheme and bool(mine & theirs)
+
+    def overlaps(self, other: StoreURL) -> bool:
+        """Both reach the same nodes: the same servers, one root at or under the other."""
+        if not self.same_cluster(other):
+            return False
+        a, b = self.root.rstrip("/") + "/", other.root.rstrip("/") + "/"
+        return a.startswith(b) or b.startswith(a)
+
+
+_LOCAL_NAMES = {"localhost": "127.0.0.1", "::1": "127.0.0.1", "[::1]": "127.0.0.1"}
+
+
+def _host_key(host: tuple[str, int]) -> tuple[str, int]:
+    name = host[0].lower()
+    return _LOCAL_NAMES.get(name, name), host[1]
+
 
 def parse(url: str) -> StoreURL:
     """Parse and check a store URL; raise ``InvalidStoreURL`` saying what is wrong."""

@@ -1,0 +1,111 @@
+"""A store that stops answering mid-migration (issue 17): etcd, the target, stalled by SIGSTOP.
+In SYNCING (no write is held) the coordinator waits for it and runs another pass, failing only
+past ``coordinator.outage_timeout``; inside the freeze (every write held) it fails once the target
+has been silent for ``coordinator.participant_timeout``, and the writes go on in the source."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from metashift.coordinator import control
+from metashift.local_servers import LocalEtcd
+from metashift.migration.phase import Phase
+from metashift.sample_tree import generate
+from tests.cluster import Cluster
+from tests.harness import Gateways, eventually
+from tests.test_migration import _copy_job_paused, _finish_and_check, _hold_preparation, eventually_status
+
+pytestmark = pytest.mark.timeout(900)
+
+#: The target's calls give up after 2 s (default 10): a stall shows quickly.
+QUICK = "?timeout=2"
+
+
+@contextmanager
+def _stalled(etcd: LocalEtcd) -> Iterator[None]:
+    """etcd stopped by SIGSTOP (connections stay open, nothing answers), SIGCONT on the way out."""
+    assert etcd.process is not None
+    os.killpg(etcd.process.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.killpg(etcd.process.pid, signal.SIGCONT)
+
+
+async def _cluster(gateways: Gateways, zk_url: str, etcd: LocalEtcd, settings: dict[str, Any]) -> Cluster:
+    cluster = Cluster(gateways, zk_url, f"etcd://127.0.0.1:{etcd.port}/target{QUICK}")
+    await generate(await cluster.source(), 10, seed=4, ephemerals=False)
+    await cluster.start(brokers=2, bookies=1, settings=settings)
+    await cluster.start_writers()
+    return cluster
+
+
+async def _stall_in_pass_1(cluster: Cluster, etcd: LocalEtcd, seconds: float) -> None:
+    await eventually_status(cluster, lambda s: (s["copy"] or {}).get("stage", "").startswith("pass 1"))
+    with _copy_job_paused():  # pass 1 cannot end before the stall begins
+        os.killpg(etcd.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        os.killpg(etcd.process.pid, signal.SIGCONT)  # type: ignore[union-attr]
+
+
+async def test_an_etcd_stall_in_syncing_costs_a_pass_not_the_migration(gateways: Gateways, zk_url: str,
+                                                                      fresh_servers: Any) -> None:
+    etcd = fresh_servers.etcd()
+    cluster = await _cluster(gateways, zk_url, etcd, {})
+    try:
+        await control.start(await cluster.source(), cluster.target_url)
+        await _stall_in_pass_1(cluster, etcd, 12.0)
+        status = await _finish_and_check(cluster, Phase.COMPLETED)
+        assert status["copy"]["verified"] is True and status["copy"]["passes"] >= 2, status
+    finally:
+        await cluster.close()
+
+
+async def test_an_outage_in_syncing_past_outage_timeout_fails(gateways: Gateways, zk_url: str,
+                                                             fresh_servers: Any) -> None:
+    etcd = fresh_servers.etcd()
+    cluster = await _cluster(gateways, zk_url, etcd, {"coordinator.outage_timeout": 3.0})
+    try:
+        await control.start(await cluster.source(), cluster.target_url)
+        stall = asyncio.ensure_future(_stall_in_pass_1(cluster, etcd, 40.0))
+        try:
+            status = await cluster.wait_phase(Phase.FAILED, Phase.COMPLETED)
+        finally:
+            await stall
+        assert status["phase"] == "FAILED", status
+        assert "did not answer" in status["reason"] and "coordinator.outage_timeout" in status["reason"], status
+        await _finish_and_check(cluster, Phase.FAILED)
+    finally:
+        await cluster.close()
+
+
+async def test_a_target_silent_inside_the_freeze_fails_quickly_and_writes_go_on_in_the_source(
+    gateways: Gateways, zk_url: str, fresh_servers: Any
+) -> None:
+    etcd = fresh_servers.etcd()
+    cluster = await _cluster(gateways, zk_url, etcd, {"coordinator.prepare_timeout": 300.0})
+    try:
+        holder = await _hold_preparation(cluster)
+        await control.start(await cluster.source(), cluster.target_url)
+        await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 3,
+                                within=300)
+        with _stalled(etcd):
+            await holder.close()  # COPYING now: the last delta cannot reach the target
+            status = await cluster.wait_phase(Phase.FAILED, Phase.COMPLETED)
+            assert status["phase"] == "FAILED", status
+            assert "inside the freeze (coordinator.participant_timeout)" in status["reason"], status
+            # released to the source while the target is still silent
+            await eventually(cluster.all_on_source, within=60, what="agents back on the source")
+            await cluster.writes_continue()
+        await _finish_and_check(cluster, Phase.FAILED)
+    finally:
+        await cluster.close()
