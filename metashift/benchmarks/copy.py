@@ -48,8 +48,8 @@ from typing import Any
 
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.sample_tree import generate
+from metashift.spark.ledger_ids import issued_below
 from metashift.spark.rules import Rules
-from metashift.spark.tasks import source_counter
 from metashift.stores import DeleteOp, PutOp, Restore, Store, open_store
 
 
@@ -119,8 +119,9 @@ class PeakMemory:
 
 async def _all_paths(store: Store) -> tuple[list[str], int]:
     """The paths the copy copies, and the store writes it makes on an etcd target: V+1 puts per
-    node (a version is kept by counting puts), and the steps that bring each sequence counter
-    (the parent key's version) from V+1 to the source's next sequential suffix."""
+    node (a version is kept by counting puts), and the steps that bring each plain sequence
+    counter (the parent key's version) from V+1 to the source's next sequential suffix (a
+    ledger-id generator's nodes: one write each, and its jump: two)."""
     rules = Rules()
     out: list[str] = []
     writes = 0
@@ -128,9 +129,12 @@ async def _all_paths(store: Store) -> tuple[list[str], int]:
         for n in page:
             if not n.ephemeral:
                 out.append(n.path)
+                if rules.ledger_root_of(n.path) is not None:
+                    writes += 2
+                    continue
                 writes += n.version + 1
                 if rules.is_counter(n.path):
-                    writes += max(0, await source_counter(store, n.path) - (n.version + 1))
+                    writes += max(0, await issued_below(store, n.path) - (n.version + 1))
     return out, writes
 
 
