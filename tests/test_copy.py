@@ -16,16 +16,15 @@ from typing import Any
 import pytest
 
 from metashift.sample_tree import generate
+from metashift.spark import ledger_ids
 from metashift.spark.copy import copy_tree
 from metashift.spark.report import CopyConflict
 from metashift.spark.rules import Rules
 from metashift.spark.session import get_context, stop_context
 from metashift.spark.verify import verify_tree
-from metashift.spark import ledger_ids
 from metashift.stores import Restore, Store, open_store, paths
 from metashift.stores.sequence_floors import FLOORS_ROOT, read_floor
-
-from .ledger_id_generators import PulsarLedgerIdGenerator
+from tests.ledger_id_generators import PulsarLedgerIdGenerator
 
 PAIRS = [("zk", "etcd"), ("etcd", "zk"), ("zk", "zk"), ("etcd", "etcd")]
 TOPICS = 25
