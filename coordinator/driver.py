@@ -27,6 +27,7 @@ from metashift.migration import paths
 from metashift.migration.flag import FlagChanged, MigrationFlag, move, read_flag, write_flag
 from metashift.migration.participants import list_participants
 from metashift.migration.phase import Phase
+from metashift.spark.rules import Rules
 from metashift.stores import MetadataStoreError, Notification, Store, StoreURL, parse_url
 
 from .change_tracker import ChangeTracker
@@ -61,6 +62,7 @@ class Coordinator:
         prepare_timeout: float = 60.0,
         spark_master: str | None = None,
         spark_delta_threshold: int = SPARK_DELTA_THRESHOLD,
+        rules: Rules | None = None,
     ) -> None:
         self.source = source
         self.node_id = node_id
@@ -72,6 +74,7 @@ class Coordinator:
         self.passes = Passes(
             source, self.tracker, source_url=source_url, target_url=self._target_url, open_target=open_target,
             still_leader=self._check_leader, spark_master=spark_master, spark_delta_threshold=spark_delta_threshold,
+            rules=rules or Rules(),
         )
         self.leading = False
         self._changed = asyncio.Event()

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms, read_flag
+from metashift.spark.counters import CounterCarry, merge_into
 from metashift.spark.delta import carry, check
 from metashift.spark.rules import Rules
 from metashift.stores import MetadataStoreError, Store, StoreURL
@@ -74,6 +75,7 @@ class Passes:
         still_leader: Callable[[], Awaitable[None]],
         spark_master: str | None,
         spark_delta_threshold: int,
+        rules: Rules | None = None,
     ) -> None:
         self.source = source
         self.tracker = tracker
@@ -83,8 +85,10 @@ class Passes:
         self._still_leader = still_leader
         self.spark_master = spark_master
         self.spark_delta_threshold = spark_delta_threshold
-        self.rules = Rules()
+        self.rules = rules or Rules()
         self.passes = 0
+        self.counters: dict[str, CounterCarry] = {}
+        """What every pass of this migration did to each counter (``migrate status`` shows it)."""
         self._last_progress = 0.0
         self.progress: dict[str, object] = {}
 
@@ -167,6 +171,7 @@ class Passes:
             report = await carry(self.source, target, changed, self.rules)
         finally:
             await target.close()
+        merge_into(self.counters, report.counters)
         self._report(flag, "delta", report.paths, report.paths, force=True)
         log.info("carried %d changed path(s): %d written, %d deleted", report.paths, report.written, report.deleted)
         if report.conflicts:
@@ -221,7 +226,7 @@ class Passes:
         ``Abandoned`` when the flag moves or leadership goes; inside the freeze a change to
         the source ends it early with ``FreezeBroken``."""
         target_url = self._target_url(flag.target_url)
-        runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master)
+        runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master, self.rules)
         log.info("%s: copying %s -> %s", stage, self.source_url, target_url)
         copying = asyncio.get_running_loop().create_task(
             runner.run(lambda s, d, t: self._report(flag, f"{stage}: {s}", d, t))
@@ -237,7 +242,9 @@ class Passes:
                     raise Abandoned()
                 if flag.phase.frozen and (why := await self.tracker.violation()) is not None:
                     raise FreezeBroken(why)
-            return copying.result()
+            outcome = copying.result()
+            merge_into(self.counters, {p: CounterCarry(**c) for p, c in (outcome.report.get("counters") or {}).items()})
+            return outcome
         finally:
             if not copying.done():
                 runner.kill()
@@ -252,7 +259,8 @@ class Passes:
             return
         self._last_progress = time.monotonic()
         self.progress = {"epoch": flag.epoch, "stage": stage, "done": done, "total": total, "verified": verified,
-                         "passes": self.passes, "pending": len(self.tracker.pending), "updatedAt": now_ms()}
+                         "passes": self.passes, "pending": len(self.tracker.pending), "updatedAt": now_ms(),
+                         "counters": {p: c.to_dict() for p, c in sorted(self.counters.items())}}
         body = json.dumps(self.progress).encode()
         task = asyncio.get_running_loop().create_task(self._write(body))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # observed; failures are logged below

@@ -6,6 +6,7 @@ from __future__ import annotations
 from metashift.agent.server import Agent
 from metashift.stores import Store
 
+from .copy_job import copy_rules
 from .driver import Coordinator
 
 
@@ -22,6 +23,7 @@ def coordinator_for(agent: Agent) -> Coordinator:
         prepare_timeout=config.coordinator.prepare_timeout,
         spark_master=config.coordinator.spark_master,
         spark_delta_threshold=config.coordinator.spark_delta_threshold,
+        rules=copy_rules(config.coordinator.ledgers_roots, config.coordinator.counters),
     )
 
 

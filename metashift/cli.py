@@ -180,11 +180,12 @@ def _progress_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _rules(args: argparse.Namespace) -> Any:
-    from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_EXCLUDED, Rules
+    from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_EXCLUDED, DEFAULT_LEDGERS_ROOTS, Rules
 
     return Rules(
         excluded=tuple(DEFAULT_EXCLUDED) + tuple(args.exclude or ()),
         counters=tuple(args.counter) if args.counter else DEFAULT_COUNTERS,
+        ledgers_roots=tuple(r for r in args.ledgers_root if r) if args.ledgers_root else DEFAULT_LEDGERS_ROOTS,
     )
 
 
@@ -192,8 +193,14 @@ def _rules_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action="append", metavar="PATH", help="another subtree not to copy (repeatable)")
     p.add_argument(
         "--counter", action="append", metavar="PATTERN",
-        help="sequence-counter parents ('*' = one segment; repeatable; replaces the defaults "
-        "/ledgers/idgen, /ledgers/idgen-long, /ledgers/idgen-long/*, /counters/*)",
+        help="plain sequential parents, carried exactly ('*' = one segment; repeatable; replaces the "
+        "default /counters/*)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ledgers-root", action="append", metavar="PATH",
+        help="a BookKeeper ledgers root (zkLedgersRootPath) whose ledger-id generator (PATH/idgen, "
+        "PATH/idgen-long) is carried by a jump to a new HOB- node (repeatable; replaces the default "
+        "/ledgers; '' for none)",
     )  # fmt: skip
 
 

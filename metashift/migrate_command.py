@@ -136,6 +136,9 @@ def _text(status: dict[str, Any]) -> str:
         c = status["copy"]
         lines.append(f"copy         {c.get('stage')}: {c.get('done')} of {c.get('total')} nodes"
                      + (", verified" if c.get("verified") else ""))
+        for path, counter in sorted((c.get("counters") or {}).items()):
+            lines.append(f"  counter    {path}: {counter.get('carried')}, next id {counter.get('source')} in the "
+                         f"source, {counter.get('target')} in the target ({counter.get('writes')} writes)")
     lines.append(f"elapsed      {status['elapsed_s']:.1f}s")
     lines.append(f"participants {len(status['participants'])}")
     for p in status["participants"]:

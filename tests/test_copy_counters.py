@@ -66,11 +66,22 @@ async def test_etcd_read_trees_with_roots_at_several_depths(etcd_url: str) -> No
 
 
 def test_rules_checks_match_their_definition_and_survive_pickling() -> None:
-    rules = pickle.loads(pickle.dumps(Rules(excluded=("/zookeeper", "/x/y"), counters=("/c/*", "/ledgers/idgen"))))
+    rules = pickle.loads(pickle.dumps(Rules(excluded=("/zookeeper", "/x/y"), counters=("/c/*", "/ledgers/idgen"),
+                                            ledgers_roots=("/bk/ledgers",))))  # fmt: skip
     for path in ("/zookeeper", "/zookeeper/q", "/zookeeperx", "/x", "/x/y", "/x/y/z", "/x/yz", "/c", "/c/a", "/c/a/b",
                  "/ledgers/idgen", "/ledgers/idgen-long", "/ledgers/idgen/x"):  # fmt: skip
         assert rules.is_excluded(path) == any(paths.is_under(path, r) for r in rules.excluded), path
     assert [p for p in ("/c", "/c/a", "/c/a/b", "/ledgers/idgen", "/ledgers/idgen-long") if rules.is_counter(p)] == [
         "/c/a", "/ledgers/idgen"]  # fmt: skip
+    # the ledger-id generator of each ledgers root, by path: R/idgen, R/idgen-long, R/idgen-long/<any>
+    generator = ["/bk/ledgers/idgen", "/bk/ledgers/idgen-long", "/bk/ledgers/idgen-long/HOB-0000000003",
+                 "/bk/ledgers/idgen-long/anything"]  # fmt: skip
+    others = ["/bk/ledgers", "/bk/ledgers/idgen/ID-3", "/bk/ledgers/idgen-long/HOB-1/ID-5", "/bk/ledgers/idgenx",
+              "/ledgers/idgen", "/ledgers/idgen-long/HOB-0000000001", "/bk/ledgers/idgen-longer/HOB-1"]  # fmt: skip
+    assert [rules.ledger_root_of(p) for p in generator + others] == ["/bk/ledgers"] * 4 + [None] * 7
+    assert all(rules.is_counter(p) and not rules.keeps_version(p) for p in generator)
+    assert all(rules.keeps_version(p) for p in others)
+    assert [p for p in ("/", "/x", "/zookeeper", "/x/y", "/x/y/z", "/c") if rules.is_excluded_ancestor(p)] == ["/", "/x"]
     assert Rules(excluded=("/",)).is_excluded("/anything")
     assert Rules() == pickle.loads(pickle.dumps(Rules()))
+    assert Rules().ledger_root_of("/ledgers/idgen") == "/ledgers"
