@@ -310,3 +310,21 @@ async def test_a_bad_ledgers_root_is_refused(capsys: pytest.CaptureFixture[str],
     assert len(err) == 1 and err[0].startswith("metashift: error:") and "x/y" in err[0]
     async with await open_store(etcd_url) as target:
         assert await target.get_children("/") == []
+
+
+def test_the_coordinators_counter_settings_are_stated_and_checked() -> None:
+    from metashift.agent.config import ConfigError, build
+    from metashift.coordinator.copy_job import copy_rules
+
+    base = {"source.url": "zk://127.0.0.1:2181"}
+    cfg = build({**base, "coordinator.ledgers_roots": ["/bk/ledgers", "/ledgers"], "coordinator.counters": []})
+    rules = copy_rules(cfg.coordinator.ledgers_roots, cfg.coordinator.counters)
+    assert rules.ledger_root_of("/bk/ledgers/idgen") == "/bk/ledgers" and not rules.is_counter("/counters/x")
+    assert copy_rules(*[build(base).coordinator.ledgers_roots, None]) == Rules()
+    from metashift.agent.config import load
+
+    env = {"METASHIFT_SOURCE_URL": "zk://127.0.0.1:2181", "METASHIFT_COORDINATOR_LEDGERS_ROOTS": "/a/ledgers, /b"}
+    assert load(env=env).coordinator.ledgers_roots == ("/a/ledgers", "/b")
+    for bad in (["ledgers"], "/ledgers", [1]):
+        with pytest.raises(ConfigError, match=r"coordinator\.ledgers_roots"):
+            build({**base, "coordinator.ledgers_roots": bad})
