@@ -118,6 +118,7 @@ async def status(source: MetadataStore) -> Status:
         except ValueError:
             body = None
         if isinstance(body, dict) and body.get("epoch") == epoch:
-            copy = {k: body.get(k) for k in ("stage", "done", "total", "verified", "passes", "pending", "counters")}
+            copy = {k: body.get(k) for k in ("stage", "done", "total", "verified", "passes", "pending", "counters",
+                                          "counters_total")}
     leader = await LeaderElection(source, "").leader()
     return Status(flag, participants, copy, leader)

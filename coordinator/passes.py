@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms, read_flag
-from metashift.spark.counters import CounterCarry, merge_into
+from metashift.spark.counters import LEDGER_IDS, CounterCarry, merge_into
 from metashift.spark.delta import carry, check
 from metashift.spark.rules import Rules
 from metashift.stores import MetadataStoreError, Store, StoreURL
@@ -41,6 +41,8 @@ PROGRESS_EVERY = 1.0
 MAX_DELTA_PASSES = 5
 #: Full passes at most in SYNCING (each one after a break of the change stream).
 MAX_FULL_PASSES = 5
+#: Counters at most in the progress that ``status`` shows (``counters_total`` says how many there are).
+COUNTERS_SHOWN = 50
 #: Longest wait for the barrier's own notification.
 BARRIER_SECONDS = 15.0
 
@@ -260,10 +262,17 @@ class Passes:
         self._last_progress = time.monotonic()
         self.progress = {"epoch": flag.epoch, "stage": stage, "done": done, "total": total, "verified": verified,
                          "passes": self.passes, "pending": len(self.tracker.pending), "updatedAt": now_ms(),
-                         "counters": {p: c.to_dict() for p, c in sorted(self.counters.items())}}
+                         "counters": self._counters_shown(), "counters_total": len(self.counters)}
         body = json.dumps(self.progress).encode()
         task = asyncio.get_running_loop().create_task(self._write(body))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # observed; failures are logged below
+
+    def _counters_shown(self) -> dict[str, dict[str, object]]:
+        """The counters ``status`` shows: the ledger-id generators', then those that took the most
+        writes, at most ``COUNTERS_SHOWN`` (a pattern may match many nodes; the flag's store keeps
+        the progress node small)."""
+        ranked = sorted(self.counters.items(), key=lambda kv: (kv[1].scheme != LEDGER_IDS, -kv[1].writes, kv[0]))
+        return {p: c.to_dict() for p, c in sorted(ranked[:COUNTERS_SHOWN])}
 
     async def _write(self, body: bytes) -> None:
         try:

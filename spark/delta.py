@@ -65,10 +65,14 @@ def _depth(path: str) -> int:
 async def carry(source: Store, target: Store, changed: Collection[str], rules: Rules) -> DeltaReport:
     """Make the target hold what the source holds now at each of ``changed``: restore what is
     missing or behind (parents first), delete what the source no longer has (children first),
-    re-create what was deleted and created again in the source, then move the counters whose
-    children changed. Ephemerals are the agents' business and excluded subtrees are left alone."""
+    re-create what was deleted and created again in the source, then carry the counters whose
+    children changed (``counters.carry``). Ephemerals are the agents' business and excluded
+    subtrees are left alone."""
     report = DeltaReport()
-    wanted = sorted({p for p in changed if not rules.is_excluded(p)}, key=lambda p: (_depth(p), p))
+    # the ids a ledger-id generator took meanwhile (made and deleted at once) are not read back,
+    # one by one: their counter is carried below, in the same writes however many there were
+    wanted = sorted({p for p in changed if not rules.is_excluded(p) and not rules.is_generated_id(p)},
+                    key=lambda p: (_depth(p), p))  # fmt: skip
     report.paths = len(wanted)
     deletions: list[str] = []
     made: set[str] = set()
@@ -119,9 +123,13 @@ def counters_touched(changed: Collection[str], rules: Rules) -> list[str]:
     among ``changed``: one path per counter, one per generator."""
     found: dict[str, str] = {}
     for path in changed:
-        for candidate in (path, paths.parent(path)):
-            if candidate and rules.is_counter(candidate):
-                found.setdefault(rules.ledger_root_of(candidate) or candidate, candidate)
+        root = rules.ledger_root_of(path)
+        if root is not None:  # a node of the generator itself (a HOB- node made or gone)
+            found.setdefault(root, path)
+            continue
+        parent = paths.parent(path)
+        if parent and rules.is_counter(parent):
+            found.setdefault(rules.ledger_root_of(parent) or parent, parent)
     return sorted(found.values())
 
 
@@ -157,7 +165,7 @@ async def check(
     (path, why). A path the source no longer has must be gone from the target too. ``states``:
     where to put what the counters' checks found."""
     mismatches: list[tuple[str, str]] = []
-    wanted = sorted(p for p in changed if not rules.is_excluded(p))
+    wanted = sorted(p for p in changed if not rules.is_excluded(p) and not rules.is_generated_id(p))
     for start in range(0, len(wanted), _CHUNK):
         for path, src, tgt in await _read(source, target, wanted[start : start + _CHUNK]):
             if src is None or src.ephemeral:

@@ -81,6 +81,16 @@ class Rules:
         head, _, name = path.rpartition(paths.SEPARATOR)
         return self._ledger_nodes.get(head) if name and head.endswith("/idgen-long") else None
 
+    def is_generated_id(self, path: str) -> bool:
+        """A child of a ledger-id generator's counter (``R/idgen/ID-…``,
+        ``R/idgen-long/HOB-…/ID-…``): an ephemeral node the generators create and delete at once
+        to take an id. A delta does not read them back: only their counter moves."""
+        parent = paths.parent(path)
+        if parent is None:
+            return False
+        root = self.ledger_root_of(parent)
+        return root is not None and parent != paths.join(root, "idgen-long")
+
     def keeps_version(self, path: str) -> bool:
         """Whether the copy keeps the node's version. Not for the nodes of a ledger-id
         generator: on etcd their version *is* their counter (Pulsar's layout), which the

@@ -132,6 +132,8 @@ def test_rules_checks_match_their_definition_and_survive_pickling() -> None:
     assert [rules.ledger_root_of(p) for p in generator + others] == ["/bk/ledgers"] * 4 + [None] * 7
     assert all(rules.is_counter(p) and not rules.keeps_version(p) for p in generator)
     assert all(rules.keeps_version(p) for p in others)
+    generated = [p for p in generator + others if rules.is_generated_id(p)]
+    assert generated == ["/bk/ledgers/idgen/ID-3", "/bk/ledgers/idgen-long/HOB-1/ID-5"]
     above = [p for p in ("/", "/x", "/zookeeper", "/x/y", "/x/y/z", "/c") if rules.is_excluded_ancestor(p)]
     assert above == ["/", "/x"]
     assert Rules(excluded=("/",)).is_excluded("/anything")
