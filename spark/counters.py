@@ -115,7 +115,10 @@ async def _carry_ledger_ids(source: Store, target: Store, root: str) -> dict[str
             writes = await ledger_ids.jump(source, target, root)
         except ledger_ids.NoRoomToJump as e:
             raise CounterCarryError(f"cannot carry the ledger-id generator: {e}", long) from None
-    after = await ledger_ids.next_id(target, root) if writes else before
+    after = await ledger_ids.next_id(target, root) if before < bound else before
+    if after < bound:  # (the HOB- node after the source's largest: never, unless it is full already)
+        raise CounterCarryError(f"the ledger-id generator's next id {after} in the target is not above the "
+                                f"source's {bound}", long)  # fmt: skip
     out = {long: CounterCarry(LEDGER_IDS, JUMP if writes else NONE, bound, before, after, writes)}
     live = await ledger_ids.live_counter(target, root)
     for parent in await ledger_ids.counters(source, root):

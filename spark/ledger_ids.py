@@ -133,14 +133,18 @@ class NoRoomToJump(Exception):
 
 
 async def jump(source: Store, target: Store, root: str) -> int:
-    """Give ``target`` a ``HOB-`` node above every ``HOB-`` node of both stores (and
-    ``R/idgen-long`` when it has none), so that its generator's next id is above every id the
-    source handed out. Returns the number of writes."""
-    top = max([0, *await hobs(source, root), *await hobs(target, root)])
-    if top + 1 > LOW_LIMIT:
-        raise NoRoomToJump(f"{long_path(root)} already holds {hob_name(top)}")
+    """Give ``target`` the ``HOB-`` node after the source's largest (and ``R/idgen-long``), so
+    that its generator's next id is above every id the source handed out. The node is named by
+    the source alone: copies that jump at once (two partitions meeting the same generator) make
+    the same node, and one that finds a node that high in the target already does nothing.
+    Returns the number of writes."""
+    number = max([0, *await hobs(source, root)]) + 1
+    if number > LOW_LIMIT:
+        raise NoRoomToJump(f"{long_path(root)} already holds {hob_name(number - 1)}")
+    if max([0, *await hobs(target, root)]) >= number and await target.exists(long_path(root)):
+        return 0
     writes = await _create(target, long_path(root))
-    return writes + await _create(target, paths.join(long_path(root), hob_name(top + 1)))
+    return writes + await _create(target, paths.join(long_path(root), hob_name(number)))
 
 
 async def _create(store: Store, path: str) -> int:
