@@ -20,7 +20,8 @@ from metashift.spark.rules import Rules
 from metashift.spark.session import get_context, stop_context
 from metashift.stores import Store, open_store
 from metashift.stores.sequence_floors import floored_parents, raise_floor, read_floor, take_from_floor
-from tests.ledger_id_generators import PulsarLedgerIdGenerator
+from tests.harness import Gateways
+from tests.ledger_id_generators import KazooLongLedgerIdGenerator, PulsarLedgerIdGenerator
 
 RULES = Rules()
 ROOT = "/ledgers"
@@ -246,6 +247,50 @@ async def test_the_check_catches_a_counter_gone_back(request: pytest.FixtureRequ
     finally:
         await source.close()
         await target.close()
+
+
+async def test_through_the_agent_after_a_copy_ids_are_above_the_sources(
+    request: pytest.FixtureRequest, namespace: str, gateways: Gateways
+) -> None:
+    """An agent in front of the target after a copy: a BookKeeper generator that still takes short
+    ids (what it cached before) gets them from the floor, through the ZooKeeper front (kazoo) and
+    the gRPC gateway alike; a fresh one takes long ids from the new HOB- node; none is reused."""
+    source, target = await _pair(request, namespace, "zk-to-etcd")
+    client = None
+    try:
+        issued = await _issue(source, 3)
+        await source.advance_sequence_counter("/ledgers/idgen", 10_000)
+        issued += await _issue(source, 1)
+        await counters.carry(source, target, "/ledgers/idgen", RULES)
+        agent = await gateways.start(target.url.unredacted(), {"zookeeper.listen": "127.0.0.1:0"})
+        zk = await asyncio.to_thread(_kazoo, agent.zookeeper.address)
+        try:
+            stale, fresh = KazooLongLedgerIdGenerator(zk), KazooLongLedgerIdGenerator(zk)
+            stale.status = False  # it read /ledgers/idgen-long before the copy made it: not there
+            got = [await asyncio.to_thread(g.generate_ledger_id) for g in (stale, fresh, stale, fresh)]
+        finally:
+            await asyncio.to_thread(zk.stop)
+        from metashift.client import connect
+
+        client = await connect(agent.address)
+        through_gateway = await client.put("/ledgers/idgen/ID-", b"", sequential=True)
+        assert got[0] == 10_001 and got[2] == 10_002, got
+        assert got[1] >> 32 == 1 and got[3] == got[1] + 1, got
+        assert through_gateway.path == "/ledgers/idgen/ID-10003"  # Pulsar's etcd names: unpadded
+        assert not set(got) & set(issued) and min(got) > max(issued)
+    finally:
+        if client is not None:
+            await client.close()
+        await source.close()
+        await target.close()
+
+
+def _kazoo(hosts: str) -> Any:
+    from kazoo.client import KazooClient
+
+    k = KazooClient(hosts=hosts, timeout=10)
+    k.start(timeout=15)
+    return k
 
 
 # ---- the copy of a generator that handed out a million ids --------------------------------------------

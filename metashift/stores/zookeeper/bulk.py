@@ -15,7 +15,7 @@ from .. import errors, paths
 from ..batching import OP_OVERHEAD, pack
 from ..bulk import COUNTER_PROBE, BulkStore, NodeInfo, NodeRead, Restore, restore_by_puts
 from ..ops import GetOp
-from .counter_bumps import BumpMulti, send_bumps
+from .counter_bumps import MULTI_SECONDS, BumpMulti, send_bumps
 from .errors import map_error
 from .fast_reads import OPCODE_GET_CHILDREN, OPCODE_GET_DATA, MultiReadRequest
 from .operations import MULTI_MAX_BYTES, MULTI_MAX_OPS, ZooKeeperOperations, multi_request
@@ -351,7 +351,7 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
             counter = await self.sequence_counter(parent)
         probe = self._namespace.full(paths.join(parent, COUNTER_PROBE))
         steps = at_least - counter
-        timeout = self.url.call_timeout
+        timeout = max(self.url.call_timeout, MULTI_SECONDS)
 
         async def send(request: BumpMulti) -> int:
             future = self._session.send_now(request)

@@ -31,8 +31,11 @@ _MULTI_HEADER = struct.Struct("!i?i")
 #: (create, delete) pairs per multi (512 operations, ~25 KB): measured, 64 pairs reach 54k steps/s, 256 pairs
 #: 73k (the server's work per request is shared by more steps), 1024 no more.
 PAIRS_PER_MULTI = 256
-#: Multis in flight on the session (measured: more brings nothing, the server is the limit).
-MULTIS_IN_FLIGHT = 32
+#: Multis in flight on the session: enough to keep the server busy (it is the limit), few enough
+#: that the last one sent does not wait long behind the others on a loaded server.
+MULTIS_IN_FLIGHT = 8
+#: Longest wait for the answer to one multi (a loaded server works through those before it first).
+MULTI_SECONDS = 60.0
 
 
 class BumpMulti:
