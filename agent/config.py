@@ -42,6 +42,8 @@ participant_timeout = 5         # seconds without a heartbeat after which an age
 outage_timeout = 300            # seconds a store may stay unreachable in SYNCING before the migration FAILS
 spark_master = "local[*]"       # where the coordinator runs the copy
 spark_delta_threshold = 10000   # changed paths in the freeze from which a Spark pass carries them
+ledgers_roots = ["/ledgers"]    # BookKeeper ledgers roots: their ledger-id generators are carried by a jump
+counters = ["/counters/*"]      # other sequential parents, carried exactly ('*' = one path segment)
 ```
 
 Environment: ``METASHIFT_NODE_ID``, ``METASHIFT_ROLE``, ``METASHIFT_LISTEN``, ``METASHIFT_METRICS``,
@@ -61,7 +63,8 @@ from pathlib import Path
 from typing import Any
 
 from metashift.stores import StoreURL, parse_url
-from metashift.stores.errors import InvalidStoreURL
+from metashift.stores.errors import InvalidPath, InvalidStoreURL
+from metashift.stores.paths import validate as validate_path
 
 ROLES = ("broker", "bookie")
 #: Longest unix socket path the OS takes (sun_path is 108 bytes with its terminating NUL).
@@ -114,6 +117,12 @@ class CoordinatorSettings:
     spark_delta_threshold: int = 10_000
     """Changed paths in the freeze's last delta from which a Spark pass carries them (fewer: the
     store layer directly, no Spark job inside the freeze)."""
+    ledgers_roots: tuple[str, ...] | None = None
+    """BookKeeper ledgers roots whose ledger-id generators the copy carries by a jump (``None``:
+    the copy's default, ``/ledgers``)."""
+    counters: tuple[str, ...] | None = None
+    """Patterns of the other sequential parents, carried exactly (``None``: the copy's default,
+    ``/counters/*``)."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +182,8 @@ _SCHEMA: dict[str, str] = {
     "coordinator.outage_timeout": "float",
     "coordinator.spark_master": "str",
     "coordinator.spark_delta_threshold": "count",
+    "coordinator.ledgers_roots": "paths",
+    "coordinator.counters": "paths",
     "zookeeper.listen": "str",
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -259,6 +270,8 @@ def _from_text(key: str, kind: str, text: str) -> Any:
             return float(text)
         except ValueError:
             raise ConfigError(key, f"must be a number, not {text!r}") from None
+    if kind == "paths":  # comma-separated in the environment and on the command line
+        return [part.strip() for part in text.split(",") if part.strip()]
     return text
 
 
@@ -270,6 +283,15 @@ def _typed(flat: dict[str, Any], key: str, kind: str) -> Any:
         raise ConfigError(key, f"must be true or false, not {value!r}")
     if kind == "count" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         raise ConfigError(key, f"must be a whole number of at least 0, not {value!r}")
+    if kind == "paths":
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise ConfigError(key, f"must be a list of paths, not {value!r}")
+        for v in value:
+            try:
+                validate_path(v)
+            except InvalidPath as e:
+                raise ConfigError(key, str(e)) from None
+        return tuple(value)
     if kind == "float":
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(key, f"must be a number, not {value!r}")
@@ -346,7 +368,7 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
     kwargs["target_username"], kwargs["target_password"] = _credentials(values, "target", None, None)
     coordinator = CoordinatorSettings()
     for attr in ("enabled", "prepare_timeout", "participant_timeout", "outage_timeout", "spark_master",
-                 "spark_delta_threshold"):
+                 "spark_delta_threshold", "ledgers_roots", "counters"):
         if values.get(f"coordinator.{attr}") not in (None, ""):
             coordinator = dataclasses.replace(coordinator, **{attr: values[f"coordinator.{attr}"]})
     kwargs["coordinator"] = coordinator

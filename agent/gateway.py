@@ -21,6 +21,7 @@ from metashift.agent.errors import HeldForMigration, Internal, InvalidArgument, 
 from metashift.agent.gate import WriteGate
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.router import Router
+from metashift.agent.sequence_floors import SequenceFloors
 from metashift.agent.sessions import ClientSession, SessionRegistry
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.stores import (
@@ -129,6 +130,7 @@ class Gateway:
         self.registry = registry
         self.metrics = metrics
         self.hub = NotificationHub(router)
+        self.floors = SequenceFloors(router)
         self.node_id = node_id
         self.role = role
         self.session_timeout = session_timeout
@@ -339,9 +341,10 @@ class Gateway:
         session = self._require_session(context, op.path) if op.ephemeral else self._session_of(context)
 
         async def apply(store: MetadataStore) -> Stat:
-            stat = await store.put(op.path, op.value, op.expected_version, ephemeral=op.ephemeral,
-                                   sequential=op.sequential)
-            await self._after_put(session, op, stat, store)
+            named = await self.floors.named(store, op)  # under a counter a migration retired
+            stat = await store.put(named.path, named.value, named.expected_version, ephemeral=named.ephemeral,
+                                   sequential=named.sequential)
+            await self._after_put(session, named, stat, store)
             return stat
 
         stat = await self._write(apply, context)
@@ -368,6 +371,8 @@ class Gateway:
         if any(isinstance(op, PutOp | DeleteOp) for op in ops):
 
             async def apply(store: MetadataStore) -> list[OpResult]:
+                # sequential puts under a counter a migration retired: named after its floor
+                ops[:] = [await self.floors.named(store, op) if isinstance(op, PutOp) else op for op in ops]
                 results = await store.batch(ops)
                 ended: NoSession | None = None
                 for i, (op, result) in enumerate(zip(ops, results, strict=True)):

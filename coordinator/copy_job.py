@@ -1,20 +1,23 @@
 """The coordinator's copy, in a process of its own: ``python -m metashift.coordinator.copy_job``.
 
-It reads ``{"source": URL, "target": URL, "master": M}`` (URLs with their credentials) on
-standard input, so that no secret shows on a command line, runs the Spark copy with its
-verification, and writes JSON lines on standard output: ``{"event": "progress", ...}`` while it
-works, then one ``{"event": "report", ...}`` or ``{"event": "error", ...}``. The agent's event loop
-and memory stay out of Spark's way.
+It reads ``{"source": URL, "target": URL, "master": M, "ledgers_roots": [...], "counters": [...]}``
+(URLs with their credentials; the counters' rules, ``copy_rules``) on standard input, so that no
+secret shows on a command line, runs the Spark copy with its verification, and writes JSON lines
+on standard output: ``{"event": "progress", ...}`` while it works, then one ``{"event":
+"report", ...}`` or ``{"event": "error", ...}``. The agent's event loop and memory stay out of
+Spark's way.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from metashift.spark.copy import copy_tree
 from metashift.spark.report import CopyConflict
+from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_LEDGERS_ROOTS, Rules
 from metashift.stores import MetadataStoreError
 
 
@@ -44,11 +47,22 @@ def _emit(event: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def copy_rules(ledgers_roots: Sequence[str] | None = None, counters: Sequence[str] | None = None) -> Rules:
+    """The copy's rules with the coordinator's settings (``None``: the copy's defaults)."""
+    return Rules(
+        counters=DEFAULT_COUNTERS if counters is None else tuple(counters),
+        ledgers_roots=DEFAULT_LEDGERS_ROOTS if ledgers_roots is None else tuple(ledgers_roots),
+    )
+
+
 def main() -> int:
     job = json.loads(sys.stdin.read())
     progress = JsonLinesProgress()
+    rules = copy_rules(job.get("ledgers_roots"), job.get("counters"))
     try:
-        report = copy_tree(job["source"], job["target"], master=job.get("master"), verify=True, progress=progress)
+        report = copy_tree(
+            job["source"], job["target"], master=job.get("master"), verify=True, progress=progress, rules=rules
+        )
     except CopyConflict as e:
         _emit({"event": "error", "kind": "CopyConflict", "message": str(e), "paths": [p for p, _ in e.conflicts]})
         return 1

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from metashift.spark.rules import Rules
+
 log = logging.getLogger(__name__)
 
 ProgressListener = Callable[[str, int, int], None]
@@ -70,8 +72,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 class CopyRunner:
     """One run of the copy job; ``kill`` ends it (and Spark with it)."""
 
-    def __init__(self, source_url: str, target_url: str, master: str | None) -> None:
-        self._job = {"source": source_url, "target": target_url, "master": master}
+    def __init__(self, source_url: str, target_url: str, master: str | None, rules: Rules | None = None) -> None:
+        self._job: dict[str, Any] = {"source": source_url, "target": target_url, "master": master}
+        if rules is not None:  # the counters' rules (``copy_job.copy_rules``)
+            self._job.update(ledgers_roots=list(rules.ledgers_roots), counters=list(rules.counters))
         self._proc: asyncio.subprocess.Process | None = None
 
     async def run(self, on_progress: ProgressListener) -> CopyOutcome:

@@ -32,6 +32,7 @@ from metashift.migration.flag import FlagChanged, MigrationFlag, move, read_flag
 from metashift.migration.liveness import BEATS_PER_TIMEOUT
 from metashift.migration.origin import read_state, write_origin
 from metashift.migration.phase import Phase
+from metashift.spark.rules import Rules
 from metashift.stores import MetadataStoreError, Notification, Store, StoreUnavailable, StoreURL
 
 from .change_tracker import ChangeTracker
@@ -70,6 +71,7 @@ class Coordinator:
         outage_timeout: float = 300.0,
         spark_master: str | None = None,
         spark_delta_threshold: int = SPARK_DELTA_THRESHOLD,
+        rules: Rules | None = None,
     ) -> None:
         self.source = source
         self.node_id = node_id
@@ -83,6 +85,7 @@ class Coordinator:
             source, self.tracker, source_url=source.url, target_url=url_for, open_target=open_target,
             still_leader=self._check_leader, spark_master=spark_master, spark_delta_threshold=spark_delta_threshold,
             outage_timeout=outage_timeout, freeze_outage_timeout=participant_timeout,
+            rules=rules or Rules(),
         )
         self.leading = False
         self._deposed = False

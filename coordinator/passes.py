@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms, read_flag
+from metashift.spark.counters import LEDGER_IDS, CounterCarry, merge_into
 from metashift.spark.delta import carry, check
 from metashift.spark.rules import Rules
 from metashift.stores import MetadataStoreError, Store, StoreUnavailable, StoreURL
@@ -44,6 +45,8 @@ PROGRESS_EVERY = 1.0
 MAX_DELTA_PASSES = 5
 #: Full passes at most in SYNCING (each one after a break of the change stream).
 MAX_FULL_PASSES = 5
+#: Counters at most in the progress that ``status`` shows (``counters_total`` says how many there are).
+COUNTERS_SHOWN = 50
 #: Longest wait for the barrier's own notification.
 BARRIER_SECONDS = 15.0
 #: How often an unreachable store is probed again in SYNCING.
@@ -88,6 +91,7 @@ class Passes:
         spark_delta_threshold: int,
         outage_timeout: float = 300.0,
         freeze_outage_timeout: float = 5.0,
+        rules: Rules | None = None,
     ) -> None:
         self.source = source
         self.tracker = tracker
@@ -103,8 +107,10 @@ class Passes:
         self._outage_passes = 0
         self._final_changed: set[str] = set()
         """The freeze's last delta, taken from the tracker, not yet carried and checked."""
-        self.rules = Rules()
+        self.rules = rules or Rules()
         self.passes = 0
+        self.counters: dict[str, CounterCarry] = {}
+        """What every pass of this migration did to each counter (``migrate status`` shows it)."""
         self._last_progress = 0.0
         self.progress: dict[str, object] = {}
 
@@ -243,6 +249,7 @@ class Passes:
             report = await carry(self.source, target, changed, self.rules)
         finally:
             await target.close()
+        merge_into(self.counters, report.counters)
         self._report(flag, "delta", report.paths, report.paths, force=True)
         log.info("carried %d changed path(s): %d written, %d deleted", report.paths, report.written, report.deleted)
         if report.conflicts:
@@ -302,7 +309,7 @@ class Passes:
         ``Abandoned`` when the flag moves or leadership goes; inside the freeze a change to
         the source ends it early with ``FreezeBroken``."""
         target_url = self._target_url(flag.target_url)
-        runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master)
+        runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master, self.rules)
         log.info("%s: copying %s -> %s", stage, self.source_url, target_url)
         copying = asyncio.get_running_loop().create_task(
             runner.run(lambda s, d, t: self._report(flag, f"{stage}: {s}", d, t))
@@ -323,7 +330,9 @@ class Passes:
                 if (why := await self.reachability.probe(flag.target_url)) is not None:
                     if self.reachability.down_for > bound:
                         raise Unreachable(f"{why} while the copy ran")
-            return copying.result()
+            outcome = copying.result()
+            merge_into(self.counters, {p: CounterCarry(**c) for p, c in (outcome.report.get("counters") or {}).items()})
+            return outcome
         finally:
             if not copying.done():
                 runner.kill()
@@ -338,10 +347,18 @@ class Passes:
             return
         self._last_progress = time.monotonic()
         self.progress = {"epoch": flag.epoch, "stage": stage, "done": done, "total": total, "verified": verified,
-                         "passes": self.passes, "pending": len(self.tracker.pending), "updatedAt": now_ms()}
+                         "passes": self.passes, "pending": len(self.tracker.pending), "updatedAt": now_ms(),
+                         "counters": self._counters_shown(), "counters_total": len(self.counters)}
         body = json.dumps(self.progress).encode()
         task = asyncio.get_running_loop().create_task(self._write(body))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())  # observed; failures are logged below
+
+    def _counters_shown(self) -> dict[str, dict[str, object]]:
+        """The counters ``status`` shows: the ledger-id generators', then those that took the most
+        writes, at most ``COUNTERS_SHOWN`` (a pattern may match many nodes; the flag's store keeps
+        the progress node small)."""
+        ranked = sorted(self.counters.items(), key=lambda kv: (kv[1].scheme != LEDGER_IDS, -kv[1].writes, kv[0]))
+        return {p: c.to_dict() for p, c in sorted(ranked[:COUNTERS_SHOWN])}
 
     async def _write(self, body: bytes) -> None:
         try:

@@ -15,6 +15,7 @@ import logging
 from metashift.agent.server import Agent
 from metashift.stores import Store
 
+from .copy_job import copy_rules
 from .driver import Coordinator
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,7 @@ def coordinator_for(agent: Agent, store: Store) -> Coordinator:
         outage_timeout=settings.outage_timeout,
         spark_master=settings.spark_master,
         spark_delta_threshold=settings.spark_delta_threshold,
+        rules=copy_rules(settings.ledgers_roots, settings.counters),
     )
 
 

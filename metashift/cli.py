@@ -184,11 +184,12 @@ def _progress_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _rules(args: argparse.Namespace) -> Any:
-    from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_EXCLUDED, Rules
+    from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_EXCLUDED, DEFAULT_LEDGERS_ROOTS, Rules
 
     return Rules(
         excluded=tuple(DEFAULT_EXCLUDED) + tuple(args.exclude or ()),
         counters=tuple(args.counter) if args.counter else DEFAULT_COUNTERS,
+        ledgers_roots=tuple(r for r in args.ledgers_root if r) if args.ledgers_root else DEFAULT_LEDGERS_ROOTS,
     )
 
 
@@ -196,8 +197,14 @@ def _rules_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--exclude", action="append", metavar="PATH", help="another subtree not to copy (repeatable)")
     p.add_argument(
         "--counter", action="append", metavar="PATTERN",
-        help="sequence-counter parents ('*' = one segment; repeatable; replaces the defaults "
-        "/ledgers/idgen, /ledgers/idgen-long, /ledgers/idgen-long/*, /counters/*)",
+        help="plain sequential parents, carried exactly ('*' = one segment; repeatable; replaces the "
+        "default /counters/*)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ledgers-root", action="append", metavar="PATH",
+        help="a BookKeeper ledgers root (zkLedgersRootPath) whose ledger-id generator (PATH/idgen, "
+        "PATH/idgen-long) is carried by a jump to a new HOB- node (repeatable; replaces the default "
+        "/ledgers; '' for none)",
     )  # fmt: skip
 
 
@@ -210,7 +217,10 @@ async def _generate(args: argparse.Namespace) -> int:
 
     store = await open_store(args.target, watch=False)
     try:
-        tree = await generate(store, args.topics, args.seed, ephemerals=not args.no_ephemerals)
+        tree = await generate(
+            store, args.topics, args.seed, ephemerals=not args.no_ephemerals, ledger_ids=args.ledger_ids,
+            producer_names=args.producer_names,
+        )
         if args.json:
             out = {k: v for k, v in vars(tree).items() if k != "ephemeral_paths"}
             print(json.dumps(out, indent=2, sort_keys=True), flush=True)
@@ -245,8 +255,32 @@ def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     p.add_argument("--seed", type=int, default=0, help="the same seed gives the same tree (default 0)")
     p.add_argument("--hold", action="store_true", help="keep the ephemerals alive until Ctrl-C or SIGTERM")
     p.add_argument("--no-ephemerals", action="store_true", help="write no ephemerals")
+    p.add_argument("--ledger-ids", type=_ledger_ids, default=0, metavar="N",
+                   help="the ledger ids BookKeeper's generator has handed out (/ledgers/idgen's counter; "
+                   "ZooKeeper: ~70k ids/s, etcd: ~8k ids/s)")
+    p.add_argument("--producer-names", type=_count, default=0, metavar="N",
+                   help="the ids Pulsar's producer-name counter (/counters/producer-name) has handed out")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(handler=lambda a: _run(_generate(a)))
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, not {value}")
+    return value
+
+
+def _ledger_ids(text: str) -> int:
+    from metashift.sample_tree import MAX_SHORT_LEDGER_IDS
+
+    value = _count(text)
+    if value >= MAX_SHORT_LEDGER_IDS:
+        raise argparse.ArgumentTypeError(f"must be below {MAX_SHORT_LEDGER_IDS} (BookKeeper's 31-bit ids), not {value}")
+    return value
 
 
 _CONFLICTS_SHOWN = 50

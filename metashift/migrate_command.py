@@ -168,7 +168,11 @@ def _text(status: dict[str, Any]) -> str:
     if status["coordinator"]:
         lines.append(f"coordinator  {status['coordinator']}")
     if status["copy"]:
-        lines.append(f"copy         {_copy_text(status['copy'])}")
+        c = status["copy"]
+        lines.append(f"copy         {_copy_text(c)}")
+        for path, counter in sorted((c.get("counters") or {}).items()):
+            lines.append(f"  counter    {path}: {counter.get('carried')}, next id {counter.get('source')} in the "
+                         f"source, {counter.get('target')} in the target ({counter.get('writes')} writes)")
     if status.get("dropped"):
         lines.append(f"dropped      {', '.join(status['dropped'])} (dead: no heartbeat in time, not waited for)")
     lines.append(f"elapsed      {status['elapsed_s']:.1f}s")

@@ -37,9 +37,10 @@ from metashift.stores.aio import run_loop as run
 
 from . import tasks
 from .child import ChildRun
+from .counters import CounterCarry, merge
 from .job import SparkStarter, check_urls, run_partitions
 from .plan import Split, min_roots, split_tree
-from .report import CopyConflict, CopyReport, CounterReport, EmptySource, NoProgress, Progress, raise_task_error
+from .report import CopyConflict, CopyReport, EmptySource, NoProgress, Progress, raise_task_error
 from .rules import Rules
 from .session import check_master
 
@@ -83,7 +84,7 @@ def copy_tree(
             # the top's counters, moved by a child process beside the job (module doc)
             counters = None
             if split.deferred_counters:
-                counters = ChildRun(tasks.__name__, "move_counters", source, target, split.deferred_counters)
+                counters = ChildRun(tasks.__name__, "move_counters", source, target, split.deferred_counters, rules)
             try:
                 if split.roots:
                     _copy_subtrees(starter, split, source, target, rules, progress, report)
@@ -167,8 +168,11 @@ def _add(report: CopyReport, results: list[dict], *, by_executors: bool = True) 
         report.ephemerals_skipped += r["ephemerals"]
         if by_executors:
             report.listed_by_executors += r["listed"]
-        for parent, (want, before, after, writes) in r["counters"].items():
-            report.counters[parent] = CounterReport(want, before, after, writes)
+        for path, entry in r["counters"].items():
+            carry = CounterCarry(**entry)
+            report.counters[path] = merge(report.counters[path], carry) if path in report.counters else carry
+            report.counter_writes += carry.writes
+            report.counter_seconds = max(report.counter_seconds, carry.seconds)
     if errors:
         errors.sort(key=lambda e: _ERROR_ORDER.index(e["type"]) if e["type"] in _ERROR_ORDER else 99)
         raise_task_error(errors[0])

@@ -19,8 +19,9 @@ from metashift.stores import (
     paths,
 )
 
-from .rules import Judgement, Rules, Side, Verdict, counter_ok, judge
-from .tasks import source_counter
+from . import counters
+from .counters import CounterCarry, CounterCheck
+from .rules import Judgement, Rules, Side, Verdict, judge, restore_version
 
 #: Paths read per batch.
 _CHUNK = 500
@@ -34,7 +35,9 @@ class DeltaReport:
     written: int = 0
     deleted: int = 0
     write_ops: int = 0
-    counters: int = 0
+    counters: dict[str, CounterCarry] = field(default_factory=dict)
+    """What the carry did to each counter (``counters.carry``): O(1) writes for a ledger-id
+    generator however many ids the source handed out since the last pass."""
     conflicts: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -62,10 +65,14 @@ def _depth(path: str) -> int:
 async def carry(source: Store, target: Store, changed: Collection[str], rules: Rules) -> DeltaReport:
     """Make the target hold what the source holds now at each of ``changed``: restore what is
     missing or behind (parents first), delete what the source no longer has (children first),
-    re-create what was deleted and created again in the source, then move the counters whose
-    children changed. Ephemerals are the agents' business and excluded subtrees are left alone."""
+    re-create what was deleted and created again in the source, then carry the counters whose
+    children changed (``counters.carry``). Ephemerals are the agents' business and excluded
+    subtrees are left alone."""
     report = DeltaReport()
-    wanted = sorted({p for p in changed if not rules.is_excluded(p)}, key=lambda p: (_depth(p), p))
+    # the ids a ledger-id generator took meanwhile (made and deleted at once) are not read back,
+    # one by one: their counter is carried below, in the same writes however many there were
+    wanted = sorted({p for p in changed if not rules.is_excluded(p) and not rules.is_generated_id(p)},
+                    key=lambda p: (_depth(p), p))  # fmt: skip
     report.paths = len(wanted)
     deletions: list[str] = []
     made: set[str] = set()
@@ -76,7 +83,8 @@ async def carry(source: Store, target: Store, changed: Collection[str], rules: R
                 if tgt is not None and not tgt.ephemeral:
                     deletions.append(path)
                 continue
-            verdict = judge(src, tgt, counter=rules.is_counter(path)).verdict
+            keep = rules.keeps_version(path)
+            verdict = judge(src, tgt, counter=rules.is_counter(path), keep_version=keep).verdict
             if verdict is Verdict.EQUAL:
                 continue
             if verdict is Verdict.CONFLICT:
@@ -86,7 +94,9 @@ async def carry(source: Store, target: Store, changed: Collection[str], rules: R
                 # deleted and created again in the source: its version started over
                 await _delete_all(target, [path], report)
                 tgt = None
-            restores.append(Restore(path, src.value, src.version, -1 if tgt is None else tgt.version))
+            current = None if tgt is None else tgt.version
+            version = restore_version(src.version, current, keep)
+            restores.append(Restore(path, src.value, version, -1 if current is None else current))
         results = await target.restore_many(restores)
         orphans = [r for r, res in zip(restores, results, strict=True) if isinstance(res, NotFound)]
         if orphans:  # a store that keeps parents (ZooKeeper) lacks one the source (etcd) never had
@@ -101,12 +111,26 @@ async def carry(source: Store, target: Store, changed: Collection[str], rules: R
                 report.written += 1
                 report.write_ops += result
     await _delete_all(target, sorted(deletions, key=lambda p: (-_depth(p), p)), report)
-    for parent in sorted({p for p in (paths.parent(c) for c in changed) if p and rules.is_counter(p)}):
-        counter = await source_counter(source, parent)
-        if not counter_ok(counter, await target.sequence_counter(parent)):
-            report.write_ops += await target.advance_sequence_counter(parent, counter)
-            report.counters += 1
+    for path in counters_touched(changed, rules):
+        carried = await counters.carry(source, target, path, rules)
+        counters.merge_into(report.counters, carried)
+        report.write_ops += sum(c.writes for c in carried.values())
     return report
+
+
+def counters_touched(changed: Collection[str], rules: Rules) -> list[str]:
+    """The counters whose children (or, for a ledger-id generator, any of whose nodes) are
+    among ``changed``: one path per counter, one per generator."""
+    found: dict[str, str] = {}
+    for path in changed:
+        root = rules.ledger_root_of(path)
+        if root is not None:  # a node of the generator itself (a HOB- node made or gone)
+            found.setdefault(root, path)
+            continue
+        parent = paths.parent(path)
+        if parent and rules.is_counter(parent):
+            found.setdefault(rules.ledger_root_of(parent) or parent, parent)
+    return sorted(found.values())
 
 
 async def _ensure_parents(target: Store, path: str, report: DeltaReport, made: set[str]) -> None:
@@ -134,23 +158,29 @@ async def _delete_all(target: Store, doomed: list[str], report: DeltaReport) -> 
             report.conflicts.append((path, str(result)))
 
 
-async def check(source: Store, target: Store, changed: Collection[str], rules: Rules) -> list[tuple[str, str]]:
+async def check(
+    source: Store, target: Store, changed: Collection[str], rules: Rules, states: dict[str, CounterCheck] | None = None
+) -> list[tuple[str, str]]:
     """Exactly ``changed`` compared on both sides (and the counters above them): each mismatch as
-    (path, why). A path the source no longer has must be gone from the target too."""
+    (path, why). A path the source no longer has must be gone from the target too. ``states``:
+    where to put what the counters' checks found."""
     mismatches: list[tuple[str, str]] = []
-    wanted = sorted(p for p in changed if not rules.is_excluded(p))
+    wanted = sorted(p for p in changed if not rules.is_excluded(p) and not rules.is_generated_id(p))
     for start in range(0, len(wanted), _CHUNK):
         for path, src, tgt in await _read(source, target, wanted[start : start + _CHUNK]):
             if src is None or src.ephemeral:
                 if tgt is not None and not tgt.ephemeral:
                     mismatches.append((path, "only in the target: deleted in the source"))
                 continue
-            j: Judgement = judge(src, tgt, counter=rules.is_counter(path))
+            keep = rules.keeps_version(path)
+            j: Judgement = judge(src, tgt, counter=rules.is_counter(path), keep_version=keep)
             if j.verdict is not Verdict.EQUAL:
                 mismatches.append((path, j.detail))
-    for parent in sorted({p for p in (paths.parent(c) for c in changed) if p and rules.is_counter(p)}):
-        counter = await source_counter(source, parent)  # what the full verification checks
-        have = await target.sequence_counter(parent)
-        if not counter_ok(counter, have):
-            mismatches.append((parent, f"next sequential suffix {have} in the target, {counter} in the source"))
+    for path in counters_touched(changed, rules):  # what the full verification checks
+        for at, state in (await counters.check(source, target, path, rules)).items():
+            if states is not None:
+                states[at] = state
+            if not state.ok:
+                _, _, detail = counters.mismatch(at, state)
+                mismatches.append((at, detail))
     return mismatches

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from metashift.stores import MetadataStoreError, errors, parse_url
+
+from .counters import LEDGER_IDS, CounterCarry, CounterCheck
+
+T = TypeVar("T")
 
 # ---- errors ---------------------------------------------------------------------------------------
 
@@ -68,6 +73,10 @@ class VerifyReport:
     nodes: int = 0
     bytes: int = 0
     counters: int = 0
+    """Counter nodes of the source checked."""
+    counter_checks: dict[str, CounterCheck] = field(default_factory=dict)
+    """Each counter's promise as found: the source's next id, the target's, ok (a ledger-id
+    generator by ``R/idgen-long``: the next id Pulsar's generator hands out)."""
     vanished: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
     seconds: float = 0.0
@@ -94,18 +103,15 @@ class VerifyReport:
             f"in {self.seconds:.1f}s ({self.nodes_per_second:,.0f} nodes/s): "
             + ("all equal" if self.ok else f"{len(self.mismatches)} mismatches")
         ]
+        shown = _first(self.counter_checks, lambda c: (c.ok, c.scheme != LEDGER_IDS))
+        lines += [f"  counter   {p}: {c.carried}, next id {c.source} in the source, {c.target} in the target"
+                  + ("" if c.ok else "  NOT ABOVE") for p, c in shown]
+        if len(shown) < len(self.counter_checks):
+            lines.append(f"  counter   ... and {len(self.counter_checks) - len(shown)} more (all of them with --json)")
         lines += [f"  {m.kind:9} {m.path}: {m.detail}" for m in self.mismatches[:100]]
         if len(self.mismatches) > 100:
             lines.append(f"  ... and {len(self.mismatches) - 100} more (all of them with --json)")
         return "\n".join(lines)
-
-
-@dataclass
-class CounterReport:
-    source: int
-    target_before: int
-    target: int
-    writes: int
 
 
 @dataclass
@@ -124,7 +130,12 @@ class CopyReport:
     """Writes sent to the target, counters included."""
     write_amplification: float = 0.0
     """``write_ops`` per node written: keeping version V takes V+1 writes."""
-    counters: dict[str, CounterReport] = field(default_factory=dict)
+    counters: dict[str, CounterCarry] = field(default_factory=dict)
+    """What the copy did to each counter (``counters.CounterCarry``)."""
+    counter_writes: int = 0
+    """Writes the counters took (within ``write_ops``)."""
+    counter_seconds: float = 0.0
+    """The longest carry of a counter (they run beside the copy)."""
     seconds: float = 0.0
     nodes_per_second: float = 0.0
     bytes_per_second: float = 0.0
@@ -160,8 +171,11 @@ class CopyReport:
             f"copied {self.source} -> {self.target}",
             f"  nodes      {self.nodes} ({self.written} written, {self.unchanged} already equal), {_size(self.bytes)}",
             f"  skipped    {self.ephemerals_skipped} ephemerals",
-            "  counters   "
-            + (", ".join(f"{p} {c.source}->{c.target}" for p, c in sorted(self.counters.items())) or "none"),
+            f"  counters   {len(self.counters)}: {self.counter_writes} writes, {self.counter_seconds:.1f}s"
+            + "".join(f"\n    {p}: {c.carried}, next id {c.source} -> {c.target} ({c.writes} writes)"
+                      for p, c in _first(self.counters, lambda c: (c.scheme != LEDGER_IDS, -c.writes)))
+            + (f"\n    ... and {len(self.counters) - COUNTERS_SHOWN} more (all of them with --json)"
+               if len(self.counters) > COUNTERS_SHOWN else ""),
             f"  time       {self.seconds:.1f}s (listing {self.listing_seconds:.1f}s, copy {self.copy_seconds:.1f}s, "
             f"counters {self.counters_seconds:.1f}s beside it): {self.nodes_per_second:,.0f} nodes/s",
             f"  writes     {self.write_ops} ({self.write_amplification:.2f} per node written)",
@@ -169,6 +183,15 @@ class CopyReport:
         if self.verify is not None:
             lines.append(self.verify.text())
         return "\n".join(lines)
+
+
+#: Counters the text reports name at most (the ledger-id generators and the failing ones first).
+COUNTERS_SHOWN = 20
+
+
+def _first(items: dict[str, T], rank: Callable[[T], Any]) -> list[tuple[str, T]]:
+    """At most ``COUNTERS_SHOWN`` of ``items``, the lowest ``rank`` first, then by path."""
+    return sorted(sorted(items.items(), key=lambda kv: (rank(kv[1]), kv[0]))[:COUNTERS_SHOWN])
 
 
 def dumps(report: CopyReport | VerifyReport) -> str:

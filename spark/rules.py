@@ -1,5 +1,6 @@
 """The rules the copy and its verification share: what is copied, which nodes are sequence
-counters, and how a target node compares with its source node.
+counters (and how each is carried: ``counters.py``), and how a target node compares with its
+source node.
 
 Both jobs call ``judge`` on the same inputs, so a node the copy leaves alone is a node the
 verification accepts, and the other way round.
@@ -14,9 +15,12 @@ from metashift.stores import paths
 
 #: Subtrees never copied: ZooKeeper's own, and the migration's control nodes (PIP-454).
 DEFAULT_EXCLUDED = ("/zookeeper", "/pulsar/migration-coordinator")
-#: Parents whose sequential children's suffixes must keep growing (BookKeeper's ledger ids,
-#: Pulsar's producer-name counter). ``*`` matches one path segment.
-DEFAULT_COUNTERS = ("/ledgers/idgen", "/ledgers/idgen-long", "/ledgers/idgen-long/*", "/counters/*")
+#: Plain sequential parents whose suffixes must keep growing, carried exactly (Pulsar's
+#: producer-name counter). ``*`` matches one path segment.
+DEFAULT_COUNTERS = ("/counters/*",)
+#: Roots of BookKeeper's ledger-id generators (``R/idgen``, ``R/idgen-long/HOB-*``), carried by a
+#: jump (``ledger_ids.py``). BookKeeper's ``zkLedgersRootPath``, ``/ledgers`` by default.
+DEFAULT_LEDGERS_ROOTS = ("/ledgers",)
 
 
 @dataclass(frozen=True)
@@ -25,27 +29,73 @@ class Rules:
 
     excluded: tuple[str, ...] = DEFAULT_EXCLUDED
     counters: tuple[str, ...] = DEFAULT_COUNTERS
+    """Patterns of plain sequential parents (carried exactly)."""
+    ledgers_roots: tuple[str, ...] = DEFAULT_LEDGERS_ROOTS
+    """Roots of BookKeeper's ledger-id generators (carried by a jump where the layout allows)."""
     _excluded_below: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
     _counter_heads: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+    _ledger_nodes: dict[str, str] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _hob_heads: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for root in self.excluded:
             paths.validate(root)
         for pattern in self.counters:
             paths.validate(pattern)
+        for root in self.ledgers_roots:
+            paths.validate(root)
         # checked for every node, several times: a str.startswith of a tuple rejects most paths
         # at once (derived from the fields)
         below = tuple(r if r == paths.SEPARATOR else r + paths.SEPARATOR for r in self.excluded)
         object.__setattr__(self, "_excluded_below", below)
         object.__setattr__(self, "_counter_heads", tuple(_literal_head(p) for p in self.counters))
+        nodes = {}
+        for root in self.ledgers_roots:
+            nodes[paths.join(root, "idgen")] = root
+            nodes[paths.join(root, "idgen-long")] = root
+        object.__setattr__(self, "_ledger_nodes", nodes)
+        object.__setattr__(self, "_hob_heads", tuple(paths.join(r, "idgen-long") + "/" for r in self.ledgers_roots))
 
     def is_excluded(self, path: str) -> bool:
         return path in self.excluded or path.startswith(self._excluded_below)
 
+    def is_excluded_ancestor(self, path: str) -> bool:
+        """True for a proper ancestor of an excluded root (a parent a ZooKeeper store needs)."""
+        below = path if path == paths.SEPARATOR else path + paths.SEPARATOR
+        return any(root.startswith(below) for root in self.excluded)
+
     def is_counter(self, path: str) -> bool:
+        """A sequence counter: a plain one, or a node of a ledger-id generator."""
+        if self.ledger_root_of(path) is not None:
+            return True
         if not path.startswith(self._counter_heads):
             return False
         return any(path.startswith(_literal_head(p)) and _matches(p, path) for p in self.counters)
+
+    def ledger_root_of(self, path: str) -> str | None:
+        """The ledgers root whose id generator ``path`` belongs to (``R/idgen``,
+        ``R/idgen-long``, ``R/idgen-long/<any>``), else ``None``."""
+        root = self._ledger_nodes.get(path)
+        if root is not None or not path.startswith(self._hob_heads):
+            return root
+        head, _, name = path.rpartition(paths.SEPARATOR)
+        return self._ledger_nodes.get(head) if name and head.endswith("/idgen-long") else None
+
+    def is_generated_id(self, path: str) -> bool:
+        """A child of a ledger-id generator's counter (``R/idgen/ID-…``,
+        ``R/idgen-long/HOB-…/ID-…``): an ephemeral node the generators create and delete at once
+        to take an id. A delta does not read them back: only their counter moves."""
+        parent = paths.parent(path)
+        if parent is None:
+            return False
+        root = self.ledger_root_of(parent)
+        return root is not None and parent != paths.join(root, "idgen-long")
+
+    def keeps_version(self, path: str) -> bool:
+        """Whether the copy keeps the node's version. Not for the nodes of a ledger-id
+        generator: on etcd their version *is* their counter (Pulsar's layout), which the
+        generator's carry handles; nobody writes them conditionally."""
+        return self.ledger_root_of(path) is None
 
 
 def _literal_head(pattern: str) -> str:
@@ -86,16 +136,22 @@ class Judgement:
     detail: str
 
 
-def judge(source: Side, target: Side | None, *, counter: bool = False) -> Judgement:
+def judge(source: Side, target: Side | None, *, counter: bool = False, keep_version: bool = True) -> Judgement:
     """How the target's node stands against the source's, and why.
 
     A counter parent may be ahead in the target: on etcd its version *is* the sequence counter,
-    which the copy advances past the source's version on purpose.
+    which the copy advances past the source's version on purpose. Without ``keep_version``
+    only the value counts (``Rules.keeps_version``): a different one is ``BEHIND``.
     """
     if target is None:
         return Judgement(Verdict.MISSING, "missing", "missing in the target")
     if target.ephemeral:
         return Judgement(Verdict.CONFLICT, "ephemeral", "the target holds an ephemeral node there")
+    if not keep_version:
+        if target.value == source.value:
+            return Judgement(Verdict.EQUAL, "equal", "equal")
+        return Judgement(Verdict.BEHIND, "value", f"value differs ({len(target.value)} bytes in the target, "
+                                                  f"{len(source.value)} in the source)")
     if target.version < source.version:
         return Judgement(
             Verdict.BEHIND, "version", f"target version {target.version} is behind source version {source.version}"
@@ -114,6 +170,9 @@ def judge(source: Side, target: Side | None, *, counter: bool = False) -> Judgem
     return Judgement(Verdict.EQUAL, "equal", "equal")
 
 
-def counter_ok(source_counter: int, target_counter: int) -> bool:
-    """The target's next sequential suffix must be past every suffix the source handed out."""
-    return target_counter >= source_counter
+def restore_version(source_version: int, target_version: int | None, keep_version: bool) -> int:
+    """The version the copy brings a node to: the source's, or (``keep_version`` false) the
+    least that writes the value: created at 0, else one write past the target's."""
+    if keep_version:
+        return source_version
+    return 0 if target_version is None else target_version + 1

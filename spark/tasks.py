@@ -11,8 +11,9 @@ The copy of one partition streams: the source's subtrees are read page by page (
 (``rules.judge``), and the restores are packed across pages (``Store.restore_many`` of up to
 ``MAX_PENDING_WRITES`` writes: one etcd txn carries 128 distinct keys whatever the chunk they came
 from). A target that needs parents first (ZooKeeper) gets the pending restores before any node
-of a deeper level. A sequence counter is moved as soon as its node is in place, while the copy
-goes on.
+of a deeper level. A sequence counter is carried (``counters.carry``) as soon as its node is in
+place, while the copy goes on; a ledger-id generator once per task, whichever of its nodes comes
+first.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from metashift.stores import (
 )
 from metashift.stores.aio import run_loop
 
-from .rules import Judgement, Rules, Side, Verdict, counter_ok, judge
+from . import counters
+from .rules import Judgement, Rules, Side, Verdict, judge, restore_version
 
 #: A partition that failed because a store did not answer is run again (the copy resumes where
 #: it stopped: it reads the target first), after 2 s, then 4 s.
@@ -66,23 +68,18 @@ async def _with_stores(
         await source.close()
 
 
-async def source_counter(store: Store, parent: str) -> int:
-    """The next sequential suffix the target must reach for ``parent``: the exact one the source
-    would hand out next (``Store.sequence_counter``), learnt from one atomic read of the parent,
-    so every suffix the source ever issued is below it. Not ZooKeeper's reported cversion: it also
-    counts deletions, twice the exact suffix under BookKeeper's create-and-delete id generator,
-    and each step above the exact one costs the target a write for nothing."""
-    return await store.sequence_counter(parent)
+async def move_counter(source: Store, target: Store, path: str, rules: Rules, out: dict[str, Any]) -> None:
+    """Carry the counter at ``path`` (``counters.carry``); what it did goes in ``out``."""
+    add_carries(out, await counters.carry(source, target, path, rules))
 
 
-async def move_counter(source: Store, target: Store, parent: str, out: dict[str, Any]) -> None:
-    """Move ``parent``'s sequence counter in ``target`` past the source's; counted in ``out``."""
-    want = await source_counter(source, parent)
-    before = await target.sequence_counter(parent)
-    writes = await target.advance_sequence_counter(parent, want) if before < want else 0
-    after = await target.sequence_counter(parent) if writes else before
-    out["counters"][parent] = (want, before, after, writes)
-    out["write_ops"] += writes
+def add_carries(out: dict[str, Any], carries: dict[str, counters.CounterCarry]) -> None:
+    """Count ``carries`` in a task's result (``out["counters"]``: path -> ``CounterCarry`` dict)."""
+    for path, carry in carries.items():
+        had = out["counters"].get(path)
+        merged = carry if had is None else counters.merge(counters.CounterCarry(**had), carry)
+        out["counters"][path] = merged.to_dict()
+        out["write_ops"] += carry.writes
 
 
 def _new_copy_result() -> dict[str, Any]:
@@ -107,6 +104,8 @@ class Copier:
         self.pending_depth = 0
         self.conflicted: set[str] = set()
         self.counter_jobs: list[asyncio.Task[None]] = []
+        self.counters_seen: set[str] = set()
+        """Counters carried (or deferred) by this copier: a ledger-id generator by its root."""
         self.writing: asyncio.Task[None] | None = None
         """The restores sent last, still running while the next pages are read (targets that do
         not need parents first)."""
@@ -134,7 +133,8 @@ class Copier:
             out["nodes"] += 1
             out["bytes"] += len(node.value)
             counter = rules.is_counter(node.path)
-            j = judge(Side(node.value, node.version), _side(tgt), counter=counter)
+            keeps = rules.keeps_version(node.path)
+            j = judge(Side(node.value, node.version), _side(tgt), counter=counter, keep_version=keeps)
             if j.verdict is Verdict.EQUAL:
                 out["unchanged"] += 1
                 if counter:
@@ -146,9 +146,11 @@ class Copier:
                 depth = node.path.count(paths.SEPARATOR)
                 if self.pending and self.target.needs_parents and depth > self.pending_depth:
                     await self.flush()
-                self.pending.append(Restore(node.path, node.value, node.version, -1 if tgt is None else tgt.version))
+                current = -1 if tgt is None else tgt.version
+                version = restore_version(node.version, None if tgt is None else tgt.version, keeps)
+                self.pending.append(Restore(node.path, node.value, version, current))
                 self.pending_depth = depth
-                self.pending_writes += node.version - (-1 if tgt is None else tgt.version)
+                self.pending_writes += version - current
                 self.pending_bytes += len(node.value) + len(node.path)
                 if self.pending_writes >= MAX_PENDING_WRITES or self.pending_bytes >= MAX_PENDING_BYTES:
                     await self.flush(wait=False)
@@ -182,11 +184,16 @@ class Copier:
                 if self.rules.is_counter(restore.path):
                     self._move_counter(restore.path)
 
-    def _move_counter(self, parent: str) -> None:
+    def _move_counter(self, path: str) -> None:
+        key = self.rules.ledger_root_of(path) or path
+        if key in self.counters_seen:
+            return
+        self.counters_seen.add(key)
         if self.defer_counters:
-            self.out.setdefault("deferred_counters", []).append(parent)
+            self.out.setdefault("deferred_counters", []).append(path)
         else:
-            self.counter_jobs.append(asyncio.ensure_future(move_counter(self.source, self.target, parent, self.out)))
+            job = move_counter(self.source, self.target, path, self.rules, self.out)
+            self.counter_jobs.append(asyncio.ensure_future(job))
 
     async def finish(self) -> None:
         try:
@@ -295,12 +302,12 @@ async def copy_top(source: Store, target: Store, levels: list[list[str]], rules:
     return out
 
 
-async def move_counters(source_url: str, target_url: str, parents: list[str]) -> dict[str, Any]:
-    """Move the sequence counters of ``parents`` (the driver's, beside the Spark job)."""
+async def move_counters(source_url: str, target_url: str, parents: list[str], rules: Rules) -> dict[str, Any]:
+    """Carry the sequence counters of ``parents`` (the driver's, beside the Spark job)."""
     out = _new_copy_result()
 
     async def body(source: Store, target: Store) -> None:
-        await asyncio.gather(*(move_counter(source, target, p, out) for p in parents))
+        await asyncio.gather(*(move_counter(source, target, p, rules, out) for p in parents))
 
     try:
         await _with_stores(source_url, target_url, body)
@@ -314,7 +321,7 @@ async def move_counters(source_url: str, target_url: str, parents: list[str]) ->
 
 def _new_verify_result() -> dict[str, Any]:
     return {"nodes": 0, "bytes": 0, "vanished": 0, "ephemerals": 0, "counters": 0, "mismatches": [], "error": None,
-            "listed": 0}  # fmt: skip
+            "listed": 0, "counter_checks": {}}  # fmt: skip
 
 
 def verify_partition(roots: list[str], source_url: str, target_url: str, rules: Rules, progress: Any = None) -> dict:
@@ -351,7 +358,9 @@ async def verify_pages(
     node (``rules.judge``, the copy's own), the counters, and the persistent target nodes the
     source does not have ("extra"), except the parents of source nodes that the target needs
     and the source does not (etcd keeps no parents; ZooKeeper must), the empty parents a
-    ZooKeeper target made for ephemerals re-created in it (a migration's), and ``parents_ok``."""
+    ZooKeeper target made for ephemerals re-created in it (a migration's) or for the excluded
+    subtrees (the floors of retired counters), the empty nodes a ledger-id generator's jump
+    made, and ``parents_ok``."""
     src: dict[str, NodeRead] = {}
     seen: set[str] = set()
     ephemeral_ancestors: set[str] = set()
@@ -371,20 +380,24 @@ async def verify_pages(
         for node in page:
             if not rules.is_excluded(node.path):
                 tgt[node.path] = node
+    checked: set[str] = set()
     for path, node in src.items():
         out["nodes"] += 1
         out["bytes"] += len(node.value)
         counter = rules.is_counter(path)
-        j: Judgement = judge(Side(node.value, node.version), _side(tgt.get(path)), counter=counter)
+        keep = rules.keeps_version(path)
+        j: Judgement = judge(Side(node.value, node.version), _side(tgt.get(path)), counter=counter, keep_version=keep)
         if j.verdict is not Verdict.EQUAL:
             out["mismatches"].append((path, j.kind, j.detail))
         if counter:
             out["counters"] += 1
-            want, have = await source_counter(source, path), await target.sequence_counter(path)
-            if not counter_ok(want, have):
-                out["mismatches"].append(
-                    (path, "counter", f"next sequential suffix {have} in the target, {want} in the source")
-                )
+            key = rules.ledger_root_of(path) or path
+            if key not in checked:
+                checked.add(key)
+                for at, state in (await counters.check(source, target, path, rules)).items():
+                    out["counter_checks"][at] = state.to_dict()
+                    if not state.ok:
+                        out["mismatches"].append(counters.mismatch(at, state))
     source_paths = sorted(src)
     for path, node in tgt.items():
         if path in src or node.ephemeral or (parents_ok is not None and path in parents_ok and path not in seen):
@@ -393,8 +406,10 @@ async def verify_pages(
         i = bisect.bisect_left(source_paths, below)
         if i < len(source_paths) and source_paths[i].startswith(below):
             continue
-        if not node.value and node.version == 0 and path in ephemeral_ancestors:
+        if not node.value and node.version == 0 and (path in ephemeral_ancestors or rules.is_excluded_ancestor(path)):
             continue
+        if not node.value and rules.ledger_root_of(path) is not None and path not in seen:
+            continue  # made by the ledger-id generator's jump (a HOB- node and its parent)
         out["mismatches"].append(
             (path, "extra", f"only in the target (version {node.version}, {len(node.value)} bytes)")
         )

@@ -16,6 +16,7 @@ from metashift.stores import open_store
 from metashift.stores.aio import run_loop as run
 
 from . import tasks
+from .counters import CounterCheck
 from .job import SparkStarter, check_urls, run_partitions
 from .plan import Split, min_roots, split_tree
 from .report import EmptySource, Mismatch, NoProgress, Progress, VerifyReport, raise_task_error
@@ -59,11 +60,14 @@ def verify_tree(
     for r in results:
         if r["error"]:
             raise_task_error(r["error"])
-    mismatches = [Mismatch(*m) for r in results for m in r["mismatches"]]
+    mismatches = [Mismatch(*m) for m in sorted({tuple(m) for r in results for m in r["mismatches"]})]
     report.nodes = sum(r["nodes"] for r in results)
     report.bytes = sum(r["bytes"] for r in results)
     report.vanished = sum(r["vanished"] for r in results)
     report.counters = sum(r["counters"] for r in results)
+    for r in results:  # a ledger-id generator is checked by every task that meets one of its nodes
+        for path, state in r["counter_checks"].items():
+            report.counter_checks[path] = CounterCheck(**state)
     report.listed_by_driver = split.top_nodes + len(split.roots)
     report.listed_by_executors = sum(r["listed"] for r in results[1:])
     report.mismatches = sorted(mismatches, key=lambda m: (m.path, m.kind))

@@ -26,6 +26,12 @@ parent) on a local ZooKeeper, copied to a local etcd with its default 2 GiB quot
     metashift bench copy --topics 17000       # ~100k nodes
     metashift bench copy --topics 170000      # ~1M nodes
     metashift bench copy --flat 50000         # 50k nodes at version 0 under one parent
+    metashift bench copy --topics 17000 --ledger-ids 100000000   # a generator that issued 10^8 ids
+
+``--ledger-ids N`` / ``--producer-names N``: the tree's ledger-id generator (carried by a jump)
+and producer-name counter (carried exactly) have handed out that many ids; ``copy.counters``
+says, per counter, how it was carried, its writes and seconds (``counter_writes``,
+``counter_seconds``: all of them), and ``generate`` what raising them cost.
 
 The kazoo baseline needs kazoo, which metashift itself does not: ``pip install 'metashift[bench]'``
 (the test extras have it too).
@@ -48,8 +54,8 @@ from typing import Any
 
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.sample_tree import generate
+from metashift.spark.ledger_ids import issued_below
 from metashift.spark.rules import Rules
-from metashift.spark.tasks import source_counter
 from metashift.stores import DeleteOp, PutOp, Restore, Store, open_store
 
 
@@ -119,8 +125,9 @@ class PeakMemory:
 
 async def _all_paths(store: Store) -> tuple[list[str], int]:
     """The paths the copy copies, and the store writes it makes on an etcd target: V+1 puts per
-    node (a version is kept by counting puts), and the steps that bring each sequence counter
-    (the parent key's version) from V+1 to the source's next sequential suffix."""
+    node (a version is kept by counting puts), and the steps that bring each plain sequence
+    counter (the parent key's version) from V+1 to the source's next sequential suffix (a
+    ledger-id generator's nodes: one write each, and its jump: two)."""
     rules = Rules()
     out: list[str] = []
     writes = 0
@@ -128,9 +135,12 @@ async def _all_paths(store: Store) -> tuple[list[str], int]:
         for n in page:
             if not n.ephemeral:
                 out.append(n.path)
+                if rules.ledger_root_of(n.path) is not None:
+                    writes += 2
+                    continue
                 writes += n.version + 1
                 if rules.is_counter(n.path):
-                    writes += max(0, await source_counter(store, n.path) - (n.version + 1))
+                    writes += max(0, await issued_below(store, n.path) - (n.version + 1))
     return out, writes
 
 
@@ -271,6 +281,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--topics", type=int, default=17_000, help="tree size (about 6 nodes per topic)")
     parser.add_argument("--flat", type=int, default=0, metavar="N", help="a flat tree of N nodes at version 0 instead")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--ledger-ids", type=int, default=0, metavar="N",
+                        help="the ledger ids the tree's generator has handed out (below 2^31 - 1)")
+    parser.add_argument("--producer-names", type=int, default=0, metavar="N",
+                        help="the ids the tree's producer-name counter has handed out")
     parser.add_argument("--baseline-seconds", type=float, default=60.0, help="time budget of the kazoo baseline")
     parser.add_argument("--spark-master", default=None)
     parser.add_argument("--etcd-quota", type=int, default=0, help="etcd --quota-backend-bytes (default etcd's: 2 GiB)")
@@ -281,7 +295,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return 2
 
     out: dict[str, Any] = {"tree": f"flat {args.flat}" if args.flat else f"topics {args.topics}", "seed": args.seed,
-                           "cpus": os.cpu_count()}  # fmt: skip
+                           "cpus": os.cpu_count(), "ledger_ids": args.ledger_ids,
+                           "producer_names": args.producer_names}  # fmt: skip
     zk = LocalZooKeeper(heap_mb=4096)
     etcd = LocalEtcd(quota_backend_bytes=args.etcd_quota or None)
     with zk, etcd:
@@ -295,9 +310,12 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 if args.flat:
                     made = await _flat_tree(store, args.flat, args.seed)
                 else:
-                    tree = await generate(store, args.topics, args.seed, ephemerals=True)
+                    tree = await generate(store, args.topics, args.seed, ephemerals=True, ledger_ids=args.ledger_ids,
+                                          producer_names=args.producer_names)  # fmt: skip
                     made = {"nodes": tree.persistent, "bytes": tree.bytes, "writes": tree.writes,
-                            "max_version": tree.max_version}  # fmt: skip
+                            "max_version": tree.max_version, "counters": tree.counters,
+                            "counter_writes": tree.counter_writes,
+                            "counter_seconds": round(tree.counter_seconds, 1)}  # fmt: skip
                 made["seconds"] = round(time.monotonic() - started, 1)
                 all_paths = await _all_paths(store)
             finally:
@@ -332,6 +350,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             "write_amplification": round(report["write_amplification"], 2), "partitions": report["partitions"],
             "compactions": report["compactions"], "listed_by_driver": report["listed_by_driver"],
             "listed_by_executors": report["listed_by_executors"],
+            "counter_writes": report["counter_writes"], "counter_seconds": round(report["counter_seconds"], 2),
+            "counters": {p: {k: c[k] for k in ("carried", "source", "target", "writes")} | {
+                "seconds": round(c["seconds"], 2)} for p, c in sorted(report["counters"].items())},
         }  # fmt: skip
         out["verify"] = {
             "ok": verified.get("ok"), "mismatches": verified.get("mismatch_count"), "nodes": verified.get("nodes"),

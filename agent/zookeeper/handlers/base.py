@@ -12,6 +12,7 @@ from typing import Any
 from metashift.agent.errors import HeldForMigration
 from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
+from metashift.agent.sequence_floors import SequenceFloors
 from metashift.agent.sessions import SessionRegistry
 from metashift.agent.zookeeper.codec import Err, ZStat
 from metashift.agent.zookeeper.session import ZkSessions
@@ -129,6 +130,7 @@ class HandlerBase:
         self.registry = registry
         self.sessions = sessions
         self.watches = watches
+        self.floors = SequenceFloors(router)
         self.zxid = Zxid()
 
     @property

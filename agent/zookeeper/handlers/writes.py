@@ -9,7 +9,9 @@ ephemerals are recorded in the ``SessionRegistry`` under the ZooKeeper session's
 Sequential names are ZooKeeper's (ten digits): on a ZooKeeper store they are ZooKeeper's own; on
 etcd the counter is the parent key's version (Pulsar's layout, bumped by a compare-and-set that
 keeps the parent's value), raised above every existing child's number so a lock queue never goes
-backwards after a migration."""
+backwards after a migration. Under a counter that a migration retired (a ledger-id generator's
+old counters, ``metashift.agent.sequence_floors``), on either store, the number is taken from
+the counter's floor instead: a client that still uses it gets ids above the source's."""
 
 from __future__ import annotations
 
@@ -94,9 +96,19 @@ class WriteRequests(HandlerBase):
     async def _put_new(self, store: MetadataStore, path: str, data: bytes, ephemeral: bool, sequential: bool) -> Stat:
         if not sequential:
             return await store.put(path, data, -1, ephemeral=ephemeral)
+        parent = parent_of(path)
+        for _ in range(MAX_ATTEMPTS):
+            taken = await self.floors.take(store, parent)
+            if taken is None:
+                break
+            try:
+                return await store.put(f"{path}{taken:010d}", data, -1, ephemeral=ephemeral)
+            except AlreadyExists:
+                continue
+        else:
+            raise ZkError(Err.SYSTEMERROR, f"no free sequential name under {parent}")
         if store.url.scheme == "zk":  # ZooKeeper's own sequential names
             return await store.put(path, data, -1, ephemeral=ephemeral, sequential=True)
-        parent = parent_of(path)
         for _ in range(MAX_ATTEMPTS):
             counter = await self._next_sequence(store, parent)
             name = f"{path}{counter:010d}"

@@ -20,6 +20,8 @@ from .repeat import Chain, repeat_puts
 #: Keys per page of ``walk`` (values included). etcd 3.4 walks the whole rest of the range for every
 #: limited page, so few large pages beat many small ones (200k keys: 1.3 s at 10k, 3.4 s at 1k).
 WALK_PAGE_KEYS = 10_000
+#: Steps of a sequence counter between two compactions of the history (~50 MB of it).
+COMPACT_EVERY_STEPS = 1_000_000
 #: Txns a bulk write keeps in flight; the final puts of a restore.
 _BULK_TXNS_IN_FLIGHT = 32
 _FINAL_TXNS_IN_FLIGHT = 8
@@ -195,22 +197,44 @@ class EtcdBulk(EtcdOperations, BulkStore):
         return int(resp.kvs[0].version) if resp.kvs else None
 
     async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
-        """The counter is the parent key's version: blind puts of its own value, in parallel
-        (their order does not matter, all write the same bytes), until it reaches ``at_least``."""
-        paths.validate(parent)
-        counter = await self.sequence_counter(parent)
-        if counter >= at_least:
-            return 0
-        current = await self.get(parent)
-        value = current[0] if current is not None else b""
-        need = at_least - counter
-        failed: dict[int, MetadataStoreError] = {}
-        # one put per step, many in flight: etcd commits concurrent proposals in batches
-        chain = (self._keys.key(parent), value, need, 0)
-        await repeat_puts(self._conn, [chain], failed, self._txn_ops, self._txn_bytes)
-        if failed:
-            raise failed[0]
-        return need
+        return await self.advance_sequence_counters({parent: at_least})
+
+    async def advance_sequence_counters(self, wanted: dict[str, int]) -> int:
+        """Each counter is its parent key's version: blind puts of the key's own value (their
+        order does not matter, all write the same bytes), one request per step and many in
+        flight, the steps of several counters sharing txns (``repeat_puts``), until each
+        reaches its target. Every ``COMPACT_EVERY_STEPS`` steps the history is compacted (in
+        the background), so that a counter of any size fits in the server's quota."""
+        chains: list[Chain] = []
+        for parent, at_least in sorted(wanted.items()):
+            paths.validate(parent)
+            counter = await self.sequence_counter(parent)
+            if counter >= at_least:
+                continue
+            current = await self.get(parent)
+            value = current[0] if current is not None else b""
+            chains.append((self._keys.key(parent), value, at_least - counter, parent))
+        total = 0
+        while chains:
+            # a slice of at most COMPACT_EVERY_STEPS steps, shared out over the chains
+            budget = COMPACT_EVERY_STEPS
+            now: list[Chain] = []
+            later: list[Chain] = []
+            for key, value, count, tag in sorted(chains, key=lambda c: c[2]):
+                share = min(count, max(1, budget // (len(chains) - len(now))))
+                budget -= share
+                now.append((key, value, share, tag))
+                if count > share:
+                    later.append((key, value, count - share, tag))
+            failed: dict[Any, MetadataStoreError] = {}
+            await repeat_puts(self._conn, now, failed, self._txn_ops, self._txn_bytes)
+            if failed:
+                raise next(iter(failed.values()))
+            total += sum(c[2] for c in now)
+            chains = later
+            if chains:
+                await self.compact_history(wait=False)
+        return total
 
     async def compact_history(self, *, wait: bool = True) -> None:
         """Compact etcd's history up to now (it is global: every key's old revisions go).

@@ -15,6 +15,7 @@ from .. import errors, paths
 from ..batching import OP_OVERHEAD, pack
 from ..bulk import COUNTER_PROBE, BulkStore, NodeInfo, NodeRead, Restore, restore_by_puts
 from ..ops import GetOp
+from .counter_bumps import MULTI_SECONDS, BumpMulti, send_bumps
 from .errors import map_error
 from .fast_reads import OPCODE_GET_CHILDREN, OPCODE_GET_DATA, MultiReadRequest
 from .operations import MULTI_MAX_BYTES, MULTI_MAX_OPS, ZooKeeperOperations, multi_request
@@ -338,8 +339,9 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
         return (int(zstat.child_version) + int(zstat.num_children)) // 2
 
     async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
-        """Every child creation moves the counter by one: multis of (create, delete) of a
-        throw-away child, pipelined, until it is reached."""
+        """Every child creation moves the counter by one: (create, delete) pairs of a throw-away
+        child in multis serialized once and sent many at a time (``counter_bumps``), until it
+        is reached. The parent is created (empty) when missing."""
         paths.validate(parent)
         counter = await self.sequence_counter(parent)
         if counter >= at_least:
@@ -348,19 +350,24 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
             await self.put(parent, b"")
             counter = await self.sequence_counter(parent)
         probe = self._namespace.full(paths.join(parent, COUNTER_PROBE))
-        pairs = at_least - counter
-        per_multi = MULTI_MAX_OPS // 2
-        sem = asyncio.Semaphore(_MULTIS_IN_FLIGHT)
+        steps = at_least - counter
+        timeout = max(self.url.call_timeout, MULTI_SECONDS)
 
-        async def bump(n: int) -> None:
-            multi = multi_request()
-            for _ in range(n):
-                multi.add(self._create_request(probe, b"", False, False))
-                multi.add(protocol.DeleteRequest(path=probe, version=-1))
-            async with sem:
-                response = await self._call(multi, parent)
-            if any(isinstance(a, Exception) for a in response.responses):
-                raise errors.MetadataStoreError("could not advance the sequence counter", parent)
+        async def send(request: BumpMulti) -> int:
+            future = self._session.send_now(request)
+            if future is None:
+                raise errors.StoreUnavailable("the session is not connected", parent)
+            try:
+                async with asyncio.timeout(timeout):
+                    _zxid, code = await future
+            except (TimeoutError, OSError, zk_exc.ConnectError, zk_exc.ConnectionLoss, zk_exc.SessionExpired) as e:
+                raise map_error(e, parent, self.url) from e
+            except zk_exc.ZKError as e:  # the whole multi refused (an error in the answer's header)
+                return int(getattr(e, "error_code", -1) or -1)
+            return int(code)
 
-        await asyncio.gather(*(bump(min(per_multi, pairs - k)) for k in range(0, pairs, per_multi)))
-        return 2 * pairs
+        try:
+            await send_bumps(send, probe, self._acl, steps)
+        except RuntimeError as e:
+            raise errors.MetadataStoreError(f"could not advance the sequence counter: {e}", parent) from None
+        return 2 * steps

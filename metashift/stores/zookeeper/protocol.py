@@ -33,6 +33,7 @@ from aiozk.retry import RetryPolicy as AiozkRetryPolicy
 from aiozk.session import Session
 from aiozk.states import SessionStateMachine, States
 
+from .counter_bumps import OPCODE_BUMPS, bump_error
 from .fast_reads import (
     OPCODE_GET_CHILDREN,
     OPCODE_GET_DATA,
@@ -162,7 +163,7 @@ class ZKConnection(Connection):
         """aiozk's, reading header and payload at once (one timer, none when the bytes are
         already buffered: pipelined answers usually are), with getData, getChildren and
         multiRead answers parsed by ``struct`` instead of aiozk's generic parts (the hot spot of
-        bulk reads; ``fast_reads``)."""
+        bulk reads; ``fast_reads``), and counter bumps only scanned for a failure (``counter_bumps``)."""
         if initial_connect or self.pending_specials[protocol.CLOSE_XID]:
             return await super().read_response(initial_connect)
         reader = self.reader
@@ -188,6 +189,8 @@ class ZKConnection(Connection):
             return xid, zxid, get_data_response(raw, REPLY_HEADER.size)[0]
         if opcode == OPCODE_GET_CHILDREN:
             return xid, zxid, get_children_response(raw, REPLY_HEADER.size)[0]
+        if opcode == OPCODE_BUMPS:
+            return xid, zxid, bump_error(raw, REPLY_HEADER.size)
         if opcode == OPCODE_MULTI_READ:
             try:
                 return xid, zxid, multi_read_response(raw, REPLY_HEADER.size)

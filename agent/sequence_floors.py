@@ -1,0 +1,67 @@
+"""Sequential names under the counters a migration retired, for the agent's ZooKeeper front and
+gRPC gateway.
+
+A migration carries BookKeeper's ledger-id generator by a jump and leaves a floor for each counter
+it retires (``metashift.stores.sequence_floors``). A client that read the generator before the
+switch may still create sequential nodes under a retired counter (BookKeeper keeps whether
+``idgen-long`` exists and its ``HOB-`` list for as long as it runs; Pulsar's store caches
+``exists`` and children for minutes). Under a parent with a floor the agent names the node after
+the floor's next id, taken by a compare-and-set, so those ids are above every id the source
+handed out too.
+
+Which parents have a floor is read once per store and kept: a store gains floors only as a
+migration's target, before any agent routes to it (the cache of a store is dropped when the
+router switches to it, all the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+
+from metashift.agent.router import Router
+from metashift.stores import MetadataStore, PutOp, paths
+from metashift.stores.sequence_floors import floored_parents, take_from_floor
+
+
+class SequenceFloors:
+    """The floors of one agent's stores (see the module doc)."""
+
+    def __init__(self, router: Router) -> None:
+        self._parents: weakref.WeakKeyDictionary[MetadataStore, asyncio.Future[set[str]]] = (
+            weakref.WeakKeyDictionary()
+        )
+        router.on_switch(self._switched)
+
+    def _switched(self, old: MetadataStore, new: MetadataStore) -> None:
+        self._parents.pop(new, None)
+
+    async def _floored(self, store: MetadataStore) -> set[str]:
+        known = self._parents.get(store)
+        if known is None:
+            known = asyncio.ensure_future(floored_parents(store))
+            self._parents[store] = known
+        try:
+            return await asyncio.shield(known)
+        except BaseException:
+            if self._parents.get(store) is known and known.done():
+                del self._parents[store]  # not kept: read again next time
+            raise
+
+    async def take(self, store: MetadataStore, parent: str) -> int | None:
+        """The next id of ``parent``'s floor in ``store``, taken; ``None`` when it has none."""
+        if parent not in await self._floored(store):
+            return None
+        return await take_from_floor(store, parent)
+
+    async def named(self, store: MetadataStore, op: PutOp) -> PutOp:
+        """``op`` itself, or for a sequential put under a parent with a floor, the create of the
+        name the floor gives (with ``store``'s own suffix: ten digits on ZooKeeper, plain on
+        etcd, as Pulsar names them)."""
+        if not op.sequential:
+            return op
+        taken = await self.take(store, paths.parent(op.path) or paths.SEPARATOR)
+        if taken is None:
+            return op
+        suffix = f"{taken:010d}" if store.url.scheme == "zk" else str(taken)
+        return PutOp(op.path + suffix, op.value, -1, op.ephemeral, False)

@@ -1,0 +1,173 @@
+"""Pulsar's and BookKeeper's ledger-id generators, rewritten line for line from their sources, so
+that tests hand out ledger ids exactly as a cluster reading a store would.
+
+- ``PulsarLedgerIdGenerator``: apache/pulsar pulsar-metadata,
+  ``org.apache.pulsar.metadata.bookkeeper.PulsarLedgerIdGenerator``, over a metashift store (whose
+  API is Pulsar's ``MetadataStore``: on etcd, its sequential puts are Pulsar's own layout);
+- ``KazooLongLedgerIdGenerator``: apache/bookkeeper ``LongZkLedgerIdGenerator`` over
+  ``ZkLedgerIdGenerator``, on a kazoo client (a ZooKeeper server or the agent's ZooKeeper front),
+  its caches included: the existence of ``idgen-long`` and the list of ``HOB-`` nodes, once read,
+  are kept (what a running bookie or broker does across a migration).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Any
+
+from metashift.stores import BadVersion, MetadataStore
+
+INTEGER_MAX = 2**31 - 1
+HOB_PREFIX = "HOB-"
+_PARSE_LONG = re.compile(r"[+-]?[0-9]+")
+
+
+def parse_long(text: str) -> int | None:
+    """``Long.parseLong``, ``None`` where it throws ``NumberFormatException``."""
+    if not _PARSE_LONG.fullmatch(text):
+        return None
+    value = int(text)
+    return value if -(2**63) <= value < 2**63 else None
+
+
+def id_from_gen_path(node_name: str, ledger_prefix: str) -> int:
+    """``getLedgerIdFromGenPath``: ``Long.parseLong(nodeName.split(ledgerPrefix)[last])``."""
+    parts = [p for p in re.split(re.escape(ledger_prefix), node_name)]
+    while parts and parts[-1] == "":  # Java's split drops trailing empty strings
+        parts.pop()
+    value = parse_long(parts[-1])
+    if value is None:
+        raise ValueError(f"cannot extract a ledger id from {node_name}")
+    return value
+
+
+def format_half_id(i: int) -> str:
+    return f"{i:010d}"
+
+
+class PulsarLedgerIdGenerator:
+    """``PulsarLedgerIdGenerator`` (no caches of its own: Pulsar's store answers ``exists`` and
+    ``getChildren``; a fresh store has nothing cached)."""
+
+    def __init__(self, store: MetadataStore, ledgers_root: str = "/ledgers") -> None:
+        self.store = store
+        self.ledger_id_gen_path = ledgers_root + "/idgen-long"
+        self.short_id_gen_path = ledgers_root + "/idgen"
+
+    async def generate_ledger_id(self) -> int:
+        if await self.store.exists(self.ledger_id_gen_path):
+            return await self._generate_long_ledger_id()
+        return await self._generate_short_ledger_id()
+
+    async def _generate_short_ledger_id(self) -> int:
+        if not await self.store.exists(self.short_id_gen_path):
+            await self.store.put(self.short_id_gen_path, b"", None)
+        ledger_prefix = self.short_id_gen_path + "/ID-"
+        stat = await self.store.put(ledger_prefix, b"", -1, ephemeral=True, sequential=True)
+        await self.store.delete(stat.path)
+        ledger_id = id_from_gen_path(stat.path, ledger_prefix)
+        if ledger_id < 0 or ledger_id >= INTEGER_MAX:
+            await self.store.put(self.ledger_id_gen_path, b"", None)
+            return await self._generate_long_ledger_id()
+        return ledger_id
+
+    async def _generate_long_ledger_id(self) -> int:
+        ledger_prefix = self.ledger_id_gen_path + "/" + HOB_PREFIX
+        high_order_directories = await self.store.get_children(self.ledger_id_gen_path)
+        numbers = [n for n in (parse_long(t.replace(HOB_PREFIX, "")) for t in high_order_directories) if n is not None]
+        if not numbers:
+            return await self._create_hob_path_and_generate_id(ledger_prefix, 1)
+        high_bits = max(numbers)
+        ledger_id = await self._generate_long_ledger_id_low_bits(ledger_prefix, high_bits)
+        if len(high_order_directories) > 3:
+            for high in sorted(numbers)[:-3]:
+                with contextlib.suppress(Exception):
+                    await self.store.delete(ledger_prefix + format_half_id(high), 0)
+        return ledger_id
+
+    async def _create_hob_path_and_generate_id(self, ledger_prefix: str, hob: int) -> int:
+        with contextlib.suppress(BadVersion):  # other threads or nodes may create it at once
+            await self.store.put(ledger_prefix + format_half_id(hob), b"", None)
+        return await self._generate_long_ledger_id()
+
+    async def _generate_long_ledger_id_low_bits(self, ledger_prefix: str, high_bits: int) -> int:
+        high_path = ledger_prefix + format_half_id(high_bits)
+        result = await self.generate_ledger_id_impl(high_path + "/ID-")
+        if 0 <= result < INTEGER_MAX:
+            return (high_bits << 32) | result
+        return await self._create_hob_path_and_generate_id(ledger_prefix, high_bits + 1)
+
+    async def generate_ledger_id_impl(self, prefix: str) -> int:
+        stat = await self.store.put(prefix, b"", -1, ephemeral=True, sequential=True)
+        await self.store.delete(stat.path)
+        return id_from_gen_path(stat.path, prefix)
+
+
+class KazooLongLedgerIdGenerator:
+    """BookKeeper's ``LongZkLedgerIdGenerator`` over ``ZkLedgerIdGenerator`` (hierarchical layout),
+    on a kazoo client, with its caches."""
+
+    def __init__(self, zk: Any, ledgers_path: str = "/ledgers") -> None:
+        self.zk = zk
+        self.ledger_id_gen_path = ledgers_path + "/idgen-long"
+        self.short_prefix = ledgers_path + "/idgen/ID-"
+        self.high_order_directories: list[str] | None = []
+        self.status: bool | None = None  # UNKNOWN, then PRESENT (True) or NOT_PRESENT (False)
+
+    def generate_ledger_id(self) -> int:
+        if not self._ledger_id_gen_path_present():
+            ledger_id = self._zk_generate(self.short_prefix)
+            if ledger_id is not None:
+                return ledger_id
+            # LedgerIdOverflowException: create idgen-long (full path, optimistic), then long ids
+            with contextlib.suppress(Exception):
+                self.zk.create(self.ledger_id_gen_path, b"", makepath=True)
+            self.status = True
+        return self._generate_long_ledger_id()
+
+    def _ledger_id_gen_path_present(self) -> bool:
+        if self.status is None:
+            self.status = self.zk.exists(self.ledger_id_gen_path) is not None
+        return self.status
+
+    def _zk_generate(self, ledger_prefix: str) -> int | None:
+        """``ZkLedgerIdGenerator.generateLedgerIdImpl``: ``None`` for LedgerIdOverflowException."""
+        path = self.zk.create(ledger_prefix, b"", ephemeral=True, sequence=True, makepath=True)
+        ledger_id = id_from_gen_path(path, ledger_prefix)
+        self.zk.delete(path)
+        if ledger_id < 0 or ledger_id >= INTEGER_MAX:
+            return None
+        return ledger_id
+
+    def _generate_long_ledger_id(self) -> int:
+        ledger_prefix = self.ledger_id_gen_path + "/" + HOB_PREFIX
+        refreshed = False
+        if self.high_order_directories is None:
+            refreshed = True
+            self.high_order_directories = self.zk.get_children(self.ledger_id_gen_path)
+        numbers = [n for n in (parse_long(t.replace(HOB_PREFIX, "")) for t in self.high_order_directories)
+                   if n is not None]  # fmt: skip
+        if not numbers:
+            if not refreshed:
+                self.high_order_directories = None
+                return self._generate_long_ledger_id()
+            return self._create_hob_path_and_generate_id(ledger_prefix, 1)
+        high_bits = max(numbers)
+        low = self._zk_generate(ledger_prefix + format_half_id(high_bits) + "/ID-")
+        if len(self.high_order_directories) > 3:
+            self.high_order_directories = None
+            for high in sorted(numbers)[:-3]:
+                with contextlib.suppress(Exception):
+                    self.zk.delete(ledger_prefix + format_half_id(high), version=0)
+        if low is None:
+            return self._create_hob_path_and_generate_id(ledger_prefix, high_bits + 1)
+        return (high_bits << 32) | low
+
+    def _create_hob_path_and_generate_id(self, ledger_prefix: str, hob: int) -> int:
+        from kazoo.exceptions import NodeExistsError
+
+        with contextlib.suppress(NodeExistsError):
+            self.zk.create(ledger_prefix + format_half_id(hob), b"")
+        self.high_order_directories = None
+        return self._generate_long_ledger_id()
