@@ -48,6 +48,8 @@ class AgentProcess:
     hold_timeout: float
     prepare_timeout: float
     spark_master: str | None = None
+    zk_listen: str | None = None
+    """``host:port``: also serve ZooKeeper's protocol there (a stock broker or bookie dials it)."""
     process: asyncio.subprocess.Process | None = None
     killed: bool = False
 
@@ -96,6 +98,8 @@ class AgentProcess:
         ]
         if self.spark_master:
             lines.append(f"spark_master = {_toml(self.spark_master)}")
+        if self.zk_listen:
+            lines += ["", "[zookeeper]", f"listen = {_toml(self.zk_listen)}"]
         return "\n".join(lines) + "\n"
 
     async def start(self) -> None:

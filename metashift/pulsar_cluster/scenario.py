@@ -1,0 +1,279 @@
+"""The migration of a real Pulsar cluster under traffic, and what it is judged by.
+
+``MigrationRun``: the workload starts (producers, consumers, the admin loop); ``metashift migrate
+start --wait`` moves the metadata ZooKeeper -> etcd as an operator runs it; the traffic goes on
+after the switch, then every message is accounted for; the Pulsar processes' own logs and metrics
+are read (restarts, lost sessions, metadata errors, ledger ids, the longest metadata operation);
+last, the bookie and brokers are restarted on Pulsar's own etcd URLs with no agent and must read
+everything back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from metashift.migration.flag import read_flag
+from metashift.sandbox.report import freeze_window
+from metashift.stores import open_store
+
+from . import evidence, workload
+from .admin import PulsarAdmin
+from .cluster import BOOKIE_READY, BROKER_READY, PulsarCluster
+from .traffic import Traffic, read_backlog, round_trip
+
+#: Bounds that turn a hang into a failure.
+MIGRATION_S = 900.0
+ADMIN_S = 120.0
+
+
+@dataclass
+class PulsarFigures:
+    """What a Pulsar migration run measured; ``json_fields`` are the sandbox report's Pulsar fields."""
+
+    pulsar_version: str
+    messages_published: int = 0
+    messages_acknowledged: int = 0
+    messages_received: int = 0
+    messages_lost: int = 0
+    messages_duplicated: int = 0
+    ledger_ids_reused: int = 0
+    max_publish_latency_ms: float = 0.0
+    etcd_restart: dict[str, Any] = field(default_factory=lambda: {"ok": False, "topics": 0, "messages_read": 0})
+    # the rest is shown on stderr and in the text report
+    messages_failed: int = 0
+    ledger_ids: str = ""
+    max_metadata_op_ms: float | None = None
+    freeze_publish_latency_ms: float = 0.0
+    troubles: list[str] = field(default_factory=list)
+    """Restarts, lost sessions, metadata errors, failed admin calls, client errors."""
+    bundle_owners: dict[str, int] = field(default_factory=dict)
+    admin_updates: int = 0
+
+    def json_fields(self) -> dict[str, Any]:
+        return {
+            "pulsar_version": self.pulsar_version,
+            "messages_published": self.messages_published,
+            "messages_acknowledged": self.messages_acknowledged,
+            "messages_received": self.messages_received,
+            "messages_lost": self.messages_lost,
+            "messages_duplicated": self.messages_duplicated,
+            "ledger_ids_reused": self.ledger_ids_reused,
+            "max_publish_latency_ms": self.max_publish_latency_ms,
+            "etcd_restart": self.etcd_restart,
+        }
+
+    def text_lines(self) -> list[str]:
+        restart = self.etcd_restart
+        owners = ", ".join(f"{web} {n}" for web, n in self.bundle_owners.items())
+        metadata_op = "-" if self.max_metadata_op_ms is None else f"<= {self.max_metadata_op_ms:g} ms"
+        return [
+            f"  pulsar         {self.pulsar_version}: a bookie and two brokers beside their agents; bundles {owners}",
+            f"  messages       {self.messages_published} published, {self.messages_acknowledged} acknowledged, "
+            f"{self.messages_received} received, {self.messages_lost} lost, {self.messages_duplicated} duplicated",
+            f"  publish        longest {self.max_publish_latency_ms:.0f} ms ({self.freeze_publish_latency_ms:.0f} ms "
+            f"through the freeze); longest broker metadata operation {metadata_op}",
+            f"  ledger ids     {self.ledger_ids or '-'}",
+            f"  etcd restart   {'ok' if restart.get('ok') else 'FAILED'}: {restart.get('topics')} topics, "
+            f"{restart.get('messages_read')} kept messages read back with no agent",
+            f"  troubles       {len(self.troubles)}",
+        ]
+
+    @property
+    def ok(self) -> bool:
+        return self.messages_lost == 0 and self.ledger_ids_reused == 0 and bool(self.etcd_restart.get("ok"))
+
+
+async def metashift_cli(*args: str, within: float = MIGRATION_S) -> tuple[int, str, str]:
+    """Run ``metashift ARGS`` as an operator does; (exit status, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "metashift.cli", *args, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), within)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return -1, "", f"metashift {' '.join(args)} did not end within {within:g}s"
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+class MigrationRun:
+    """One cluster's workload and migration (the steps are public: the tests compose them)."""
+
+    def __init__(self, cluster: PulsarCluster, say: Callable[[str], None] = print) -> None:
+        self.cluster = cluster
+        self.say = say
+        self.admin = PulsarAdmin(cluster.web_urls[0])
+        self.traffic = Traffic(cluster.service_urls[0], workload.traffic_topics())
+        self.admin_loop = workload.AdminLoop(self.admin, self.traffic)
+        self.figures = PulsarFigures(cluster.release.version)
+        self.phase = "NOT_STARTED"
+        self.reason: str | None = None
+        self.switched_at: float | None = None
+        self.freeze: tuple[float, float] | None = None
+
+    async def start_workload(self) -> None:
+        await asyncio.to_thread(workload.set_up, self.admin)
+        await asyncio.to_thread(self.traffic.start)
+        self.admin_loop.start()
+        self.say(f"traffic on {len(self.traffic.topics)} topics in {', '.join(workload.NAMESPACES)}; "
+                 "namespace policies updated every second")  # fmt: skip
+
+    async def bundle_owners(self) -> dict[str, int]:
+        """Bundles owned per broker (both must own some)."""
+        owners = {}
+        for web in self.cluster.web_urls:
+            owners[web] = len(await asyncio.to_thread(self.admin.owned_bundles, web))
+        return owners
+
+    async def migrate(self, *, change_topics: bool = True) -> int:
+        """``metashift migrate start --wait``; the admin loop creates and deletes its topics as soon
+        as the migration starts. Returns the command's exit status."""
+        c = self.cluster
+        if change_topics:
+            self.admin_loop.change_topics.set()
+        self.say(f"metashift migrate start --source {c.source_url} --target {c.target_url} --wait")
+        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url,
+                                              "--wait")  # fmt: skip
+        if code not in (0, 1):
+            self.say(f"metashift migrate start exited with {code}: {err.strip()[-2000:]}")
+        await self.read_outcome()
+        return code
+
+    async def read_outcome(self) -> None:
+        """The migration's phase, reason and switch time (from the flag), and the freeze (from the
+        agents' logs: first write gate closed to last reopened)."""
+        store = await open_store(self.cluster.source_url, watch=False, create_root=False)
+        try:
+            flag = await read_flag(store)
+        finally:
+            await store.close()
+        if flag is not None:
+            self.phase, self.reason = flag.phase.value, flag.reason
+            if self.phase == "COMPLETED":
+                self.switched_at = flag.phase_since / 1000.0
+        self.freeze = freeze_window([a.log_tail(chars=50_000_000) for a in self.cluster.agents])
+        self.say(f"migration {self.phase}" + (f": {self.reason}" if self.reason else ""))
+
+    async def finish_traffic(self, after: float) -> None:
+        """``after`` more seconds of traffic, then stop it and account for every message."""
+        await asyncio.sleep(after)
+        self.admin_loop.stop()
+        await asyncio.to_thread(self.traffic.stop)
+        f = self.figures
+        counts = self.traffic.counts()
+        f.messages_published = counts["messages_published"]
+        f.messages_acknowledged = counts["messages_acknowledged"]
+        f.messages_received = counts["messages_received"]
+        f.messages_lost = counts["messages_lost"]
+        f.messages_duplicated = counts["messages_duplicated"]
+        f.messages_failed = counts["messages_failed"]
+        f.max_publish_latency_ms = self.traffic.max_publish_latency_ms()
+        if self.freeze is not None:
+            f.freeze_publish_latency_ms = self.traffic.max_publish_latency_ms(self.freeze)
+        f.admin_updates = self.admin_loop.updates
+        f.troubles += [f"admin: {e}" for e in self.admin_loop.errors[:10]]
+        f.troubles += [f"client: {e}" for e in self.traffic.errors()[:10]]
+        self.say(f"messages: {f.messages_published} published, {f.messages_acknowledged} acknowledged, "
+                 f"{f.messages_received} received, {f.messages_lost} lost, {f.messages_duplicated} duplicated; "
+                 f"longest publish {f.max_publish_latency_ms:.0f} ms "
+                 f"({f.freeze_publish_latency_ms:.0f} ms through the freeze)")  # fmt: skip
+
+    async def read_evidence(self) -> None:
+        """The Pulsar processes' own account: still the same processes, no lost session, no metadata
+        error, ledger ids, the longest metadata operation."""
+        f, c = self.figures, self.cluster
+        for process in c.pulsar_processes:
+            text = process.log_text()
+            marker = BOOKIE_READY if process.name.startswith("bookie") else BROKER_READY
+            if not process.running or process.starts != 1 or evidence.restarts(text, marker) != 1:
+                f.troubles.append(f"{process.name}: restarted or stopped (running={process.running})")
+            name = process.name
+            f.troubles += [f"{name} session: {line[:300]}" for line in evidence.session_troubles(text)[:5]]
+            f.troubles += [f"{name} metadata error: {line[:300]}" for line in evidence.metadata_errors(text)[:5]]
+        worst = None
+        for web in c.web_urls:
+            try:
+                bound = evidence.max_metadata_op_ms(await asyncio.to_thread(evidence.scrape, web))
+            except OSError as e:
+                f.troubles.append(f"metrics of {web}: {e}")
+                continue
+            if bound is not None:
+                worst = bound if worst is None else max(worst, bound)
+        f.max_metadata_op_ms = worst
+        if self.freeze is not None and self.switched_at is not None:
+            creations = evidence.ledger_creations([b.log_text() for b in c.brokers])
+            ids = evidence.ledger_ids(creations, self.freeze[0], self.switched_at)
+            f.ledger_ids = ids.summary()
+            f.ledger_ids_reused = len(ids.reused)
+        self.say(f"ledger ids {f.ledger_ids}; longest broker metadata operation "
+                 f"<= {f.max_metadata_op_ms} ms (histogram bucket)")  # fmt: skip
+        for trouble in f.troubles[:20]:
+            self.say(f"trouble: {trouble}")
+
+    async def restart_on_etcd(self) -> None:
+        """Bookie and brokers on Pulsar's own etcd URLs, no agent: every topic, subscription and
+        kept message readable, new messages flow."""
+        c, f = self.cluster, self.figures
+        await c.restart_on_etcd()
+        admin = PulsarAdmin(c.web_urls[0])
+        want = workload.expected_topics(self.traffic)
+        problems: list[str] = []
+        found = 0
+        for namespace, names in want.items():
+            listed = await asyncio.to_thread(admin.topics, namespace)
+            found += len(set(names) & set(listed))
+            if missing := sorted(set(names) - set(listed)):
+                problems.append(f"{namespace}: topics missing on etcd: {missing}")
+            if workload.DELETED_TOPIC in listed:
+                problems.append(f"{workload.DELETED_TOPIC} deleted during the migration is back")
+        for topic in self.traffic.topics:
+            subscriptions = await asyncio.to_thread(admin.subscriptions, _first_partition(topic))
+            if not {"sub", "backlog"} <= set(subscriptions):
+                problems.append(f"{topic}: subscriptions {subscriptions}")
+        expected = {t: set(tt.acknowledged) for t, tt in self.traffic.topics.items()}
+        read = await asyncio.to_thread(read_backlog, c.service_urls[0], list(self.traffic.topics), expected)
+        for topic, count in read.items():
+            if count < len(expected[topic]):
+                problems.append(f"{topic}: {count} of {len(expected[topic])} acknowledged messages read back")
+        flowed = 0
+        for topic in self.traffic.topics:
+            n = await asyncio.to_thread(round_trip, c.service_urls[1 % len(c.service_urls)], topic)
+            flowed += n
+            if n < 10:
+                problems.append(f"{topic}: {n} of 10 new messages came back on etcd")
+        f.etcd_restart = {"ok": not problems, "topics": found, "messages_read": sum(read.values())}
+        f.troubles += [f"etcd restart: {p}" for p in problems]
+        self.say(f"on etcd directly: {found} topics listed, {sum(read.values())} kept messages read back, "
+                 f"{flowed} new messages round-tripped" + ("" if not problems else f"; problems: {problems}"))
+
+
+def _first_partition(topic: str) -> str:
+    """Subscriptions are listed per partition for a partitioned topic."""
+    return f"{topic}-partition-0" if topic.endswith("/orders") else topic
+
+
+async def run(cluster: PulsarCluster, *, warmup: float = 10.0, after: float = 10.0,
+              say: Callable[[str], None] = print) -> MigrationRun:  # fmt: skip
+    """The whole scenario on a started cluster: workload, migration, accounting, evidence, the
+    restart on etcd (only after COMPLETED)."""
+    run = MigrationRun(cluster, say)
+    await run.start_workload()
+    await asyncio.sleep(warmup)
+    run.figures.bundle_owners = await run.bundle_owners()
+    say("bundles owned: " + ", ".join(f"{web} {n}" for web, n in run.figures.bundle_owners.items()))
+    started = time.monotonic()
+    await run.migrate()
+    say(f"migration took {time.monotonic() - started:.1f}s")
+    await run.finish_traffic(after)
+    await run.read_evidence()
+    if run.phase == "COMPLETED":
+        await run.restart_on_etcd()
+    return run
