@@ -56,6 +56,7 @@ async def _zk_json(cluster: PulsarCluster, path: str) -> dict[str, Any] | None:
 async def test_abort_under_real_traffic_then_second_start_and_pulsar_admin(release: PulsarRelease) -> None:
     work = Path(tempfile.mkdtemp(prefix="ms-pulsar-abort-"))
     cluster = PulsarCluster(work, release, say=_say)
+    passed = False
     try:
         await cluster.start()
         run = MigrationRun(cluster, _say)
@@ -134,9 +135,14 @@ async def test_abort_under_real_traffic_then_second_start_and_pulsar_admin(relea
             assert await etcd.get("/managed-ledgers/metashift/ns-b/persistent/made-by-pulsar-admin") is not None
         finally:
             await etcd.close()
+        passed = True
     finally:
-        await cluster.cleanup()
-        shutil.rmtree(work, ignore_errors=True)
+        # a failure keeps the logs (the processes go in any case)
+        await cluster.cleanup(keep=not passed)
+        if passed:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            _say(f"kept {work}")
 
 
 async def _phase_is(cluster: PulsarCluster, phase: str) -> bool:

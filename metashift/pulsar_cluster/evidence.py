@@ -15,11 +15,15 @@ from dataclasses import dataclass, field
 
 _LINE = re.compile(r"^(\d{13}) (\w+)\s")
 _LEDGER = re.compile(r"ManagedLedgerImpl - \[[^\]]*\] Created (?:new )?ledger (\d+)")
-#: What Pulsar's ZooKeeper session watcher and client log when a session is in trouble.
-_SESSION_TROUBLE = re.compile(
-    r"ZooKeeper session expired|session reconnection timeout|Notifying session is lost|client is disconnected"
-    r"|SessionLost|Session expired|SESSION_EXPIRED"
+#: What Pulsar's ZooKeeper session watcher logs when the session is gone (SessionLost).
+_SESSION_LOST = re.compile(
+    r"ZooKeeper session expired|session reconnection timeout|Notifying session is lost|SessionLost|SESSION_EXPIRED"
 )
+#: Pulsar's session watcher asks ``exists("/")`` every session timeout / 15 (2 s of 30 s); no answer
+#: in that time is ConnectionLost ("disconnected"), until an answer comes ("reconnection"): the
+#: session is kept, and the process carries on by itself.
+_DISCONNECTED = "ZooKeeper client is disconnected"
+_RECONNECTED = "ZooKeeper client reconnection with server quorum"
 #: An ERROR line about the metadata store (ZooKeeper's client, Pulsar's metadata layer, etcd).
 _METADATA = re.compile(r"metadata|zookeeper|keeper|etcd|BadVersion|NoNode|NodeExists", re.IGNORECASE)
 #: Pulsar's histogram of metadata store operations (milliseconds).
@@ -82,9 +86,26 @@ def ledger_ids(creations: list[tuple[float, int]], freeze_start: float, switched
     return result
 
 
-def session_troubles(text: str) -> list[str]:
-    """Lines where the process's metadata session was lost, expired or disconnected."""
-    return [line for _ts, _level, line in lines(text) if _SESSION_TROUBLE.search(line)]
+def sessions_lost(text: str) -> list[str]:
+    """Lines where the process's metadata session was lost or expired."""
+    return [line for _ts, _level, line in lines(text) if _SESSION_LOST.search(line)]
+
+
+def disconnections(text: str) -> list[tuple[float, float | None]]:
+    """(from, to) of each time the process's session watcher saw no answer from its metadata
+    store (ConnectionLost) until one came (``None``: none came before the log ends)."""
+    out: list[tuple[float, float | None]] = []
+    since: float | None = None
+    for ts, _level, line in lines(text):
+        if _DISCONNECTED in line and since is None:
+            # the watcher logs after its first unanswered tick
+            since = ts
+        elif _RECONNECTED in line and since is not None:
+            out.append((since, ts))
+            since = None
+    if since is not None:
+        out.append((since, None))
+    return out
 
 
 def metadata_errors(text: str) -> list[str]:

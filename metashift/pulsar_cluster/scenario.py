@@ -28,7 +28,9 @@ from .traffic import Traffic, read_backlog, round_trip
 
 #: Bounds that turn a hang into a failure.
 MIGRATION_S = 900.0
-ADMIN_S = 120.0
+#: Ledgers the brokers must have created on the target before the traffic stops (within a bound).
+LEDGERS_AFTER = 4
+LEDGERS_AFTER_S = 180.0
 
 
 @dataclass
@@ -53,6 +55,9 @@ class PulsarFigures:
     """Restarts, lost sessions, metadata errors, failed admin calls, client errors."""
     bundle_owners: dict[str, int] = field(default_factory=dict)
     admin_updates: int = 0
+    disconnections: list[str] = field(default_factory=list)
+    """Times a process's session watcher got no answer for 2 s (ConnectionLost) and then one
+    (reconnected by itself: the session was kept)."""
 
     def json_fields(self) -> dict[str, Any]:
         return {
@@ -80,7 +85,9 @@ class PulsarFigures:
             f"  ledger ids     {self.ledger_ids or '-'}",
             f"  etcd restart   {'ok' if restart.get('ok') else 'FAILED'}: {restart.get('topics')} topics, "
             f"{restart.get('messages_read')} kept messages read back with no agent",
-            f"  troubles       {len(self.troubles)}",
+            f"  troubles       {len(self.troubles)}; metadata connection lost and regained "
+            f"{len(self.disconnections)} time(s)",
+            *[f"    {line}" for line in self.disconnections[:10]],
         ]
 
     @property
@@ -163,8 +170,16 @@ class MigrationRun:
         self.say(f"migration {self.phase}" + (f": {self.reason}" if self.reason else ""))
 
     async def finish_traffic(self, after: float) -> None:
-        """``after`` more seconds of traffic, then stop it and account for every message."""
+        """``after`` more seconds of traffic (and, after a switch, until the brokers have created a
+        few ledgers on the target: the ledger-id check needs some), then stop it and account for
+        every message."""
         await asyncio.sleep(after)
+        deadline = time.monotonic() + LEDGERS_AFTER_S
+        while self.switched_at is not None and time.monotonic() < deadline:
+            creations = evidence.ledger_creations([b.log_text() for b in self.cluster.brokers])
+            if sum(1 for ts, _ in creations if ts > self.switched_at + evidence.SETTLE_S) >= LEDGERS_AFTER:
+                break
+            await asyncio.sleep(1.0)
         self.admin_loop.stop()
         await asyncio.to_thread(self.traffic.stop)
         f = self.figures
@@ -196,7 +211,13 @@ class MigrationRun:
             if not process.running or process.starts != 1 or evidence.restarts(text, marker) != 1:
                 f.troubles.append(f"{process.name}: restarted or stopped (running={process.running})")
             name = process.name
-            f.troubles += [f"{name} session: {line[:300]}" for line in evidence.session_troubles(text)[:5]]
+            f.troubles += [f"{name} session lost: {line[:300]}" for line in evidence.sessions_lost(text)[:5]]
+            for since, until in evidence.disconnections(text):
+                if until is None:
+                    f.troubles.append(f"{name}: no answer from its metadata store since {_clock(since)}")
+                else:
+                    f.disconnections.append(f"{name}: no answer from its metadata store for {until - since:.1f} s "
+                                            f"from {_clock(since)} (ConnectionLost, then reconnected by itself)")
             f.troubles += [f"{name} metadata error: {line[:300]}" for line in evidence.metadata_errors(text)[:5]]
         worst = None
         for web in c.web_urls:
@@ -215,6 +236,8 @@ class MigrationRun:
             f.ledger_ids_reused = len(ids.reused)
         self.say(f"ledger ids {f.ledger_ids}; longest broker metadata operation "
                  f"<= {f.max_metadata_op_ms} ms (histogram bucket)")  # fmt: skip
+        for line in f.disconnections:
+            self.say(line)
         for trouble in f.troubles[:20]:
             self.say(f"trouble: {trouble}")
 
@@ -253,6 +276,10 @@ class MigrationRun:
         f.troubles += [f"etcd restart: {p}" for p in problems]
         self.say(f"on etcd directly: {found} topics listed, {sum(read.values())} kept messages read back, "
                  f"{flowed} new messages round-tripped" + ("" if not problems else f"; problems: {problems}"))
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
 
 
 def _first_partition(topic: str) -> str:

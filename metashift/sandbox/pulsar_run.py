@@ -24,7 +24,6 @@ from metashift.stores import open_store
 from .report import SandboxReport
 from .run import Options, Sandbox, say
 
-
 #: Seconds of traffic before the migration (every bundle gets its owner) and after the switch (ledgers
 #: roll over on etcd: ``evidence.SETTLE_S`` and more).
 PULSAR_WARMUP = 10.0
