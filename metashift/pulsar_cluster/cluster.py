@@ -24,6 +24,10 @@ from .release import PulsarRelease
 BOOKIE_READY_S = 240.0
 BROKER_READY_S = 300.0
 SETUP_S = 240.0
+#: Seconds a store call (and a connection to a store) may take, in the agents' and the migration's
+#: store URLs: a two-core machine loaded by five JVMs and a Spark copy answers slowly at times, and
+#: the copy gives up on a store that does not answer within it.
+STORE_TIMEOUT_S = 30.0
 BOOKIE_READY = r"Started component bookie-server"
 #: How the bookie reaches its metadata: Pulsar's driver (``metadata-store:zk:...``) or BookKeeper's
 #: own ZooKeeper driver (``zk+hierarchical://...``).
@@ -86,11 +90,11 @@ class PulsarCluster:
 
     @property
     def source_url(self) -> str:
-        return self.zk.url
+        return f"{self.zk.url}?timeout={STORE_TIMEOUT_S:g}"
 
     @property
     def target_url(self) -> str:
-        return self.etcd.url
+        return f"{self.etcd.url}?timeout={STORE_TIMEOUT_S:g}"
 
     def agent(self, name: str) -> AgentProcess:
         return next(a for a in self.agents if a.node_id == name)
@@ -137,7 +141,7 @@ class PulsarCluster:
         self.etcd.start()
         self.say(f"ZooKeeper at {self.zk.url}, etcd at {self.etcd.url}; Pulsar {self.release.version}")
         for agent in self.agents:
-            agent.source_url = self.zk.url
+            agent.source_url = self.source_url
         self.agents[0].work_dir.mkdir(parents=True, exist_ok=True)
         await start_agents(self.agents)
         for agent in self.agents:
