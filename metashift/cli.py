@@ -59,7 +59,7 @@ async def _sandbox(args: argparse.Namespace) -> int:
         Options(
             topics=args.topics, brokers=args.brokers, bookies=args.bookies, clients_per_agent=args.clients,
             json=args.json, kill_agent_at=args.kill_agent_at, keep=args.keep, spark_master=args.spark_master,
-            pulsar=args.pulsar,
+            pulsar=args.pulsar, abort_first=args.abort_first,
         )
     )
 
@@ -83,6 +83,8 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--pulsar", action="store_true",
                    help="a real Apache Pulsar cluster (the release `make setup` fetched: a bookie, two brokers, "
                    "producers and consumers) instead of simulated clients; then Pulsar restarted on etcd directly")
+    # for tests, with --pulsar: a first migration aborted while it copies, then the migration
+    p.add_argument("--abort-first", action="store_true", help=argparse.SUPPRESS)
     # for tests: SIGKILL the coordinator's agent process as soon as the migration is in PHASE
     p.add_argument("--kill-agent-at", choices=["SYNCING", "PREPARATION", "COPYING"], help=argparse.SUPPRESS)
     p.set_defaults(handler=lambda a: _run(_sandbox(a)))

@@ -1,9 +1,11 @@
 """``metashift sandbox --pulsar --json`` as an operator runs it: the stock Pulsar release that
 ``make setup`` fetched (a bookie and two brokers, each beside its own ``metashift agent
 --zk-listen``), producers and consumers on persistent and partitioned topics in two namespaces,
-namespace policies updated and topics created and deleted all along, ``metashift migrate start
---wait`` ZooKeeper -> etcd; then the bookie and brokers restarted on Pulsar's own etcd URLs with no
-agent. Also: Ctrl-C leaves no process and no directory behind."""
+namespace policies updated and topics created and deleted all along. One cluster (a Pulsar cluster
+costs minutes of two cores to start) goes through: ``metashift migrate abort`` mid-way (FAILED,
+Pulsar carries on on ZooKeeper), a second ``metashift migrate start --wait`` to COMPLETED,
+``pulsar-admin`` against the migrated cluster, and the bookie and brokers restarted on Pulsar's own
+etcd URLs with no agent. Also: Ctrl-C leaves no process and no directory behind."""
 
 from __future__ import annotations
 
@@ -45,8 +47,8 @@ def release_version() -> str:
         pytest.skip(str(e))
 
 
-def test_sandbox_pulsar_migrates_a_real_cluster_under_traffic(release_version: str) -> None:
-    proc = subprocess.run([*SANDBOX, "--json"], capture_output=True, text=True, timeout=1700)
+def test_sandbox_pulsar_aborts_then_migrates_a_real_cluster_under_traffic(release_version: str) -> None:
+    proc = subprocess.run([*SANDBOX, "--abort-first", "--json"], capture_output=True, text=True, timeout=1700)
     try:
         report: dict[str, Any] = json.loads(proc.stdout)
     except ValueError:
@@ -55,6 +57,10 @@ def test_sandbox_pulsar_migrates_a_real_cluster_under_traffic(release_version: s
     assert set(report) == SANDBOX_FIELDS | PULSAR_FIELDS, set(report) ^ (SANDBOX_FIELDS | PULSAR_FIELDS)
     assert report["phase"] == "COMPLETED", (report, stderr[-4000:])
     assert report["pulsar_version"] == release_version
+    # the first migration was aborted while it copied: FAILED, the target emptied, a policy written
+    # to ZooKeeper and messages acknowledged after it (else a failure below); the second completed
+    assert report["epoch"] == 2, report
+    assert "abort: migrate abort in SYNCING -> FAILED (aborted); target emptied" in stderr, stderr[-4000:]
     # every publish the brokers acknowledged came out of its subscription (at least once)
     assert report["messages_acknowledged"] > 500, report
     assert report["messages_acknowledged"] == report["messages_published"], report
@@ -67,8 +73,10 @@ def test_sandbox_pulsar_migrates_a_real_cluster_under_traffic(release_version: s
     # created during the migration) and every acknowledged message kept by the backlog subscription
     restart = {"ok": True, "topics": 9, "messages_read": report["messages_acknowledged"]}
     assert report["etcd_restart"] == restart, (report, stderr[-4000:])
-    # no broker or bookie restarted, lost its session or logged a metadata error; every admin call worked
+    # no broker or bookie restarted, lost its session or logged a metadata error; every admin call and
+    # every pulsar-admin command (lists, stats, retention set and read, a topic created: in etcd) worked
     assert report["failures"] == [], report["failures"]
+    assert re.search(r"pulsar-admin 4\.0\.\d+ against the migrated cluster: ok", stderr), stderr[-4000:]
     assert report["freeze_ms"] is not None and report["freeze_ms"] > 0
     assert report["ok"] is True and proc.returncode == 0, stderr[-4000:]
     # bundles owned by both brokers, ledgers rolled over on both sides of the switch

@@ -11,9 +11,10 @@ everything back.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,12 +23,16 @@ from metashift.sandbox.report import freeze_window
 from metashift.stores import open_store
 
 from . import evidence, workload
-from .admin import PulsarAdmin
+from .admin import PulsarAdmin, pulsar_admin
 from .cluster import BOOKIE_READY, BROKER_READY, PulsarCluster
 from .traffic import Traffic, read_backlog, round_trip
 
 #: Bounds that turn a hang into a failure.
 MIGRATION_S = 900.0
+ADMIN_S = 120.0
+ABORT_WAIT_S = 300.0
+ABORT_TTL = 4242
+MIGRATION_FLAG = "/pulsar/migration-coordinator/migration"
 #: Ledgers the brokers must have created on the target before the traffic stops (within a bound).
 LEDGERS_AFTER = 4
 LEDGERS_AFTER_S = 180.0
@@ -169,6 +174,101 @@ class MigrationRun:
         self.freeze = freeze_window([a.log_tail(chars=50_000_000) for a in self.cluster.agents])
         self.say(f"migration {self.phase}" + (f": {self.reason}" if self.reason else ""))
 
+    async def abort_midway(self) -> None:
+        """``metashift migrate start`` (no wait), then ``metashift migrate abort`` while it copies:
+        FAILED, the target emptied again, and Pulsar carrying on on ZooKeeper (a namespace policy
+        written lands there, messages keep being acknowledged). What does not hold is a trouble."""
+        c, f = self.cluster, self.figures
+        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url)
+        if code != 0:
+            f.troubles.append(f"abort: migrate start exited with {code}: {err.strip()[-300:]}")
+            return
+        if not await _until(lambda: self._phase_is("SYNCING"), ABORT_WAIT_S):
+            f.troubles.append("abort: the migration never reached SYNCING")
+            return
+        await asyncio.sleep(2.0)  # the copy under way
+        code, _out, err = await metashift_cli("migrate", "abort", "--source", c.source_url)
+        status = await self.status()
+        if code != 0 or status.get("phase") != "FAILED" or status.get("reason") != "aborted":
+            f.troubles.append(f"abort: exit {code}, then {status.get('phase')} ({status.get('reason')}): {err[-300:]}")
+            return
+        if not await _until(self._target_cleaned, ABORT_WAIT_S):
+            f.troubles.append("abort: the target was not emptied after FAILED")
+        acknowledged = self.traffic.counts()["messages_acknowledged"]
+        # the admin loop sets TTLs on ns-a only: this one is ours
+        await asyncio.to_thread(self.admin.set_message_ttl, workload.NAMESPACES[1], ABORT_TTL)
+        policies = await self._source_json(f"/admin/policies/{workload.NAMESPACES[1]}")
+        if (policies or {}).get("message_ttl_in_seconds") != ABORT_TTL:
+            f.troubles.append(f"abort: a policy written after FAILED is not in ZooKeeper: {policies}")
+        flowing = await _until(lambda: _true(self.traffic.counts()["messages_acknowledged"] > acknowledged + 50),
+                               ABORT_WAIT_S)  # fmt: skip
+        if not flowing:
+            f.troubles.append("abort: messages stopped being acknowledged after FAILED")
+        self.say(f"abort: migrate abort in SYNCING -> FAILED (aborted); target emptied; a policy written after "
+                 f"landed in ZooKeeper; messages acknowledged since: "
+                 f"{self.traffic.counts()['messages_acknowledged'] - acknowledged}")  # fmt: skip
+
+    async def status(self) -> dict[str, Any]:
+        """``metashift migrate status --json``."""
+        code, out, err = await metashift_cli("migrate", "status", "--source", self.cluster.source_url, "--json",
+                                             within=ADMIN_S)  # fmt: skip
+        if code != 0:
+            return {"error": err.strip()[-300:]}
+        return dict(json.loads(out))
+
+    async def _target_cleaned(self) -> bool:
+        return bool((await self.status()).get("target_cleaned"))
+
+    async def _phase_is(self, phase: str) -> bool:
+        flag = await self._source_json(MIGRATION_FLAG)
+        return flag is not None and flag.get("phase") == phase
+
+    async def _source_json(self, path: str) -> dict[str, Any] | None:
+        store = await open_store(self.cluster.source_url, watch=False, create_root=False)
+        try:
+            got = await store.get(path)
+        finally:
+            await store.close()
+        return None if got is None else dict(json.loads(got[0]))
+
+    async def check_pulsar_admin(self) -> None:
+        """``pulsar-admin`` (the release's own CLI) against the migrated cluster, through broker-2:
+        it lists and reads what the workload made, sets a retention and creates a topic, and what
+        it changed is in etcd."""
+        c, f = self.cluster, self.figures
+        problems: list[str] = []
+        ns_a, ns_b = workload.NAMESPACES
+
+        async def admin(*args: str) -> str:
+            done = await asyncio.to_thread(pulsar_admin, c.release, c.web_urls[-1], list(args), c.work_dir)
+            if done.returncode != 0:
+                problems.append(f"pulsar-admin {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
+            return done.stdout
+
+        if set((await admin("namespaces", "list", workload.TENANT)).split()) != {ns_a, ns_b}:
+            problems.append("pulsar-admin namespaces list: not both namespaces")
+        topics = set((await admin("topics", "list", ns_a)).split())
+        if not {f"persistent://{ns_a}/events", workload.CREATED_TOPIC} <= topics:
+            problems.append(f"pulsar-admin topics list {ns_a}: {sorted(topics)}")
+        if f"persistent://{ns_a}/orders" not in await admin("topics", "list-partitioned-topics", ns_a):
+            problems.append("pulsar-admin topics list-partitioned-topics: no orders")
+        stats = await admin("topics", "stats", f"persistent://{ns_a}/events")
+        if '"backlog"' not in stats or '"sub"' not in stats:
+            problems.append("pulsar-admin topics stats: not both subscriptions")
+        await admin("namespaces", "set-retention", ns_b, "--size", "10M", "--time", "7h")
+        if _json(await admin("namespaces", "get-retention", ns_b)).get("retentionTimeInMinutes") != 420:
+            problems.append("pulsar-admin namespaces get-retention: not what set-retention set")
+        await admin("topics", "create", f"persistent://{ns_b}/made-by-pulsar-admin")
+        etcd = await open_store(c.target_url, watch=False, create_root=False)
+        try:
+            if await etcd.get(f"/managed-ledgers/{ns_b}/persistent/made-by-pulsar-admin") is None:
+                problems.append("the topic pulsar-admin created is not in etcd")
+        finally:
+            await etcd.close()
+        f.troubles += problems
+        self.say(f"pulsar-admin {c.release.admin_version} against the migrated cluster: "
+                 + ("ok" if not problems else f"{len(problems)} problem(s)"))  # fmt: skip
+
     async def finish_traffic(self, after: float) -> None:
         """``after`` more seconds of traffic (and, after a switch, until the brokers have created a
         few ledgers on the target: the ledger-id check needs some), then stop it and account for
@@ -278,6 +378,28 @@ class MigrationRun:
                  f"{flowed} new messages round-tripped" + ("" if not problems else f"; problems: {problems}"))
 
 
+async def _until(check: Callable[[], Awaitable[bool]], within: float) -> bool:
+    """Poll ``check`` until it holds (True) or ``within`` seconds pass (False)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(0.25)
+    return False
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
 def _clock(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
 
@@ -287,20 +409,23 @@ def _first_partition(topic: str) -> str:
     return f"{topic}-partition-0" if topic.endswith("/orders") else topic
 
 
-async def run(cluster: PulsarCluster, *, warmup: float = 10.0, after: float = 10.0,
+async def run(cluster: PulsarCluster, *, warmup: float = 10.0, after: float = 10.0, abort_first: bool = False,
               say: Callable[[str], None] = print) -> MigrationRun:  # fmt: skip
-    """The whole scenario on a started cluster: workload, migration, accounting, evidence, the
-    restart on etcd (only after COMPLETED)."""
+    """The whole scenario on a started cluster: workload, (an aborted migration,) the migration,
+    accounting, evidence, pulsar-admin and the restart on etcd (only after COMPLETED)."""
     run = MigrationRun(cluster, say)
     await run.start_workload()
     await asyncio.sleep(warmup)
     run.figures.bundle_owners = await run.bundle_owners()
     say("bundles owned: " + ", ".join(f"{web} {n}" for web, n in run.figures.bundle_owners.items()))
+    if abort_first:
+        await run.abort_midway()
     started = time.monotonic()
     await run.migrate()
     say(f"migration took {time.monotonic() - started:.1f}s")
     await run.finish_traffic(after)
     await run.read_evidence()
     if run.phase == "COMPLETED":
+        await run.check_pulsar_admin()
         await run.restart_on_etcd()
     return run

@@ -69,6 +69,9 @@ class PulsarSandbox:
         run.figures.bundle_owners = await run.bundle_owners()
         say("bundles owned: " + ", ".join(f"{web} {n}" for web, n in run.figures.bundle_owners.items()))
         self._lap("warm-up")
+        if o.abort_first:
+            await run.abort_midway()
+            self._lap("aborted migration")
         await run.migrate()
         r.phase, r.reason = run.phase, run.reason
         self._lap("migration")
@@ -86,6 +89,8 @@ class PulsarSandbox:
         r.copied_nodes = int(copy.get("total") or 0)
         r.lives_on = "etcd (target)" if r.phase == "COMPLETED" else "ZooKeeper (source)"
         if r.phase == "COMPLETED":
+            await run.check_pulsar_admin()
+            self._lap("pulsar-admin")
             await run.restart_on_etcd()
             self._lap("etcd restart")
         r.failures = list(run.figures.troubles)

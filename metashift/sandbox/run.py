@@ -62,6 +62,9 @@ class Options:
     """Keep the work directory (logs, configs) instead of removing it."""
     pulsar: bool = False
     """A real Pulsar cluster (bookie, brokers, producers, consumers) instead of simulated clients."""
+    abort_first: bool = False
+    """With ``pulsar``: a first migration aborted mid-way (FAILED, Pulsar carries on on ZooKeeper),
+    then the migration."""
 
 
 def say(text: str) -> None:
