@@ -26,6 +26,8 @@ _DISCONNECTED = "ZooKeeper client is disconnected"
 _RECONNECTED = "ZooKeeper client reconnection with server quorum"
 #: An ERROR line about the metadata store (ZooKeeper's client, Pulsar's metadata layer, etcd).
 _METADATA = re.compile(r"metadata|zookeeper|keeper|etcd|BadVersion|NoNode|NodeExists", re.IGNORECASE)
+#: The largest finite bucket of Pulsar 4.0's metadata operation histogram (ms).
+LARGEST_OPS_BUCKET_MS = 5000.0
 #: Pulsar's histogram of metadata store operations (milliseconds).
 _OPS_BUCKET = re.compile(r'^pulsar_metadata_store_ops_latency_ms_bucket\{(?P<labels>[^}]*)\}\s+(?P<count>[0-9.eE+]+)')
 
