@@ -213,7 +213,7 @@ class Traffic:
 
 
 def read_backlog(
-    service_url: str, topics: list[str], expected: dict[str, set[str]], within: float = 180.0
+    service_url: str, topics: list[str], expected: dict[str, set[str]], within: float = 600.0
 ) -> dict[str, int]:
     """Read each topic's ``backlog`` subscription from the start (every message it kept, old
     ledgers included) until every payload of ``expected[topic]`` came out or ``within`` seconds
