@@ -10,11 +10,16 @@ from __future__ import annotations
 
 import re
 import urllib.request
-from collections import Counter
 from dataclasses import dataclass, field
 
 _LINE = re.compile(r"^(\d{13}) (\w+)\s")
-_LEDGER = re.compile(r"ManagedLedgerImpl - \[[^\]]*\] Created (?:new )?ledger (\d+)")
+#: Every ledger id a broker's id generator hands out: PulsarLedgerIdGenerator creates a sequential
+#: node under /ledgers/idgen (or /ledgers/idgen-long/HOB-h for 63-bit ids) and deletes it at once,
+#: and Pulsar's metadata store logs the deletion; whether the ledger then gets made or not (a
+#: reused id whose ledger still exists fails there: "Failed to create ledger N").
+_HANDED_OUT = re.compile(r"Deleting path: /ledgers/idgen(?:-long/HOB-(\d+))?/ID-(\d+)")
+#: And every ledger a managed ledger created.
+_CREATED = re.compile(r"ManagedLedgerImpl - \[[^\]]*\] Created (?:new )?ledger (\d+)")
 #: What Pulsar's ZooKeeper session watcher logs when the session is gone (SessionLost).
 _SESSION_LOST = re.compile(
     r"ZooKeeper session expired|session reconnection timeout|Notifying session is lost|SessionLost|SESSION_EXPIRED"
@@ -43,12 +48,15 @@ def lines(text: str) -> list[tuple[float, str, str]]:
 
 
 def ledger_creations(texts: list[str]) -> list[tuple[float, int]]:
-    """(when, ledger id) of every ledger the brokers' managed ledgers created, in time order."""
+    """(when, ledger id) of every ledger id the brokers handed out or created a ledger with, in
+    time order (an id may show twice: handed out, then created)."""
     found = []
     for text in texts:
         for ts, _level, line in lines(text):
-            m = _LEDGER.search(line)
-            if m:
+            if m := _HANDED_OUT.search(line):
+                high = int(m.group(1) or 0)
+                found.append((ts, (high << 32) | int(m.group(2))))
+            elif m := _CREATED.search(line):
                 found.append((ts, int(m.group(1))))
     return sorted(found)
 
@@ -60,7 +68,7 @@ class LedgerIds:
     before: list[int] = field(default_factory=list)
     after: list[int] = field(default_factory=list)
     reused: list[int] = field(default_factory=list)
-    """Ids created twice, and ids created after the switch not above every id created before."""
+    """Ids handed out after the switch that are not above every id handed out before the freeze."""
 
     def summary(self) -> str:
         def span(ids: list[int]) -> str:
@@ -76,15 +84,14 @@ SETTLE_S = 5.0
 
 
 def ledger_ids(creations: list[tuple[float, int]], freeze_start: float, switched: float) -> LedgerIds:
-    """Every ledger id created ``SETTLE_S`` after the switch must be above every id created before
-    the freeze, and no id may be created twice (BookKeeper would then share a ledger id between
-    two ledgers: data corruption)."""
+    """Every ledger id handed out ``SETTLE_S`` after the switch must be above every id handed out
+    before the freeze: one that is not was handed out twice (BookKeeper then either fails to make
+    the ledger, or makes a second ledger under the id of a deleted one: data corruption)."""
     result = LedgerIds()
-    counts = Counter(i for _, i in creations)
-    result.before = sorted(i for ts, i in creations if ts < freeze_start)
-    result.after = sorted(i for ts, i in creations if ts > switched + SETTLE_S)
+    result.before = sorted({i for ts, i in creations if ts < freeze_start})
+    result.after = sorted({i for ts, i in creations if ts > switched + SETTLE_S})
     top = max(result.before, default=-1)
-    result.reused = sorted({i for i, n in counts.items() if n > 1} | {i for i in result.after if i <= top})
+    result.reused = [i for i in result.after if i <= top]
     return result
 
 
