@@ -1,18 +1,27 @@
 # metashift — `make test` and `make demo` set up everything they need on a fresh Debian machine
 # (as root): Debian packages, a virtualenv at .venv with the project and its test extras.
 # Running either twice is fast: each step is skipped when its stamp is newer than its inputs.
+# A stock Apache Pulsar release (broker, bookie, pulsar-admin: packaging/pulsar/) is fetched by Maven
+# from Maven Central into .cache/pulsar (ignored by git; `make clean` removes it).
 
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEBS := zookeeper etcd-server etcd-client default-jre-headless default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java openssl util-linux
+DEBS := zookeeper etcd-server etcd-client default-jre-headless default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java openssl util-linux maven
 # two test processes: most of a test's time is spent waiting on servers, sessions and Spark, so two
 # overlap well on two cores (`make pytest PYTEST_ARGS=` runs them in one process)
 PYTEST_ARGS ?= -n 2 --dist worksteal
 
-.PHONY: setup test lint pytest demo demo-copy bench proto clean
+.PHONY: setup test lint pytest demo demo-copy demo-pulsar bench proto clean
 
-setup: .stamp-debs .stamp-venv
+PULSAR_CACHE := .cache/pulsar
+PULSAR_POMS := packaging/pulsar/pom.xml packaging/pulsar/server/pom.xml packaging/pulsar/admin/pom.xml \
+	packaging/pulsar/settings.xml
+# settings.xml reads every repository from Maven Central; the local repository stays in the cache
+MVN := mvn -B -q -s packaging/pulsar/settings.xml -Dmaven.repo.local=$(CURDIR)/$(PULSAR_CACHE)/m2 \
+	-Dpulsar.cache=$(CURDIR)/$(PULSAR_CACHE)
+
+setup: .stamp-debs .stamp-venv $(PULSAR_CACHE)/.stamp
 
 .stamp-debs:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
@@ -27,6 +36,14 @@ setup: .stamp-debs .stamp-venv
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	PIP_DISABLE_PIP_VERSION_CHECK=1 $(BIN)/pip install -q -e '.[test]'
 	@$(BIN)/python -c 'import metashift' || { echo "installing metashift into $(VENV) failed"; exit 1; }
+	@touch $@
+
+# the Pulsar release's jars: lib/ (broker, bookie, PulsarClusterMetadataSetup) and admin-lib/
+# (pulsar-admin), each with every dependency and the log4j2 binding
+$(PULSAR_CACHE)/.stamp: $(PULSAR_POMS) | .stamp-debs
+	@echo "fetching the Pulsar release with Maven into $(PULSAR_CACHE) (once) ..."
+	rm -rf $(PULSAR_CACHE)/lib $(PULSAR_CACHE)/admin-lib
+	$(MVN) -f packaging/pulsar/pom.xml dependency:copy-dependencies
 	@touch $@
 
 lint: setup
@@ -47,6 +64,10 @@ demo: setup
 demo-copy: setup
 	$(BIN)/metashift demo
 
+# the migration of a real Pulsar cluster (brokers, a bookie, producers and consumers) on this machine
+demo-pulsar: setup
+	$(BIN)/metashift sandbox --pulsar
+
 bench: setup
 	$(BIN)/python bench/store_latency.py
 
@@ -55,4 +76,4 @@ proto: setup
 	$(BIN)/python proto/generate.py
 
 clean:
-	rm -rf $(VENV) .stamp-* .mypy_cache .ruff_cache .pytest_cache *.egg-info .import_linter_cache
+	rm -rf $(VENV) .stamp-* .cache .mypy_cache .ruff_cache .pytest_cache *.egg-info .import_linter_cache

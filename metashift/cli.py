@@ -60,6 +60,7 @@ async def _sandbox(args: argparse.Namespace) -> int:
             topics=args.topics, brokers=args.brokers, bookies=args.bookies, clients_per_agent=args.clients,
             json=args.json, kill_agent_at=args.kill_agent_at, kill_agent=args.kill_agent, keep=args.keep,
             spark_master=args.spark_master,
+            pulsar=args.pulsar, abort_first=args.abort_first,
         )
     )
 
@@ -80,6 +81,11 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--spark-master", metavar="M", help="Spark master of the coordinator's copy (default local[*])")
     p.add_argument("--keep", action="store_true", help="keep the work directory (agent logs and configs)")
+    p.add_argument("--pulsar", action="store_true",
+                   help="a real Apache Pulsar cluster (the release `make setup` fetched: a bookie, two brokers, "
+                   "producers and consumers) instead of simulated clients; then Pulsar restarted on etcd directly")
+    # for tests, with --pulsar: a first migration aborted while it copies, then the migration
+    p.add_argument("--abort-first", action="store_true", help=argparse.SUPPRESS)
     # for tests: SIGKILL the coordinator's agent process as soon as the migration is in PHASE
     p.add_argument("--kill-agent-at", choices=["SYNCING", "PREPARATION", "COPYING"], help=argparse.SUPPRESS)
     # which one: the coordinator's agent (default) or another, a participant only

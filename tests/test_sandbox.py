@@ -6,7 +6,6 @@ after Ctrl-C or SIGTERM."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.procs import cmdline, descendants, starttime
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -67,39 +68,6 @@ def test_sandbox_coordinator_agent_killed_mid_copy() -> None:
 # ---- nothing left behind --------------------------------------------------------------------------
 
 
-def _starttime(pid: int) -> str | None:
-    """The start time of ``pid`` (field 22 of /proc/pid/stat), None when it is gone or a zombie."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text.rpartition(")")[2].split()
-    if fields[0] == "Z":
-        return None
-    return fields[19]
-
-
-def _descendants(root: int) -> dict[int, str]:
-    """Every live process below ``root`` (pid -> start time)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                text = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(text.rpartition(")")[2].split()[1])
-    found: dict[int, str] = {}
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in found and (start := _starttime(pid)) is not None:
-                found[pid] = start
-                frontier.append(pid)
-    return found
-
-
 @pytest.mark.parametrize(
     ("sig", "when"),
     [(signal.SIGINT, "SYNCING"), (signal.SIGTERM, "clients writing")],
@@ -124,10 +92,10 @@ def test_sandbox_interrupted_leaves_no_process_nor_directory(sig: signal.Signals
                 break
         assert any(when in line for line in lines), "".join(lines)
         time.sleep(1.0)  # the copy's Spark gets going
-        seen = _descendants(proc.pid)
+        seen = descendants(proc.pid)
         assert work_dir is not None and work_dir.exists()
-        agents = [pid for pid in seen if "agent" in _cmdline(pid)]
-        assert len(agents) >= 5, {pid: _cmdline(pid) for pid in seen}
+        agents = [pid for pid in seen if "agent" in cmdline(pid)]
+        assert len(agents) >= 5, {pid: cmdline(pid) for pid in seen}
         proc.send_signal(sig)
         _out, err = proc.communicate(timeout=180)
     finally:
@@ -136,14 +104,7 @@ def test_sandbox_interrupted_leaves_no_process_nor_directory(sig: signal.Signals
             proc.wait()
     assert proc.returncode == 130, "".join(lines) + err
     deadline = time.monotonic() + 15
-    while (alive := {p for p, start in seen.items() if _starttime(p) == start}) and time.monotonic() < deadline:
+    while (alive := {p for p, start in seen.items() if starttime(p) == start}) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not alive, {pid: _cmdline(pid) for pid in alive}
+    assert not alive, {pid: cmdline(pid) for pid in alive}
     assert not work_dir.exists()
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""

@@ -51,6 +51,8 @@ class AgentProcess:
     spark_master: str | None = None
     coordinator_settings: dict[str, Any] = field(default_factory=dict)
     """More keys of the ``[coordinator]`` section (``participant_timeout``, ...)."""
+    zk_listen: str | None = None
+    """``host:port``: also serve ZooKeeper's protocol there (a stock broker or bookie dials it)."""
     process: asyncio.subprocess.Process | None = None
     killed: bool = False
 
@@ -101,6 +103,8 @@ class AgentProcess:
             lines.append(f"spark_master = {_toml(self.spark_master)}")
         for key, value in self.coordinator_settings.items():
             lines.append(f"{key} = {_toml(value) if isinstance(value, str) else repr(value).lower()}")
+        if self.zk_listen:
+            lines += ["", "[zookeeper]", f"listen = {_toml(self.zk_listen)}"]
         return "\n".join(lines) + "\n"
 
     async def start(self) -> None:

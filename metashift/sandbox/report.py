@@ -100,6 +100,8 @@ class SandboxReport:
     lives_on: str = ""
     """Where the cluster lives at the end (the target after COMPLETED, else the source)."""
     killed_agent: str | None = None
+    pulsar: Any = None
+    """``sandbox --pulsar``: the ``PulsarFigures`` of the real cluster (its JSON fields are added)."""
     seconds: float = 0.0
     work_dir: str = ""
 
@@ -109,6 +111,8 @@ class SandboxReport:
 
     @property
     def ok(self) -> bool:
+        if self.pulsar is not None:  # nothing lost, no ledger id reused, etcd read everything back
+            return self.phase == "COMPLETED" and bool(self.pulsar.ok)
         return self.phase == "COMPLETED" and self.writes_lost == 0 and self.verified
 
     def to_dict(self) -> dict[str, Any]:
@@ -144,10 +148,22 @@ class SandboxReport:
             "lives_on": self.lives_on,
             "killed_agent": self.killed_agent,
             "seconds": round(self.seconds, 3),
+            **(self.pulsar.json_fields() if self.pulsar is not None else {}),
         }
 
     def text(self) -> str:
         mark = "PASSED" if self.ok else "FAILED"
+        if self.pulsar is not None:
+            return "\n".join([
+                f"metashift sandbox --pulsar: {mark}",
+                f"  migration      {self.phase} (epoch {self.epoch}, coordinator {self.coordinator})"
+                + (f": {self.reason}" if self.reason else ""),
+                "  phases         " + ", ".join(f"{k} {v:.1f}s" for k, v in self.phases.items()),
+                "  freeze         " + ("-" if self.freeze_ms is None else f"{self.freeze_ms:.0f} ms"),
+                *self.pulsar.text_lines(),
+                *[f"    {f}" for f in self.failures[:20]],
+                f"  took           {self.seconds:.1f}s",
+            ])  # fmt: skip
         lines = [
             f"metashift sandbox: {mark}",
             f"  cluster        {self.brokers} brokers, {self.bookies} bookies ({self.clients} clients), "

@@ -63,6 +63,11 @@ class Options:
     """Which agent ``kill_agent_at`` kills: the ``coordinator`` or a ``participant`` (not the coordinator)."""
     keep: bool = False
     """Keep the work directory (logs, configs) instead of removing it."""
+    pulsar: bool = False
+    """A real Pulsar cluster (bookie, brokers, producers, consumers) instead of simulated clients."""
+    abort_first: bool = False
+    """With ``pulsar``: a first migration aborted mid-way (FAILED, Pulsar carries on on ZooKeeper),
+    then the migration."""
 
 
 def say(text: str) -> None:
@@ -83,6 +88,9 @@ def bundles(topics: int) -> list[str]:
 
 class Sandbox:
     """One sandbox run: servers, agents, writers, the migration and the checks."""
+
+    #: What ends a run with one line on stderr and exit 1 (instead of a traceback).
+    start_errors: tuple[type[Exception], ...] = (AgentStartError, ServerStartError, MetadataStoreError)
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -396,7 +404,13 @@ def _progress_line(status: dict[str, Any]) -> str:
 async def run_sandbox(options: Options) -> int:
     """Run the sandbox and print its report; the exit status (0: COMPLETED, nothing lost,
     verified; 1 otherwise; 130 when interrupted)."""
-    sandbox = Sandbox(options)
+    sandbox: Any
+    if options.pulsar:
+        from .pulsar_run import PulsarSandbox  # pulsar-client and the Pulsar release: only for --pulsar
+
+        sandbox = PulsarSandbox(options)
+    else:
+        sandbox = Sandbox(options)
     loop = asyncio.get_running_loop()
     work = loop.create_task(sandbox.run(), name="sandbox")
     interrupted: list[int] = []
@@ -416,7 +430,7 @@ async def run_sandbox(options: Options) -> int:
             if not interrupted:
                 raise
             return 130
-        except (AgentStartError, ServerStartError, MetadataStoreError) as e:
+        except sandbox.start_errors as e:
             say(f"error: {e}")
             return 1
         finally:

@@ -1,0 +1,21 @@
+"""A real Apache Pulsar cluster on loopback, each process beside its own metashift agent.
+
+ZooKeeper and etcd (``metashift.local_servers``), one ``metashift agent --zk-listen`` process per
+Pulsar process, the cluster's metadata initialized through an agent
+(``PulsarClusterMetadataSetup``), a BookKeeper bookie and two brokers of the stock Pulsar release
+that ``make setup`` fetched from Maven Central (``.cache/pulsar``); producers and consumers of the
+Python ``pulsar-client``. Used by ``metashift sandbox --pulsar`` and by the Pulsar tests.
+
+- ``release``: where the release's jars are, its version, how to run its JVMs
+- ``configs``: broker.conf, bookkeeper.conf, log4j2 (small: two cores)
+- ``processes``: one Pulsar JVM as a child process
+- ``cluster``: the whole cluster, on the agents or on Pulsar's own etcd URLs
+- ``admin``: Pulsar's admin REST API, and ``pulsar-admin`` from the release
+- ``traffic``: producers and consumers that count every message
+- ``evidence``: what the brokers' logs and metrics say (ledger ids, sessions, metadata errors)
+"""
+
+from .cluster import PulsarCluster, PulsarStartError
+from .release import PulsarNotInstalled, PulsarRelease, find_release
+
+__all__ = ["PulsarCluster", "PulsarNotInstalled", "PulsarRelease", "PulsarStartError", "find_release"]

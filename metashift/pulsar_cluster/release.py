@@ -1,0 +1,100 @@
+"""The stock Pulsar release ``make setup`` fetched: where its jars are, which version it is, and how
+its JVMs are started (the flags Pulsar's own ``bin/pulsar`` passes)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Environment variable naming the folder that holds ``lib/`` and ``admin-lib/`` (default: the
+#: checkout's ``.cache/pulsar``, filled by ``make setup``).
+HOME_ENV = "METASHIFT_PULSAR_HOME"
+
+#: What ``bin/pulsar`` gives every JVM: ZooKeeper packets up to 10 MB (so a ZooKeeper front must
+#: serve them), IPv4, Netty's reflection, and the ``--add-opens`` Java 17 needs for BookKeeper's
+#: and Netty's direct-memory tricks; and, so that bookies and brokers accept ``metadata-store:``
+#: URIs, Pulsar's BookKeeper metadata drivers.
+PULSAR_JVM_FLAGS = (
+    "-Djute.maxbuffer=10485760",
+    "-Djava.net.preferIPv4Stack=true",
+    "-Dio.netty.tryReflectionSetAccessible=true",
+    "--add-opens", "java.base/java.io=ALL-UNNAMED",
+    "--add-opens", "java.base/java.util.zip=ALL-UNNAMED",
+    "--add-opens", "java.base/java.nio=ALL-UNNAMED",
+    "--add-opens", "java.base/jdk.internal.misc=ALL-UNNAMED",
+    "--add-opens", "java.base/sun.net=ALL-UNNAMED",
+    "--add-opens", "java.management/sun.management=ALL-UNNAMED",
+    "-Dbookkeeper.metadata.bookie.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataBookieDriver",
+    "-Dbookkeeper.metadata.client.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver",
+)  # fmt: skip
+#: Two cores: the client compiler only and the serial collector (a JVM starts on a fraction of
+#: the CPU the defaults take, which matters with five JVMs starting at once).
+LEAN_JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xss512k")
+
+
+class PulsarNotInstalled(RuntimeError):
+    """The Pulsar release's jars (or java) are not there: ``make setup`` fetches them."""
+
+    pass
+
+
+@dataclass(frozen=True)
+class PulsarRelease:
+    """One fetched release: ``lib/`` (broker, bookie, cluster setup) and ``admin-lib/`` (pulsar-admin)."""
+
+    home: Path
+    version: str
+    admin_version: str
+
+    @property
+    def lib(self) -> Path:
+        return self.home / "lib"
+
+    @property
+    def admin_lib(self) -> Path:
+        return self.home / "admin-lib"
+
+    def java(
+        self, main_class: str, *, heap_mb: int, log_config: Path, direct_mb: int | None = None,
+        properties: dict[str, str] | None = None, admin: bool = False,
+    ) -> list[str]:  # fmt: skip
+        """The command line of one of the release's JVMs."""
+        java = shutil.which("java")
+        if java is None:
+            raise PulsarNotInstalled("java not found: install a JRE 17 (make setup)")
+        flags = [f"-Xmx{heap_mb}m", *LEAN_JVM_FLAGS, *PULSAR_JVM_FLAGS, f"-Dlog4j.configurationFile={log_config}"]
+        if direct_mb is not None:
+            flags.append(f"-XX:MaxDirectMemorySize={direct_mb}m")
+        flags += [f"-D{k}={v}" for k, v in (properties or {}).items()]
+        classpath = f"{self.admin_lib if admin else self.lib}/*"
+        return [java, *flags, "-cp", classpath, main_class]
+
+
+def default_home() -> Path:
+    """``.cache/pulsar`` of the checkout this package runs from."""
+    return Path(__file__).resolve().parent.parent.parent / ".cache" / "pulsar"
+
+
+def _version(lib: Path, artifact: str) -> str | None:
+    for jar in sorted(lib.glob(f"{artifact}-*.jar")):
+        found = re.fullmatch(rf"{re.escape(artifact)}-(\d+\.\d+\.\d+)\.jar", jar.name)
+        if found:
+            return found.group(1)
+    return None
+
+
+def find_release(home: str | os.PathLike[str] | None = None) -> PulsarRelease:
+    """The release in ``home`` (else ``$METASHIFT_PULSAR_HOME``, else the checkout's
+    ``.cache/pulsar``); ``PulsarNotInstalled`` when its jars are missing."""
+    where = Path(home or os.environ.get(HOME_ENV) or default_home())
+    version = _version(where / "lib", "pulsar-broker")
+    admin_version = _version(where / "admin-lib", "pulsar-client-tools")
+    if version is None or admin_version is None:
+        raise PulsarNotInstalled(
+            f"no Pulsar release in {where} (lib/pulsar-broker-*.jar, admin-lib/pulsar-client-tools-*.jar): "
+            f"run `make setup`, or set {HOME_ENV}"
+        )
+    return PulsarRelease(where, version, admin_version)

@@ -1,0 +1,447 @@
+"""The migration of a real Pulsar cluster under traffic, and what it is judged by.
+
+``MigrationRun``: the workload starts (producers, consumers, the admin loop); ``metashift migrate
+start --wait`` moves the metadata ZooKeeper -> etcd as an operator runs it; the traffic goes on
+after the switch, then every message is accounted for; the Pulsar processes' own logs and metrics
+are read (restarts, lost sessions, metadata errors, ledger ids, the longest metadata operation);
+last, the bookie and brokers are restarted on Pulsar's own etcd URLs with no agent and must read
+everything back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from metashift.migration.flag import read_flag
+from metashift.sandbox.report import freeze_window
+from metashift.stores import open_store
+
+from . import evidence, workload
+from .admin import PulsarAdmin, pulsar_admin
+from .cluster import BOOKIE_READY, BROKER_READY, PulsarCluster
+from .traffic import Traffic, read_backlog, round_trip
+
+#: Bounds that turn a hang into a failure.
+MIGRATION_S = 900.0
+ADMIN_S = 120.0
+#: One pulsar-admin command (a JVM that loads Jersey and the admin client) on a loaded machine.
+PULSAR_ADMIN_S = 600.0
+ABORT_WAIT_S = 300.0
+ABORT_TTL = 4242
+MIGRATION_FLAG = "/pulsar/migration-coordinator/migration"
+#: Ledgers the brokers must have created on the target before the traffic stops (within a bound).
+LEDGERS_AFTER = 4
+LEDGERS_AFTER_S = 180.0
+
+
+@dataclass
+class PulsarFigures:
+    """What a Pulsar migration run measured; ``json_fields`` are the sandbox report's Pulsar fields."""
+
+    pulsar_version: str
+    messages_published: int = 0
+    messages_acknowledged: int = 0
+    messages_received: int = 0
+    messages_lost: int = 0
+    messages_duplicated: int = 0
+    ledger_ids_reused: int = 0
+    max_publish_latency_ms: float = 0.0
+    etcd_restart: dict[str, Any] = field(default_factory=lambda: {"ok": False, "topics": 0, "messages_read": 0})
+    # the rest is shown on stderr and in the text report
+    messages_failed: int = 0
+    ledger_ids: str = ""
+    max_metadata_op_ms: float | None = None
+    freeze_publish_latency_ms: float = 0.0
+    troubles: list[str] = field(default_factory=list)
+    """Restarts, lost sessions, metadata errors, failed admin calls, client errors."""
+    bundle_owners: dict[str, int] = field(default_factory=dict)
+    admin_updates: int = 0
+    disconnections: list[str] = field(default_factory=list)
+    """Times a process's session watcher got no answer for 2 s (ConnectionLost) and then one
+    (reconnected by itself: the session was kept)."""
+
+    def json_fields(self) -> dict[str, Any]:
+        return {
+            "pulsar_version": self.pulsar_version,
+            "messages_published": self.messages_published,
+            "messages_acknowledged": self.messages_acknowledged,
+            "messages_received": self.messages_received,
+            "messages_lost": self.messages_lost,
+            "messages_duplicated": self.messages_duplicated,
+            "ledger_ids_reused": self.ledger_ids_reused,
+            "max_publish_latency_ms": self.max_publish_latency_ms,
+            "etcd_restart": self.etcd_restart,
+        }
+
+    def text_lines(self) -> list[str]:
+        restart = self.etcd_restart
+        owners = ", ".join(f"{web} {n}" for web, n in self.bundle_owners.items())
+        metadata_op = _metadata_op(self.max_metadata_op_ms)
+        return [
+            f"  pulsar         {self.pulsar_version}: a bookie and two brokers beside their agents; bundles {owners}",
+            f"  messages       {self.messages_published} published, {self.messages_acknowledged} acknowledged, "
+            f"{self.messages_received} received, {self.messages_lost} lost, {self.messages_duplicated} duplicated",
+            f"  publish        longest {self.max_publish_latency_ms:.0f} ms ({self.freeze_publish_latency_ms:.0f} ms "
+            f"through the freeze); longest broker metadata operation {metadata_op}",
+            f"  ledger ids     {self.ledger_ids or '-'}",
+            f"  etcd restart   {'ok' if restart.get('ok') else 'FAILED'}: {restart.get('topics')} topics, "
+            f"{restart.get('messages_read')} kept messages read back with no agent",
+            f"  troubles       {len(self.troubles)}; metadata connection lost and regained "
+            f"{len(self.disconnections)} time(s)",
+            *[f"    {line}" for line in self.disconnections[:10]],
+        ]
+
+    @property
+    def ok(self) -> bool:
+        return self.messages_lost == 0 and self.ledger_ids_reused == 0 and bool(self.etcd_restart.get("ok"))
+
+
+async def metashift_cli(*args: str, within: float = MIGRATION_S) -> tuple[int, str, str]:
+    """Run ``metashift ARGS`` as an operator does; (exit status, stdout, stderr)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "metashift.cli", *args, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), within)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return -1, "", f"metashift {' '.join(args)} did not end within {within:g}s"
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+class MigrationRun:
+    """One cluster's workload and migration (the steps are public: the tests compose them)."""
+
+    def __init__(self, cluster: PulsarCluster, say: Callable[[str], None] = print) -> None:
+        self.cluster = cluster
+        self.say = say
+        self.admin = PulsarAdmin(cluster.web_urls[0])
+        self.traffic = Traffic(cluster.service_urls[0], workload.traffic_topics())
+        self.admin_loop = workload.AdminLoop(self.admin, self.traffic)
+        self.figures = PulsarFigures(cluster.release.version)
+        self.phase = "NOT_STARTED"
+        self.reason: str | None = None
+        self.switched_at: float | None = None
+        self.freeze: tuple[float, float] | None = None
+
+    async def start_workload(self) -> None:
+        await asyncio.to_thread(workload.set_up, self.admin)
+        await asyncio.to_thread(self.traffic.start)
+        self.admin_loop.start()
+        self.say(f"traffic on {len(self.traffic.topics)} topics in {', '.join(workload.NAMESPACES)}; "
+                 "namespace policies updated every second")  # fmt: skip
+
+    async def bundle_owners(self) -> dict[str, int]:
+        """Bundles owned per broker (both must own some)."""
+        owners = {}
+        for web in self.cluster.web_urls:
+            owners[web] = len(await asyncio.to_thread(self.admin.owned_bundles, web))
+        return owners
+
+    async def migrate(self, *, change_topics: bool = True) -> int:
+        """``metashift migrate start --wait``; the admin loop creates and deletes its topics as soon
+        as the migration starts. Returns the command's exit status."""
+        c = self.cluster
+        if change_topics:
+            self.admin_loop.change_topics.set()
+        self.say(f"metashift migrate start --source {c.source_url} --target {c.target_url} --wait")
+        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url,
+                                              "--wait")  # fmt: skip
+        if code not in (0, 1):
+            self.say(f"metashift migrate start exited with {code}: {err.strip()[-2000:]}")
+        await self.read_outcome()
+        return code
+
+    async def read_outcome(self) -> None:
+        """The migration's phase, reason and switch time (from the flag), and the freeze (from the
+        agents' logs: first write gate closed to last reopened)."""
+        store = await open_store(self.cluster.source_url, watch=False, create_root=False)
+        try:
+            flag = await read_flag(store)
+        finally:
+            await store.close()
+        if flag is not None:
+            self.phase, self.reason = flag.phase.value, flag.reason
+            if self.phase == "COMPLETED":
+                self.switched_at = flag.phase_since / 1000.0
+        self.freeze = freeze_window([a.log_tail(chars=50_000_000) for a in self.cluster.agents])
+        self.say(f"migration {self.phase}" + (f": {self.reason}" if self.reason else ""))
+
+    async def abort_midway(self) -> None:
+        """``metashift migrate start`` (no wait), then ``metashift migrate abort`` while it copies:
+        FAILED, the target emptied again, and Pulsar carrying on on ZooKeeper (a namespace policy
+        written lands there, messages keep being acknowledged). What does not hold is a trouble."""
+        c, f = self.cluster, self.figures
+        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url)
+        if code != 0:
+            f.troubles.append(f"abort: migrate start exited with {code}: {err.strip()[-300:]}")
+            return
+        if not await _until(lambda: self._phase_is("SYNCING"), ABORT_WAIT_S):
+            f.troubles.append("abort: the migration never reached SYNCING")
+            return
+        await asyncio.sleep(2.0)  # the copy under way
+        code, _out, err = await metashift_cli("migrate", "abort", "--source", c.source_url)
+        status = await self.status()
+        if code != 0 or status.get("phase") != "FAILED" or status.get("reason") != "aborted":
+            f.troubles.append(f"abort: exit {code}, then {status.get('phase')} ({status.get('reason')}): {err[-300:]}")
+            return
+        if not await _until(self._target_cleaned, ABORT_WAIT_S):
+            f.troubles.append("abort: the target was not emptied after FAILED")
+        acknowledged = self.traffic.counts()["messages_acknowledged"]
+        # the admin loop sets TTLs on ns-a only: this one is ours
+        await asyncio.to_thread(self.admin.set_message_ttl, workload.NAMESPACES[1], ABORT_TTL)
+        policies = await self._source_json(f"/admin/policies/{workload.NAMESPACES[1]}")
+        if (policies or {}).get("message_ttl_in_seconds") != ABORT_TTL:
+            f.troubles.append(f"abort: a policy written after FAILED is not in ZooKeeper: {policies}")
+        flowing = await _until(lambda: _true(self.traffic.counts()["messages_acknowledged"] > acknowledged + 50),
+                               ABORT_WAIT_S)  # fmt: skip
+        if not flowing:
+            f.troubles.append("abort: messages stopped being acknowledged after FAILED")
+        self.say(f"abort: migrate abort in SYNCING -> FAILED (aborted); target emptied; a policy written after "
+                 f"landed in ZooKeeper; messages acknowledged since: "
+                 f"{self.traffic.counts()['messages_acknowledged'] - acknowledged}")  # fmt: skip
+
+    async def status(self) -> dict[str, Any]:
+        """``metashift migrate status --json``."""
+        code, out, err = await metashift_cli("migrate", "status", "--source", self.cluster.source_url, "--json",
+                                             within=ADMIN_S)  # fmt: skip
+        if code != 0:
+            return {"error": err.strip()[-300:]}
+        return dict(json.loads(out))
+
+    async def _target_cleaned(self) -> bool:
+        return bool((await self.status()).get("target_cleaned"))
+
+    async def _phase_is(self, phase: str) -> bool:
+        flag = await self._source_json(MIGRATION_FLAG)
+        return flag is not None and flag.get("phase") == phase
+
+    async def _source_json(self, path: str) -> dict[str, Any] | None:
+        store = await open_store(self.cluster.source_url, watch=False, create_root=False)
+        try:
+            got = await store.get(path)
+        finally:
+            await store.close()
+        return None if got is None else dict(json.loads(got[0]))
+
+    async def check_pulsar_admin(self) -> None:
+        """``pulsar-admin`` (the release's own CLI) against the migrated cluster, through broker-2:
+        it lists and reads what the workload made, sets a retention and creates a topic, and what
+        it changed is in etcd. Each command is a JVM of its own (seconds to start on a loaded
+        machine): a handful of them."""
+        c, f = self.cluster, self.figures
+        problems: list[str] = []
+        ns_a, ns_b = workload.NAMESPACES
+
+        async def admin(*args: str) -> str:
+            command = f"pulsar-admin {' '.join(args)}"
+            try:
+                done = await asyncio.to_thread(pulsar_admin, c.release, c.web_urls[-1], list(args), c.work_dir,
+                                               PULSAR_ADMIN_S)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                problems.append(f"{command}: no answer within {PULSAR_ADMIN_S:g}s")
+                return ""
+            if done.returncode != 0:
+                problems.append(f"{command}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
+            return done.stdout
+
+        topics = set((await admin("topics", "list", ns_a)).split())
+        if not {f"persistent://{ns_a}/events", f"{workload.CREATED_TOPIC}"} <= topics:
+            problems.append(f"pulsar-admin topics list {ns_a}: {sorted(topics)}")
+        stats = _json(await admin("topics", "stats", f"persistent://{ns_a}/events"))
+        if not {"sub", "backlog"} <= set(stats.get("subscriptions") or {}):
+            problems.append(f"pulsar-admin topics stats: subscriptions {sorted(stats.get('subscriptions') or {})}")
+        await admin("namespaces", "set-retention", ns_b, "--size", "10M", "--time", "7h")
+        await admin("topics", "create", f"persistent://{ns_b}/made-by-pulsar-admin")
+        etcd = await open_store(c.target_url, watch=False, create_root=False)
+        try:
+            got = await etcd.get(f"/admin/policies/{ns_b}")
+            retention = _json(got[0].decode()).get("retention_policies") if got else None
+            if not retention or retention.get("retentionTimeInMinutes") != 420:
+                problems.append(f"the retention pulsar-admin set is not in etcd: {retention}")
+            if await etcd.get(f"/managed-ledgers/{ns_b}/persistent/made-by-pulsar-admin") is None:
+                problems.append("the topic pulsar-admin created is not in etcd")
+        finally:
+            await etcd.close()
+        f.troubles += problems
+        self.say(f"pulsar-admin {c.release.admin_version} against the migrated cluster: "
+                 + ("ok" if not problems else f"{len(problems)} problem(s)"))  # fmt: skip
+
+    async def finish_traffic(self, after: float) -> None:
+        """``after`` more seconds of traffic (and, after a switch, until the brokers have created a
+        few ledgers on the target: the ledger-id check needs some), then stop it and account for
+        every message."""
+        await asyncio.sleep(after)
+        deadline = time.monotonic() + LEDGERS_AFTER_S
+        while self.switched_at is not None and time.monotonic() < deadline:
+            creations = evidence.ledger_creations([b.log_text() for b in self.cluster.brokers])
+            if sum(1 for ts, _ in creations if ts > self.switched_at + evidence.SETTLE_S) >= LEDGERS_AFTER:
+                break
+            await asyncio.sleep(1.0)
+        self.admin_loop.stop()
+        await asyncio.to_thread(self.traffic.stop)
+        f = self.figures
+        counts = self.traffic.counts()
+        f.messages_published = counts["messages_published"]
+        f.messages_acknowledged = counts["messages_acknowledged"]
+        f.messages_received = counts["messages_received"]
+        f.messages_lost = counts["messages_lost"]
+        f.messages_duplicated = counts["messages_duplicated"]
+        f.messages_failed = counts["messages_failed"]
+        f.max_publish_latency_ms = self.traffic.max_publish_latency_ms()
+        if self.freeze is not None:
+            f.freeze_publish_latency_ms = self.traffic.max_publish_latency_ms(self.freeze)
+        f.admin_updates = self.admin_loop.updates
+        f.troubles += [f"admin: {e}" for e in self.admin_loop.errors[:10]]
+        f.troubles += [f"client: {e}" for e in self.traffic.errors()[:10]]
+        self.say(f"messages: {f.messages_published} published, {f.messages_acknowledged} acknowledged, "
+                 f"{f.messages_received} received, {f.messages_lost} lost, {f.messages_duplicated} duplicated; "
+                 f"longest publish {f.max_publish_latency_ms:.0f} ms "
+                 f"({f.freeze_publish_latency_ms:.0f} ms through the freeze)")  # fmt: skip
+
+    async def read_evidence(self) -> None:
+        """The Pulsar processes' own account: still the same processes, no lost session, no metadata
+        error, ledger ids, the longest metadata operation."""
+        f, c = self.figures, self.cluster
+        for process in c.pulsar_processes:
+            text = process.log_text()
+            marker = BOOKIE_READY if process.name.startswith("bookie") else BROKER_READY
+            if not process.running or process.starts != 1 or evidence.restarts(text, marker) != 1:
+                f.troubles.append(f"{process.name}: restarted or stopped (running={process.running})")
+            name = process.name
+            f.troubles += [f"{name} session lost: {line[:300]}" for line in evidence.sessions_lost(text)[:5]]
+            for since, until in evidence.disconnections(text):
+                if until is None:
+                    f.troubles.append(f"{name}: no answer from its metadata store since {_clock(since)}")
+                else:
+                    f.disconnections.append(f"{name}: no answer from its metadata store for {until - since:.1f} s "
+                                            f"from {_clock(since)} (ConnectionLost, then reconnected by itself)")
+            f.troubles += [f"{name} metadata error: {line[:300]}" for line in evidence.metadata_errors(text)[:5]]
+        worst = None
+        for web in c.web_urls:
+            try:
+                bound = evidence.max_metadata_op_ms(await asyncio.to_thread(evidence.scrape, web))
+            except OSError as e:
+                f.troubles.append(f"metrics of {web}: {e}")
+                continue
+            if bound is not None:
+                worst = bound if worst is None else max(worst, bound)
+        f.max_metadata_op_ms = worst
+        if self.freeze is not None and self.switched_at is not None:
+            creations = evidence.ledger_creations([b.log_text() for b in c.brokers])
+            ids = evidence.ledger_ids(creations, self.freeze[0], self.switched_at)
+            f.ledger_ids = ids.summary()
+            f.ledger_ids_reused = len(ids.reused)
+        self.say(f"ledger ids {f.ledger_ids}; longest broker metadata operation {_metadata_op(f.max_metadata_op_ms)}")
+        for line in f.disconnections:
+            self.say(line)
+        for trouble in f.troubles[:20]:
+            self.say(f"trouble: {trouble}")
+
+    async def restart_on_etcd(self) -> None:
+        """Bookie and brokers on Pulsar's own etcd URLs, no agent: every topic, subscription and
+        kept message readable, new messages flow."""
+        c, f = self.cluster, self.figures
+        await c.restart_on_etcd()
+        admin = PulsarAdmin(c.web_urls[0])
+        want = workload.expected_topics(self.traffic)
+        problems: list[str] = []
+        found = 0
+        for namespace, names in want.items():
+            listed = await asyncio.to_thread(admin.topics, namespace)
+            found += len(set(names) & set(listed))
+            if missing := sorted(set(names) - set(listed)):
+                problems.append(f"{namespace}: topics missing on etcd: {missing}")
+            if workload.DELETED_TOPIC in listed:
+                problems.append(f"{workload.DELETED_TOPIC} deleted during the migration is back")
+        for topic in self.traffic.topics:
+            subscriptions = await asyncio.to_thread(admin.subscriptions, _first_partition(topic))
+            if not {"sub", "backlog"} <= set(subscriptions):
+                problems.append(f"{topic}: subscriptions {subscriptions}")
+        expected = {t: set(tt.acknowledged) for t, tt in self.traffic.topics.items()}
+        read = await asyncio.to_thread(read_backlog, c.service_urls[0], list(self.traffic.topics), expected)
+        for topic, count in read.items():
+            if count < len(expected[topic]):
+                problems.append(f"{topic}: {count} of {len(expected[topic])} acknowledged messages read back")
+        flowed = 0
+        for topic in self.traffic.topics:
+            n = await asyncio.to_thread(round_trip, c.service_urls[1 % len(c.service_urls)], topic)
+            flowed += n
+            if n < 10:
+                problems.append(f"{topic}: {n} of 10 new messages came back on etcd")
+        f.etcd_restart = {"ok": not problems, "topics": found, "messages_read": sum(read.values())}
+        f.troubles += [f"etcd restart: {p}" for p in problems]
+        self.say(f"on etcd directly: {found} topics listed, {sum(read.values())} kept messages read back, "
+                 f"{flowed} new messages round-tripped" + ("" if not problems else f"; problems: {problems}"))
+
+
+async def _until(check: Callable[[], Awaitable[bool]], within: float) -> bool:
+    """Poll ``check`` until it holds (True) or ``within`` seconds pass (False)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if await check():
+            return True
+        await asyncio.sleep(0.25)
+    return False
+
+
+def _metadata_op(bound: float | None) -> str:
+    """The brokers' longest metadata operation as their histogram bounds it."""
+    if bound is None:
+        return "- (no histogram)"
+    if bound == float("inf"):
+        return f"> {evidence.LARGEST_OPS_BUCKET_MS:g} ms (beyond the histogram's largest bucket)"
+    return f"<= {bound:g} ms (histogram bucket)"
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        found = json.loads(text)
+    except ValueError:
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+
+
+def _first_partition(topic: str) -> str:
+    """Subscriptions are listed per partition for a partitioned topic."""
+    return f"{topic}-partition-0" if topic.endswith("/orders") else topic
+
+
+async def run(cluster: PulsarCluster, *, warmup: float = 10.0, after: float = 10.0, abort_first: bool = False,
+              say: Callable[[str], None] = print) -> MigrationRun:  # fmt: skip
+    """The whole scenario on a started cluster: workload, (an aborted migration,) the migration,
+    accounting, evidence, pulsar-admin and the restart on etcd (only after COMPLETED)."""
+    run = MigrationRun(cluster, say)
+    await run.start_workload()
+    await asyncio.sleep(warmup)
+    run.figures.bundle_owners = await run.bundle_owners()
+    say("bundles owned: " + ", ".join(f"{web} {n}" for web, n in run.figures.bundle_owners.items()))
+    if abort_first:
+        await run.abort_midway()
+    started = time.monotonic()
+    await run.migrate()
+    say(f"migration took {time.monotonic() - started:.1f}s")
+    await run.finish_traffic(after)
+    await run.read_evidence()
+    if run.phase == "COMPLETED":
+        await run.check_pulsar_admin()
+        await run.restart_on_etcd()
+    return run
