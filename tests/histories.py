@@ -84,7 +84,7 @@ def simulate(seed: int, ops: int, keys: int = 1, clients: int = 4, unknown: floa
         history.append(op)
         duration = rng.randint(1_000, 50_000)
         if f != READ and rng.random() < unknown:
-            op.status, op.error = "unknown", "simulated"
+            op.status, op.error = "unknown", "simulated timeout"
             if rng.random() < 0.5:
                 effect = at + rng.randint(1, 4 * duration)
                 heapq.heappush(events, (effect, order, 0, n))

@@ -18,9 +18,10 @@ return is at infinity: it may be placed anywhere after its invoke, or left out.
 A history that is not linearizable is reported with its smallest non-linearizable window found
 by two binary searches: the shortest prefix that is not linearizable (operations still running at
 its end count as unknown), then the latest start from which that prefix is still not
-linearizable (operations running across the start count as unknown, and the register starts in
-any state). Every window of a linearizable history is linearizable, so the window is a witness on
-its own.
+linearizable (the register starts in any state; operations running across the start keep their
+response but may have taken effect before it). Every window of a linearizable history is
+linearizable, and a window of a window is the window itself, so both searches are monotone and
+the window is a witness on its own.
 """
 
 from __future__ import annotations
@@ -53,6 +54,10 @@ SOME_VERSION = -1
 #: The register states: None (absent), (value, version), or ANY.
 State = Any
 _NO = object()
+#: Undo records (see ``_search``): a placement made alone (when it fails, its step does), and an
+#: optional operation left out at its return (then the unknown outcomes are tried there).
+_ALONE: list[Any] = []
+_LEFT_OUT: list[Any] = []
 _NEVER = float("inf")
 #: Search steps allowed per key before the answer is "undecided" (a guard against blow-ups).
 DEFAULT_BUDGET = 20_000_000
@@ -70,12 +75,14 @@ _POWER = {CAS: 0, CREATE: 0, UPDATE: 1, WRITE: 2, DELETE: 0, READ: 0}
 class _Op:
     """One operation, prepared for the search."""
 
-    __slots__ = ("expected", "f", "index", "invoke", "known", "ok", "op", "power", "refusal", "result", "ret",
-                 "value", "version")  # fmt: skip
+    __slots__ = ("expected", "f", "index", "invoke", "known", "ok", "op", "optional", "power", "refusal", "result",
+                 "ret", "value", "version")  # fmt: skip
 
-    def __init__(self, op: Operation, index: int, unknown: bool) -> None:
+    def __init__(self, op: Operation, index: int, unknown: bool, optional: bool = False) -> None:
         self.op = op
         self.index = index
+        self.optional = optional
+        """Its response is known, but it may also have taken effect before the window began."""
         self.f = op.f
         self.power = _POWER[op.f]
         self.value: Any = op.value
@@ -149,17 +156,22 @@ def _search(ops: list[_Op], initial: State, budget: int, stats: dict[str, int] |
     """Whether ``ops`` (one key) linearize from ``initial``; ``None`` when the budget ran out.
 
     Wing-Gong-Lowe over a doubly linked list of the known operations' calls and returns (lifted
-    out when placed, put back when undone). The unknown outcomes wait in a list of their own and
-    are tried after the known candidates of a step ("never" is explored before "now"), and of
-    those that would make the same state only the weakest (``_POWER``; then the earliest): placing
-    a stronger one instead leaves less to place later, and does nothing more. The cache is keyed
-    by (known operations placed, state) and keeps the sets of unknown outcomes placed with it: a
-    configuration that placed a superset of the unknown outcomes of one already reached, with
-    the same known operations and state, can do nothing that one could not, so it is pruned."""
+    out when placed, put back when undone). At each step the known candidates (calls before the
+    first return still in the list) are tried first; at that return, an optional operation's
+    (one running at the window's start) may be left out (it took effect before the window); then
+    the unknown outcomes begun by then, which wait in a list of their own ("never" is explored
+    before "now"), and of those that would make the same state only the weakest (``_POWER``):
+    placing a stronger one instead leaves less to place later, and does nothing more.
+
+    The cache is keyed by (known operations decided, state) and keeps the sets of unknown outcomes
+    placed with it: a configuration that placed a superset of the unknown outcomes of one already
+    reached, with the same known operations and state, can do nothing that one could not, so it is
+    pruned. A read (or a refusal) that fits the state as it is changes nothing: it is placed
+    alone, since whatever a linearization does before it could be done after it."""
     known_ops = [o for o in ops if o.known]
     unknown_ops = [o for o in ops if not o.known]  # in invoke order, as ``ops`` is
-    known = len(known_ops)
-    if known == 0:
+    mandatory = sum(1 for o in known_ops if not o.optional)
+    if mandatory == 0:
         return True
     events = sorted([(o.invoke, 0, i) for i, o in enumerate(known_ops)]
                     + [(o.ret, 1, i) for i, o in enumerate(known_ops)])  # fmt: skip
@@ -169,18 +181,20 @@ def _search(ops: list[_Op], initial: State, budget: int, stats: dict[str, int] |
     node_op = [0] * (n + 2)
     node_time = [0.0] * (n + 2)
     is_call = [False] * (n + 2)
-    ret_node = [0] * known
+    call_node = [0] * len(known_ops)
+    ret_node = [0] * len(known_ops)
     for node, (t, kind, i) in enumerate(events, start=1):
         node_op[node], node_time[node] = i, t
         if kind == 0:
-            is_call[node] = True
+            is_call[node], call_node[i] = True, node
         else:
             ret_node[i] = node
     placed = [False] * len(unknown_ops)
     cache: dict[tuple[int, State], list[int]] = {}
-    # undo records: (list node of a known operation, or -1; state before; the unknown candidates
-    # of that step and which of them was placed)
-    stack: list[tuple[int, State, list[tuple[int, State]], int]] = []
+    # undo records: (the known operation placed or left out, or -1 for an unknown outcome; the
+    # state before; how it was chosen: _ALONE, _LEFT_OUT, or the unknown candidates of its step
+    # and which of them it was; [] for a known candidate)
+    stack: list[tuple[int, State, list[Any], int]] = []
     state, kbits, ubits, steps = initial, 0, 0, 0
     entry = nxt[0]
     candidates: list[tuple[int, State]] | None = None  # the unknown pass of this step, when in it
@@ -213,26 +227,62 @@ def _search(ops: list[_Op], initial: State, budget: int, stats: dict[str, int] |
             stats.update(steps=steps, configurations=sum(len(v) for v in cache.values()))
         return verdict
 
+    def lift(i: int) -> None:  # the call and its return out of the list
+        c, r = call_node[i], ret_node[i]
+        nxt[prv[c]], prv[nxt[c]] = nxt[c], prv[c]
+        nxt[prv[r]], prv[nxt[r]] = nxt[r], prv[r]
+
+    def unlift(i: int) -> None:  # the return and the call back, in reverse order
+        c, r = call_node[i], ret_node[i]
+        nxt[prv[r]] = prv[nxt[r]] = r
+        nxt[prv[c]] = prv[nxt[c]] = c
+
+    first_look = True  # a configuration not looked at yet: is a no-op candidate there?
     while True:
         steps += 1
         if steps > budget:
             return done(None)
+        if candidates is None and first_look:
+            first_look = False
+            e = nxt[0]
+            while is_call[e]:
+                o = known_ops[node_op[e]]
+                if (o.f == READ or o.refusal) and step(state, o) == state:
+                    break
+                e = nxt[e]
+            if is_call[e]:
+                i = node_op[e]
+                if fresh(kbits | (1 << i), state, ubits):
+                    stack.append((i, state, _ALONE, 0))
+                    kbits |= 1 << i
+                    lift(i)
+                    mandatory -= not known_ops[i].optional
+                    if mandatory == 0:
+                        return done(True)
+                    entry, first_look = nxt[0], True
+                else:
+                    candidates, at = [], 0  # reached before and failed: so does this step
+                continue
         if candidates is None:
+            i = node_op[entry]
             if is_call[entry]:
-                i = node_op[entry]
                 new = step(state, known_ops[i])
                 if new is not _NO and fresh(kbits | (1 << i), new, ubits):
-                    stack.append((entry, state, [], 0))
+                    stack.append((i, state, [], 0))
                     state, kbits = new, kbits | (1 << i)
-                    r = ret_node[i]  # lift the call and its return out of the list
-                    nxt[prv[entry]], prv[nxt[entry]] = nxt[entry], prv[entry]
-                    nxt[prv[r]], prv[nxt[r]] = nxt[r], prv[r]
-                    known -= 1
-                    if known == 0:
+                    lift(i)
+                    mandatory -= not known_ops[i].optional
+                    if mandatory == 0:
                         return done(True)
-                    entry = nxt[0]
+                    entry, first_look = nxt[0], True
                 else:
                     entry = nxt[entry]
+                continue
+            if known_ops[i].optional:  # at its return, unplaced: it took effect before the window
+                stack.append((i, state, _LEFT_OUT, 0))
+                kbits |= 1 << i
+                lift(i)
+                entry, first_look = nxt[0], True
                 continue
             # the first return: every known candidate was tried; now the unknown outcomes begun
             # before it
@@ -244,19 +294,22 @@ def _search(ops: list[_Op], initial: State, budget: int, stats: dict[str, int] |
             stack.append((-1, state, candidates, at))
             state, ubits = new, ubits | (1 << j)
             placed[j] = True
-            entry, candidates = nxt[0], None
+            entry, candidates, first_look = nxt[0], None, True
             continue
         if not stack:  # nothing left to try at the bottom: not linearizable
             return done(False)
-        where, state, candidates, at = stack.pop()
-        if where >= 0:
-            i = node_op[where]
+        i, state, candidates, at = stack.pop()
+        if i >= 0:
             kbits ^= 1 << i
-            known += 1
-            r = ret_node[i]  # put the return and the call back, in reverse order
-            nxt[prv[r]] = prv[nxt[r]] = r
-            nxt[prv[where]] = prv[nxt[where]] = where
-            entry, candidates = nxt[where], None
+            unlift(i)
+            if candidates is _LEFT_OUT:  # then the unknown outcomes, at its return
+                candidates, at = unknown_candidates(node_time[ret_node[i]]), 0
+                continue
+            mandatory += not known_ops[i].optional
+            if candidates is _ALONE:
+                candidates, at = [], 0
+            else:
+                entry, candidates = nxt[call_node[i]], None
         else:
             j = candidates[at][0]
             ubits ^= 1 << j
@@ -278,7 +331,9 @@ def _relevant(ops: Iterable[Operation]) -> list[Operation]:
 
 def _prepare(ops: list[Operation], t0: float = -_NEVER, t1: float = _NEVER) -> list[_Op]:
     """The operations of the window [t0, t1] (those running at some moment of it), in invoke
-    order; those that cross an edge have unknown outcomes (reads, then, are left out).
+    order. One running at t1 has an unknown outcome (if a read, it is left out): the window ends
+    before its response. One running at t0 keeps its response but is optional: it may have taken
+    effect before t0, where the register's state is anything.
 
     A value no read returned becomes ``UNSEEN``: the model compares values only with what reads
     returned, so which of those values the register holds cannot change a verdict, and the search
@@ -288,11 +343,10 @@ def _prepare(ops: list[Operation], t0: float = -_NEVER, t1: float = _NEVER) -> l
         end = op.complete if op.status in (OK, REFUSED) and op.complete is not None else _NEVER
         if op.invoke > t1 or end < t0:
             continue
-        cut = op.invoke < t0 or end > t1
-        if cut and op.f == READ:
+        if end > t1 and op.f == READ:
             continue
-        out.append(_Op(op, len(out), unknown=cut or op.status in (UNKNOWN, PENDING)))
-    seen = {o.result[0] for o in out if o.f == READ and o.result is not None}
+        out.append(_Op(op, len(out), unknown=end > t1 or op.status in (UNKNOWN, PENDING), optional=op.invoke < t0))
+    seen = {o.result[0] for o in out if o.f == READ and o.known and o.result is not None}
     for o in out:
         if o.value is not None and o.value not in seen:
             o.value = UNSEEN
@@ -312,7 +366,8 @@ class KeyResult:
     window: list[Operation] = field(default_factory=list)
     """The smallest non-linearizable window found (when not linearizable)."""
     window_cut: list[bool] = field(default_factory=list)
-    """Per window operation: it crosses the window's edge (its outcome counts as unknown)."""
+    """Per window operation: it crosses the window's edge (at the start: it may have taken effect
+    before; at the end: its outcome counts as unknown)."""
 
 
 @dataclass
@@ -340,7 +395,8 @@ class CheckResult:
                 lines.append(f"  key {k.key}: undecided ({k.operations} operations: the search budget ran out)")
                 continue
             lines.append(f"  key {k.key}: smallest non-linearizable window, {len(k.window)} of {k.operations} "
-                         "operations (* crosses the window's edge: its outcome counts as unknown):")  # fmt: skip
+                         "operations (* crosses an edge: at the start it may have taken effect before, at the end "
+                         "its outcome counts as unknown):")  # fmt: skip
             origin = min(op.invoke for op in k.window) if k.window else 0
             for op, cut in zip(k.window, k.window_cut, strict=True):
                 lines.append(("   *" if cut else "    ") + op.describe(origin))
@@ -356,7 +412,7 @@ def check_key(key: str, ops: list[Operation], initial: State = None, budget: int
         window = smallest_window(ops, initial, budget)
         kept = _prepare(ops, *window)
         result.window = [o.op for o in kept]
-        result.window_cut = [not o.known and o.op.status in (OK, REFUSED) for o in kept]
+        result.window_cut = [o.optional or (not o.known and o.op.status in (OK, REFUSED)) for o in kept]
     return result
 
 

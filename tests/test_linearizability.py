@@ -212,9 +212,11 @@ def test_simulated_histories_are_linearizable(seed: int) -> None:
                                              (STALE_CAS, 0), (STALE_CAS, 1)])  # fmt: skip
 def test_simulated_histories_with_one_fault_are_not(fault: str, seed: int) -> None:
     history = simulate(seed, 300, keys=1, clients=4, unknown=0.01, fault=fault)
+    faulty = next(o for o in history if o.error.startswith("simulated fault"))
     result = check(history)
     assert not result.linearizable, fault
-    assert result.failures[0].window
+    window = result.failures[0].window
+    assert faulty in window and len(window) <= 40, result.describe()
 
 
 def test_a_history_saved_and_loaded_is_judged_the_same(tmp_path: object) -> None:
