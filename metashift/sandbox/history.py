@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from metashift.stores import AlreadyExists, BadVersion, MetadataStoreError, NotFound
+from metashift.stores import AlreadyExists, BadVersion, MetadataStoreError, NotFound, Stat
 
 # What an operation does (``Operation.f``).
 READ = "read"
@@ -81,11 +81,15 @@ class Operation:
     def ok(self, version: int | None = None) -> None:
         self.status, self.complete, self.version = OK, now(), version
 
-    def ok_read(self, got: tuple[bytes, int] | None) -> None:
+    def ok_read(self, value: bytes | None, version: int | None = None) -> None:
+        """A read's answer: the value and version, or ``None`` when the register is absent."""
         self.status, self.complete = OK, now()
-        self.found = got is not None
-        if got is not None:
-            self.read, self.version = got
+        self.found = value is not None
+        self.read, self.version = value, version if value is not None else None
+
+    def ok_get(self, got: tuple[bytes, Stat] | None) -> None:
+        """A read's answer as a store's ``get`` gives it."""
+        self.ok_read(*((got[0], got[1].version) if got is not None else (None, None)))
 
     def refused(self, name: str) -> None:
         self.status, self.complete, self.error = REFUSED, now(), name

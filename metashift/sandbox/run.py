@@ -28,7 +28,7 @@ from metashift.local_servers import LocalEtcd, LocalZooKeeper, ServerStartError
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
 from metashift.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
-from metashift.stores import MetadataStore, MetadataStoreError, open_store
+from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable, open_store
 
 from .agents import AgentProcess, AgentStartError, die_with_parent, start_agents, stop_agents
 from .clients import WRITER_ROOT, SimClient, carried, missing
@@ -104,6 +104,18 @@ class Sandbox:
     # ---- the run --------------------------------------------------------------------------------
 
     async def run(self) -> SandboxReport:
+        await self.setup()
+        frozen = await self._migrate()
+        await self._keep_writing()
+        await self._stop_clients()
+        self._lap("after")
+        await self._check(frozen)
+        self._lap("check")
+        self.report.seconds = time.monotonic() - self._started
+        return self.report
+
+    async def setup(self) -> None:
+        """Servers, the tree, the agents, and clients writing through them for ``warmup``."""
         r, o = self.report, self.options
         self.work_dir = Path(tempfile.mkdtemp(prefix="metashift-sandbox-"))
         r.work_dir = str(self.work_dir)
@@ -138,19 +150,16 @@ class Sandbox:
         r.clients = len(self.clients)
         r.ephemerals = sum(len(c.ephemerals) for c in self.clients)
         say(f"{len(self.clients)} clients writing, holding {r.ephemerals} ephemerals")
+        await self._more_clients()
         await asyncio.sleep(o.warmup)
         self._lap("warm-up")
 
-        frozen = await self._migrate()
-        await self._keep_writing()
+    async def _more_clients(self) -> None:
+        """Clients of another kind, started with the writers (none here; the chaos run's)."""
+
+    async def _stop_clients(self) -> None:
         for c in self.clients:
             await c.stop()
-        self._lap("after")
-
-        await self._check(frozen)
-        self._lap("check")
-        r.seconds = time.monotonic() - self._started
-        return r
 
     def _agent(self, node_id: str, role: str) -> AgentProcess:
         o = self.options
@@ -191,8 +200,12 @@ class Sandbox:
         last_line = ""
         last_shown = 0.0
         while True:
-            status = (await control.status(self.source)).to_dict()
-            now_flag = await read_flag(self.source)
+            try:
+                status = (await control.status(self.source)).to_dict()
+                now_flag = await read_flag(self.source)
+            except StoreUnavailable:  # ZooKeeper restarting (a chaos run does that): ask again
+                await asyncio.sleep(FOLLOW_SECONDS)
+                continue
             phase = status["phase"]
             if now_flag is not None and now_flag.epoch == flag.epoch and now_flag.phase.value not in since:
                 since[now_flag.phase.value] = now_flag.phase_since / 1000.0
