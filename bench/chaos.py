@@ -12,9 +12,9 @@ through ``--zk-listen``) recording a history, judged by ``tests/linearizability.
 line per run (seed, fault, the phase asked for and the phase it came in, outcome, longest freeze,
 slowest acknowledged write, writes acknowledged and lost, operations and unknown outcomes in the
 history, linearizable), then the table of outcomes, and the seed of every failed run (a lost write,
-a non-linearizable history, a run stuck or broken): ``--seed`` replays it. A failed run's work
-directory (agents' logs, the history as ``history.jsonl``) is kept; each run's own log is in
-``--log-dir``.
+a non-linearizable history, a run stuck or broken): ``--seed`` replays it. The work directory
+(agents' logs, the history as ``history.jsonl``) of a failed run, or of a migration that did not
+complete, is kept; each run's own log is in ``--log-dir``.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ async def one_run(plan: FaultPlan, options: Options, verify_tree: bool) -> dict[
             row["check_cpu_s"] = round(time.process_time() - started, 2)
             if not verdict.linearizable:
                 print(verdict.describe(), file=sys.stderr, flush=True)
-        if failed(row) and sandbox.work_dir is not None:
+        # kept for a look: a failed run, and a migration that did not complete
+        if (failed(row) or row.get("outcome") != "COMPLETED") and sandbox.work_dir is not None:
             sandbox.options.keep = True
             sandbox.history.save(sandbox.work_dir / "history.jsonl")
             row["kept"] = str(sandbox.work_dir)
