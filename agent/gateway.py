@@ -272,8 +272,8 @@ class Gateway:
 
     @staticmethod
     def _check_put(op: PutOp, store: MetadataStore) -> PutOp:
-        path = wire.check_path(op.path)
-        if path == paths.SEPARATOR:
+        path = wire.check_path(op.path, op.sequential)
+        if path == paths.SEPARATOR and not op.sequential:
             raise InvalidPath(path, "the root cannot be written")
         if len(op.value) > store.max_value_size:
             raise ValueTooLarge(path, len(op.value), store.max_value_size)

@@ -138,9 +138,13 @@ def kind_name(kind: pb.ErrorKind) -> str:
     return _BY_KIND.get(kind, _INTERNAL).name
 
 
-def check_path(path: str) -> str:
-    """``path`` if it is valid and within ``MAX_PATH_BYTES``, else ``InvalidPath``."""
-    paths.validate(path)
+def check_path(path: str, sequential: bool = False) -> str:
+    """``path`` if it is valid and within ``MAX_PATH_BYTES``, else ``InvalidPath``. A sequential
+    put's path is checked with a suffix after it: "/queue/" names "/queue/0000000007"."""
+    if sequential:
+        paths.validate(path + "0")
+    else:
+        paths.validate(path)
     size = len(path.encode("utf-8", "surrogatepass"))
     if size > MAX_PATH_BYTES:
         raise e.InvalidPath(path, f"{size} bytes long, over the limit of {MAX_PATH_BYTES}")

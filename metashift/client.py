@@ -321,9 +321,11 @@ class AgentClient(MetadataStore):
         message = f"metashift agent at {self.target}: {code.name}: {err.details()}"
         return wire.error_from_status(code, message, path, write=write)
 
-    async def _call(self, rpc: Any, request: Any, path: str | None, *, write: bool = False) -> Any:
+    async def _call(
+        self, rpc: Any, request: Any, path: str | None, *, write: bool = False, sequential: bool = False
+    ) -> Any:
         if path is not None:
-            wire.check_path(path)  # a path over the agent's limit is refused here, unsent
+            wire.check_path(path, sequential)  # a path over the agent's limit is refused here, unsent
         # one deadline for the whole call: waiting for the watch uses up part of it
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout()
@@ -350,7 +352,7 @@ class AgentClient(MetadataStore):
         self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
     ) -> Stat:
         request = wire.put_to_pb(PutOp(path, value, expected_version, ephemeral, sequential))
-        r = await self._call(self._rpc_put, request, path, write=True)
+        r = await self._call(self._rpc_put, request, path, write=True, sequential=sequential)
         return wire.stat_from_pb(r.stat)
 
     async def _delete(self, path: str, expected_version: int | None) -> None:
@@ -359,7 +361,7 @@ class AgentClient(MetadataStore):
 
     async def _batch(self, ops: list[Op]) -> list[OpResult]:
         for op in ops:
-            wire.check_path(op.path)
+            wire.check_path(op.path, isinstance(op, PutOp) and op.sequential)
         request = pb.BatchRequest(ops=[wire.op_to_pb(op) for op in ops])
         r = await self._call(self._rpc_batch, request, None, write=any(wire.is_write(op) for op in ops))
         return [wire.result_from_pb(op, result) for op, result in zip(ops, r.results, strict=True)]

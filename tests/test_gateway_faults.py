@@ -65,11 +65,11 @@ def _trailers(err: grpc.aio.AioRpcError) -> dict[str, Any]:
 async def test_write_the_store_stops_answering_is_outcome_unknown_not_unavailable(
     kind: str, gateways: Gateways, fresh_servers: Any, open_stores: Callable[..., Any], caplog: Any
 ) -> None:
-    """The store has the write and stops answering; the agent's own store timeout (1 s) comes
+    """The store has the write and stops answering; the agent's own store timeout (5 s) comes
     first. The answer must not be UNAVAILABLE (retry-safe to most callers): UNKNOWN with the
     WriteOutcomeUnknown detail, outcome "unknown"; and the Python client says so."""
     server = fresh_servers.of(kind)
-    agent = await gateways.start(server.url + "/faults?timeout=1&session_timeout=60")
+    agent = await gateways.start(server.url + "/faults?timeout=5&session_timeout=60")
     client: AgentClient = await open_stores(agent.address, timeout=20)
     await client.put("/seq", b"", expected_version=-1)
     with frozen(server):

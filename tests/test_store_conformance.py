@@ -20,7 +20,7 @@ from metashift import (
     StoreUnavailable,
     ValueTooLarge,
 )
-from metashift.stores import DeleteOp, ExistsOp, GetChildrenOp, GetOp, PutOp
+from metashift.stores import DeleteOp, ExistsOp, GetChildrenOp, GetOp, PutOp, Stat
 from tests.harness import BACKENDS, GATEWAY, GATEWAY_BACKENDS, retry_while_unavailable, store_kind, user_roots
 
 
@@ -120,6 +120,22 @@ async def test_sequential_names_and_order(store: MetadataStore) -> None:
     children = await store.get_children("/seq")
     assert sorted(children) == children
     assert set(children) == {p.rsplit("/", 1)[1] for p in made}
+
+
+async def test_a_sequential_name_may_be_the_suffix_alone(store: MetadataStore) -> None:
+    """A sequential put of "/queue/" names "/queue/<suffix>" (ZooKeeper checks the path with
+    its suffix); a plain put of a path ending in '/' stays invalid."""
+    await store.put("/queue", b"", expected_version=-1)
+    first = await store.put("/queue/", b"a", sequential=True)
+    second = (await store.batch([PutOp("/queue/", b"b", sequential=True)]))[0]
+    assert isinstance(second, Stat)
+    for stat in (first, second):
+        assert stat.path.startswith("/queue/") and stat.path[len("/queue/"):].isdigit(), stat.path
+    assert int(second.path.rsplit("/", 1)[1]) > int(first.path.rsplit("/", 1)[1])
+    got = await store.get(first.path)
+    assert got is not None and got[0] == b"a"
+    with pytest.raises(InvalidPath):
+        await store.put("/queue/", b"c")
 
 
 async def test_sequential_ephemeral(store: MetadataStore) -> None:

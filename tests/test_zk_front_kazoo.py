@@ -4,6 +4,7 @@ assertions as against a real ZooKeeper (the ``zookeeper`` target runs them again
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 
 import pytest
@@ -76,6 +77,24 @@ async def test_sequential_names(kazoos: Kazoos) -> None:
         assert sorted(k.get_children("/q")) == sorted(p.rsplit("/", 1)[1] for p in made)
         e = k.create("/q/eph-", b"", sequence=True, ephemeral=True)
         assert int(e.rsplit("-", 1)[1]) > int(suffixes[-1])
+
+    await asyncio.to_thread(body)
+
+
+async def test_sequential_names_with_no_prefix(kazoos: Kazoos) -> None:
+    """``create("/folder/", sequence=True)``: the name is the suffix alone (ZooKeeper checks the
+    path with its suffix, so a path ending in '/' is fine for a sequential create)."""
+
+    def body() -> None:
+        k = kazoos.new()
+        k.create("/folder", b"")
+        first = k.create("/folder/", b"a", sequence=True)
+        second = k.create("/folder/", b"b", sequence=True, ephemeral=True)
+        for made in (first, second):
+            assert re.fullmatch(r"/folder/\d{10}", made), made
+        assert int(second[-10:]) > int(first[-10:])
+        assert sorted(k.get_children("/folder")) == sorted([first[-10:], second[-10:]])
+        assert k.get(first)[0] == b"a"
 
     await asyncio.to_thread(body)
 

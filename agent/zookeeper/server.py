@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import ssl
+import time
 from typing import Any
 
 from metashift.agent.gate import WriteGate
@@ -21,6 +22,7 @@ from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
 from metashift.agent.zookeeper import codec
 from metashift.agent.zookeeper.codec import Err, Op
+from metashift.agent.zookeeper.four_letter import WORDS, ConnectionFacts, FrontFacts, LatencyStats, answer
 from metashift.agent.zookeeper.handlers import Handlers
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
@@ -35,16 +37,28 @@ CONNECT_TIMEOUT = 10.0
 _LENGTH = 4
 
 
+class _Totals:
+    """Packets in and out of the whole front (the four-letter words report them)."""
+
+    received = 0
+    sent = 0
+
+
 class _Conn:
     """One client connection: the send side shared by replies, pings and watch events."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, totals: _Totals) -> None:
         self.writer = writer
         self.closed = False
+        peer = writer.get_extra_info("peername")
+        self.facts = ConnectionFacts(f"{peer[0]}:{peer[1]}" if peer else "?")
+        self._totals = totals
 
     def send(self, data: bytes) -> None:
         if not self.closed:
             self.writer.write(data)
+            self.facts.sent += 1
+            self._totals.sent += 1
 
     def close(self) -> None:
         if not self.closed:
@@ -76,8 +90,13 @@ class ZooKeeperServer:
             on_end=self.watches.drop_session,
         )
         self.handlers = Handlers(router, gate, registry, self.sessions, self.watches)
+        self.router, self.gate = router, gate
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
+        self._live: set[_Conn] = set()
+        self._totals = _Totals()
+        self._latency = LatencyStats()
+        self._started = time.monotonic()
 
     @property
     def address(self) -> str:
@@ -106,23 +125,33 @@ class ZooKeeperServer:
         task = asyncio.current_task()
         assert task is not None
         self._conns.add(task)
-        conn = _Conn(writer)
+        conn = _Conn(writer, self._totals)
+        self._live.add(conn)
         session: ZkSession | None = None
         worker: asyncio.Task[None] | None = None
         try:
-            data = await asyncio.wait_for(_read_packet(reader), CONNECT_TIMEOUT)
-            if data is None:
+            head = await asyncio.wait_for(_read_head(reader), CONNECT_TIMEOUT)
+            if head is None:
                 return
-            session = self._connect(codec.ConnectRequest.decode(data), conn, writer)
+            if head in WORDS:  # a four-letter word in place of the first packet's length
+                writer.write(answer(head, self.facts()))
+                await writer.drain()
+                return
+            connect = await asyncio.wait_for(_read_body(reader, head), CONNECT_TIMEOUT)
+            self._totals.received += 1
+            session = self._connect(codec.ConnectRequest.decode(connect), conn, writer)
             if session is None:
                 await writer.drain()
                 return
+            conn.facts.session_id = session.id
             queue: asyncio.Queue[tuple[codec.RequestHeader, Any] | None] = asyncio.Queue()
             worker = asyncio.create_task(self._work(session, conn, queue))
             while True:
                 data = await _read_packet(reader)
                 if data is None or conn.closed:
                     break
+                self._totals.received += 1
+                conn.facts.received += 1
                 session.client.touch()
                 try:
                     header, request = codec.decode_request(data)
@@ -137,6 +166,7 @@ class ZooKeeperServer:
                     if err != Err.OK:
                         break
                 else:
+                    conn.facts.queued += 1
                     queue.put_nowait((header, request))
                     if header.type == Op.CLOSE_SESSION:
                         break
@@ -154,7 +184,22 @@ class ZooKeeperServer:
             if session is not None:
                 self.sessions.detach(session, conn)
             conn.close()
+            self._live.discard(conn)
             self._conns.discard(task)
+
+    def facts(self) -> FrontFacts:
+        """The front's figures, for a four-letter word."""
+        sessions = list(self.sessions.by_id.values())
+        return FrontFacts(
+            host=self.host, port=self.port, tls=self.ssl_context is not None,
+            min_timeout_ms=self.sessions.min_timeout_ms, max_timeout_ms=self.sessions.max_timeout_ms,
+            zxid=self.handlers.zxid.value, connections=[c.facts for c in self._live if c.facts.session_id],
+            sessions=len(sessions), ephemerals=sum(len(s.client.ephemerals) for s in sessions),
+            watches=self.watches.count(), watched_paths=self.watches.paths(),
+            received=self._totals.received, sent=self._totals.sent, latency=self._latency,
+            started=self._started, active_store=self.router.active_name, store_url=str(self.router.active.url),
+            write_gate_open=self.gate.is_open,
+        )
 
     def _connect(self, req: codec.ConnectRequest, conn: _Conn, writer: asyncio.StreamWriter) -> ZkSession | None:
         peer = writer.get_extra_info("peername")
@@ -196,6 +241,7 @@ class ZooKeeperServer:
                 answers = list(await asyncio.gather(*(self._one(session, *b) for b in batch)))
             for data in answers:
                 conn.send(data)
+            conn.facts.queued -= len(answers)
             if conn.closed:
                 return
             with contextlib.suppress(ConnectionError):
@@ -208,16 +254,27 @@ class ZooKeeperServer:
         if header.type == Op.CLOSE_SESSION:
             await self.sessions.close(session, "closed by the client")
             return codec.reply(header.xid, self.handlers.zxid.bump())
+        started = time.monotonic()
         err, body, zxid = await self.handlers.handle(session, header.type, request)
+        self._latency.observe((time.monotonic() - started) * 1000)
         return codec.reply(header.xid, zxid, err, body)
 
 
-async def _read_packet(reader: asyncio.StreamReader) -> bytes | None:
+async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
+    """A packet's four length bytes (``None``: the connection ended)."""
     try:
-        head = await reader.readexactly(_LENGTH)
+        return await reader.readexactly(_LENGTH)
     except asyncio.IncompleteReadError:
         return None
+
+
+async def _read_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
     size = int.from_bytes(head, "big", signed=True)
     if size < 0 or size > MAX_PACKET:
         raise codec.DecodeError(f"packet of {size} bytes")
     return await reader.readexactly(size)
+
+
+async def _read_packet(reader: asyncio.StreamReader) -> bytes | None:
+    head = await _read_head(reader)
+    return None if head is None else await _read_body(reader, head)

@@ -76,6 +76,10 @@ class Watches:
     def count(self) -> int:
         return sum(len(h) for table in self._by_kind.values() for h in table.values())
 
+    def paths(self) -> int:
+        """How many distinct paths are watched."""
+        return len({p for table in self._by_kind.values() for p in table})
+
     # ---- firing ---------------------------------------------------------------------------------
 
     def _notified(self, n: Notification) -> None:

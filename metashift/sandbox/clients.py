@@ -45,6 +45,10 @@ class SimClient:
     write_timeout: float = 300.0
     client: Any = None
     acked: dict[str, bytes] = field(default_factory=dict)
+    maybe: dict[str, set[bytes]] = field(default_factory=dict)
+    """Path -> values written after its last acknowledged one whose outcome is unknown (the agent
+    stopped answering, or was killed, while the write was in the store's hands): any of them may
+    have replaced the acknowledged value."""
     failed: int = 0
     duplicates: list[str] = field(default_factory=list)
     """Sequential paths handed out twice (each also counts as a lost write)."""
@@ -83,6 +87,8 @@ class SimClient:
             stat = await self.client.put(path, value, timeout=self.write_timeout, **kwargs)
         except MetadataStoreError as e:
             self.timings.append(WriteTiming(started_wall, time.monotonic() - started, False))
+            if e.write_may_have_happened:
+                self.maybe.setdefault(path, set()).add(value)
             self.failed += 1
             if len(self.errors) < ERRORS_KEPT:
                 self.errors.append(f"{type(e).__name__}: {e}")
@@ -103,6 +109,7 @@ class SimClient:
             if stat is not None:
                 version = stat.version
                 self.acked[counter] = value
+                self.maybe.pop(counter, None)
             else:
                 version = await self._reread(counter, value, version)
             item, item_value = f"{self.base}/item-{i}", b"v%d" % i
@@ -166,17 +173,18 @@ class SimClient:
 
 
 async def missing(clients: list[SimClient], store: MetadataStore, concurrency: int = 64) -> list[str]:
-    """Every acknowledged write ``store`` does not hold with its acknowledged value."""
+    """Every acknowledged write ``store`` does not hold with its acknowledged value (or a value
+    written after it whose outcome is unknown, which may have replaced it)."""
     sem = asyncio.Semaphore(concurrency)
     out: list[str] = []
 
-    async def check(path: str, value: bytes) -> None:
+    async def check(path: str, value: bytes, maybe: set[bytes]) -> None:
         async with sem:
             got = await store.get(path)
-        if got is None or got[0] != value:
+        if got is None or (got[0] != value and got[0] not in maybe):
             out.append(f"{path}: acknowledged {value!r}, found {got[0] if got else None!r}")
 
-    await asyncio.gather(*(check(p, v) for c in clients for p, v in c.acked.items()))
+    await asyncio.gather(*(check(p, v, c.maybe.get(p, set())) for c in clients for p, v in c.acked.items()))
     out.extend(f"{p}: sequential path handed out twice" for c in clients for p in c.duplicates)
     return sorted(out)
 

@@ -79,7 +79,7 @@ class MetadataStore(ABC):
         the version differs or the node is missing). A sequential put appends the store's suffix
         to ``path``; the returned Stat carries the real path.
         """
-        self._check_put(path, value, expected_version)
+        self._check_put(path, value, expected_version, sequential)
         if self._impossible_version(PutOp(path, b"", expected_version)):
             raise BadVersion(path)
         return await self._put(path, bytes(value), expected_version, ephemeral, sequential)
@@ -101,7 +101,7 @@ class MetadataStore(ABC):
         checked: list[Op] = []
         for op in ops:
             if isinstance(op, PutOp):
-                self._check_put(op.path, op.value, op.expected_version)
+                self._check_put(op.path, op.value, op.expected_version, op.sequential)
                 op = dataclasses.replace(op, value=bytes(op.value))
             elif isinstance(op, DeleteOp):
                 self._check_delete(op.path, op.expected_version)
@@ -207,9 +207,12 @@ class MetadataStore(ABC):
         except MetadataStoreError as e:
             return e
 
-    def _check_put(self, path: str, value: Any, expected_version: int | None) -> None:
-        paths.validate(path)
-        if path == paths.SEPARATOR:
+    def _check_put(self, path: str, value: Any, expected_version: int | None, sequential: bool = False) -> None:
+        if sequential:  # the name is the path and a suffix: "/queue/" names "/queue/0000000007"
+            paths.validate(path + "0")
+        else:
+            paths.validate(path)
+        if path == paths.SEPARATOR and not sequential:
             raise InvalidPath(path, "the root cannot be written")
         if not isinstance(value, bytes | bytearray | memoryview):
             raise TypeError(f"value for {path} must be bytes, not {type(value).__name__}")
