@@ -10,7 +10,7 @@ import shutil
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from metashift.stores import MetadataStoreError
@@ -48,10 +48,6 @@ class AgentProcess:
     hold_timeout: float
     prepare_timeout: float
     spark_master: str | None = None
-    zk_listen: str | None = None
-    """``host:port`` of its ZooKeeper front (``--zk-listen``); off when ``None``."""
-    coordinator: dict[str, float] = field(default_factory=dict)
-    """More ``[coordinator]`` settings (``{"spark_delta_threshold": 0}``)."""
     process: asyncio.subprocess.Process | None = None
     killed: bool = False
 
@@ -100,9 +96,6 @@ class AgentProcess:
         ]
         if self.spark_master:
             lines.append(f"spark_master = {_toml(self.spark_master)}")
-        lines += [f"{key} = {value:g}" for key, value in self.coordinator.items()]
-        if self.zk_listen:
-            lines += ["", "[zookeeper]", f"listen = {_toml(self.zk_listen)}"]
         return "\n".join(lines) + "\n"
 
     async def start(self) -> None:

@@ -28,7 +28,8 @@ from metashift.local_servers import LocalEtcd, LocalZooKeeper, ServerStartError
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
 from metashift.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
-from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable, open_store
+from metashift.stores import MetadataStore, MetadataStoreError, open_store
+from metashift.stores.errors import StoreUnavailable
 
 from .agents import AgentProcess, AgentStartError, die_with_parent, start_agents, stop_agents
 from .clients import WRITER_ROOT, SimClient, carried, missing
