@@ -30,6 +30,8 @@ from .zk_registers import ZkRegisterClient
 
 #: Longest a migration may take before the run calls it stuck (seconds).
 MIGRATION_LIMIT = 900.0
+#: Seconds a call of the run's own source store may wait for ZooKeeper to come back.
+SOURCE_TIMEOUT = 120.0
 #: How many registers the history covers.
 REGISTERS = 6
 
@@ -115,7 +117,11 @@ class ChaosSandbox(Sandbox):
         return agent
 
     async def _more_clients(self) -> None:
-        assert self.source is not None
+        assert self.source is not None and self.zk is not None
+        # the run's own view of the source waits through a ZooKeeper restart (a read is retried on
+        # the next connection until its deadline), so that following the migration survives it
+        self.stores.append(self.source)
+        self.source = await open_store(f"{self.zk.url}?timeout={SOURCE_TIMEOUT:g}")
         await self.source.put(REGISTER_ROOT, b"", expected_version=-1)
         for i, agent in enumerate(self.agents):
             seed = self.plan.seed * 1000 + i

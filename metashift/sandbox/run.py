@@ -29,7 +29,6 @@ from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
 from metashift.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
 from metashift.stores import MetadataStore, MetadataStoreError, open_store
-from metashift.stores.errors import StoreUnavailable
 
 from .agents import AgentProcess, AgentStartError, die_with_parent, start_agents, stop_agents
 from .clients import WRITER_ROOT, SimClient, carried, missing
@@ -201,12 +200,8 @@ class Sandbox:
         last_line = ""
         last_shown = 0.0
         while True:
-            try:
-                status = (await control.status(self.source)).to_dict()
-                now_flag = await read_flag(self.source)
-            except StoreUnavailable:  # ZooKeeper restarting (a chaos run does that): ask again
-                await asyncio.sleep(FOLLOW_SECONDS)
-                continue
+            status = (await control.status(self.source)).to_dict()
+            now_flag = await read_flag(self.source)
             phase = status["phase"]
             if now_flag is not None and now_flag.epoch == flag.epoch and now_flag.phase.value not in since:
                 since[now_flag.phase.value] = now_flag.phase_since / 1000.0
