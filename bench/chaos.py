@@ -154,6 +154,8 @@ def child_command(seed: int, args: argparse.Namespace) -> list[str]:
         command += ["--phase", args.phase]
     if args.verify_tree:
         command.append("--verify-tree")
+    if args.spark_in_freeze:
+        command.append("--spark-in-freeze")
     return command
 
 
@@ -196,15 +198,18 @@ def main() -> int:
     parser.add_argument("--fault", choices=FAULTS, help="this fault in every run (default: drawn from the seed)")
     parser.add_argument("--phase", choices=PHASES, help="this phase in every run (default: drawn from the seed)")
     parser.add_argument("--topics", type=int, default=20, help="size of the Pulsar tree (sandbox --topics)")
-    parser.add_argument("--brokers", type=int, default=3)
-    parser.add_argument("--bookies", type=int, default=2)
+    # three agents: a coordinator, and participants to kill or stop besides it
+    parser.add_argument("--brokers", type=int, default=2)
+    parser.add_argument("--bookies", type=int, default=1)
     parser.add_argument("--hold-timeout", type=float, default=30.0, help="the agents' gate.hold_timeout")
     parser.add_argument("--verify-tree", action="store_true", help="also run metashift verify (Spark) after COMPLETED")
+    parser.add_argument("--spark-in-freeze", action="store_true",
+                        help="the freeze's last delta carried by a Spark pass (COPYING lasts seconds)")
     parser.add_argument("--log-dir", default="chaos-logs")
     args = parser.parse_args()
     if args.child is not None or args.seed is not None:
         seed = args.child if args.child is not None else args.seed
-        plan = FaultPlan.draw(seed, args.fault, args.phase)
+        plan = FaultPlan.draw(seed, args.fault, args.phase, spark_in_freeze=args.spark_in_freeze)
         row = asyncio.run(one_run(plan, options_from(args), args.verify_tree))
         if args.child is not None:
             print(json.dumps(row), flush=True)

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from metashift.coordinator import control
+from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStoreError, StoreUnavailable
@@ -38,12 +39,13 @@ FAULTS = (
 )
 PHASES = (Phase.SYNCING.value, Phase.PREPARATION.value, Phase.COPYING.value)
 #: How long after the phase begins the fault comes (seconds, drawn uniformly).
-DELAYS = {Phase.SYNCING.value: (0.0, 8.0), Phase.PREPARATION.value: (0.0, 0.15), Phase.COPYING.value: (0.0, 2.0)}
+DELAYS = {Phase.SYNCING.value: (0.0, 8.0), Phase.PREPARATION.value: (0.0, 0.1), Phase.COPYING.value: (0.0, 0.05)}
 #: How long a stop, a stall or an outage lasts (seconds, drawn uniformly).
 DURATIONS = {"stop-agent": (1.0, 8.0), "stop-coordinator": (1.0, 8.0), "zk-restart": (0.0, 4.0),
              "etcd-stall": (2.0, 15.0)}  # fmt: skip
-#: How often the injector reads the flag while it waits for its phase.
-POLL = 0.01
+#: How often the injector reads the flag while it waits for its phase, besides when the flag's
+#: notification comes.
+POLL = 0.25
 
 
 @dataclass
@@ -59,11 +61,13 @@ class FaultPlan:
     victim: int = 0
     """Which of the candidate agents (by index, modulo their number)."""
     spark_in_freeze: bool = False
-    """COPYING carried by a Spark pass (``coordinator.spark_delta_threshold = 0``), so that it lasts
-    long enough to be hit; otherwise the freeze's delta goes through the store layer in a blink."""
+    """COPYING carried by a Spark pass (``coordinator.spark_delta_threshold = 0``): it then lasts
+    seconds (and so does the freeze); otherwise the freeze's delta goes through the store layer
+    in tens of milliseconds, and the fault comes on the flag's notification."""
 
     @classmethod
-    def draw(cls, seed: int, fault: str | None = None, phase: str | None = None) -> FaultPlan:
+    def draw(cls, seed: int, fault: str | None = None, phase: str | None = None,
+             spark_in_freeze: bool = False) -> FaultPlan:  # fmt: skip
         rng = random.Random(seed)
         fault = fault or rng.choice(FAULTS[1:])
         phase = phase or rng.choice(PHASES)
@@ -73,7 +77,7 @@ class FaultPlan:
             raise ValueError(f"unknown phase {phase!r}: one of {', '.join(PHASES)}")
         delay = round(rng.uniform(*DELAYS[phase]), 3)
         duration = round(rng.uniform(*DURATIONS.get(fault, (0.0, 0.0))), 2)
-        return cls(seed, fault, phase, delay, duration, rng.randrange(1000), phase == Phase.COPYING.value)
+        return cls(seed, fault, phase, delay, duration, rng.randrange(1000), spark_in_freeze)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,13 +103,22 @@ class FaultInjector:
 
     async def run(self, epoch: int) -> None:
         plan = self.plan
-        while True:
-            flag = await self._flag()
-            if flag is not None and flag.epoch == epoch and flag.phase.value == plan.phase:
-                break
-            if flag is not None and flag.epoch == epoch and flag.phase in (Phase.COMPLETED, Phase.FAILED):
-                break  # the phase came and went between two looks (or never came): go on anyway
-            await asyncio.sleep(POLL)
+        source = self.sandbox.source
+        assert source is not None
+        moved = asyncio.Event()
+        remove = source.add_listener(lambda n: moved.set() if n.path == paths.FLAG else None)
+        try:
+            while True:
+                moved.clear()
+                flag = await self._flag()
+                if flag is not None and flag.epoch == epoch and flag.phase.value == plan.phase:
+                    break
+                if flag is not None and flag.epoch == epoch and flag.phase in (Phase.COMPLETED, Phase.FAILED):
+                    break  # the phase came and went between two looks (or never came): go on anyway
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(moved.wait(), POLL)
+        finally:
+            remove()
         await asyncio.sleep(plan.delay)
         flag = await self._flag()
         phase = flag.phase if flag is not None else Phase.NOT_STARTED
