@@ -60,7 +60,7 @@ def _make_a_read_stale(ops: list[Operation]) -> list[Operation] | None:
 
 async def test_a_migration_with_a_participant_killed_keeps_every_history_linearizable() -> None:
     plan = FaultPlan.draw(7, fault="kill-agent", phase=Phase.SYNCING.value)
-    options = Options(topics=10, brokers=2, bookies=1, clients_per_agent=1, hold_timeout=30.0, warmup=2.0,
+    options = Options(topics=10, brokers=1, bookies=1, clients_per_agent=1, hold_timeout=30.0, warmup=2.0,
                       after=3.0)  # fmt: skip
     sandbox = ChaosSandbox(options, plan)
     try:
