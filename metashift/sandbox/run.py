@@ -116,6 +116,18 @@ class Sandbox:
     # ---- the run --------------------------------------------------------------------------------
 
     async def run(self) -> SandboxReport:
+        await self.setup()
+        frozen = await self._migrate()
+        await self._keep_writing()
+        await self._stop_clients()
+        self._lap("after")
+        await self._check(frozen)
+        self._lap("check")
+        self.report.seconds = time.monotonic() - self._started
+        return self.report
+
+    async def setup(self) -> None:
+        """Servers, the tree, the agents, and clients writing through them for ``warmup``."""
         r, o = self.report, self.options
         self.work_dir = Path(tempfile.mkdtemp(prefix="metashift-sandbox-"))
         r.work_dir = str(self.work_dir)
@@ -150,19 +162,16 @@ class Sandbox:
         r.clients = len(self.clients)
         r.ephemerals = sum(len(c.ephemerals) for c in self.clients)
         say(f"{len(self.clients)} clients writing, holding {r.ephemerals} ephemerals")
+        await self._more_clients()
         await asyncio.sleep(o.warmup)
         self._lap("warm-up")
 
-        frozen = await self._migrate()
-        await self._keep_writing()
+    async def _more_clients(self) -> None:
+        """Clients of another kind, started with the writers (none here; the chaos run's)."""
+
+    async def _stop_clients(self) -> None:
         for c in self.clients:
             await c.stop()
-        self._lap("after")
-
-        await self._check(frozen)
-        self._lap("check")
-        r.seconds = time.monotonic() - self._started
-        return r
 
     def _agent(self, node_id: str, role: str) -> AgentProcess:
         o = self.options

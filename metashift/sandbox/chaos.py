@@ -1,0 +1,255 @@
+"""One chaos run: the sandbox's migration (agents as processes, writers, the report's checks) with
+one fault from a ``FaultPlan``, plus register clients on both protocols (``metashift.client`` and
+kazoo through each agent's ZooKeeper front) recording a history for the linearizability check,
+and a final read of every register where the cluster then lives. The checker itself is test code
+(``tests/linearizability.py``); ``bench/chaos.py`` runs many of these and judges them."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from metashift.local_servers import free_port
+from metashift.migration import paths
+from metashift.migration.phase import Phase
+from metashift.stores import MetadataStoreError, open_store
+
+from .agents import AgentProcess
+from .faults import FaultInjector, FaultPlan, say
+from .history import OK, READ, History
+from .registers import REGISTER_ROOT, RegisterClient, register_paths
+from .report import SandboxReport
+from .run import Options, Sandbox
+from .zk_registers import ZkRegisterClient
+
+#: Longest a migration may take before the run calls it stuck (seconds).
+MIGRATION_LIMIT = 900.0
+#: Seconds a call of the run's own source store may wait for ZooKeeper to come back.
+SOURCE_TIMEOUT = 120.0
+#: How many registers the history covers.
+REGISTERS = 6
+
+
+def gate_intervals(logs: list[str]) -> list[tuple[float, float]]:
+    """Every agent's write-gate-closed intervals (wall clock, s) from its JSON log; a gate still
+    closed at the end of a log (a killed agent) closes at its last line."""
+    out = []
+    for text in logs:
+        closed: float | None = None
+        last = 0.0
+        for line in text.splitlines():
+            try:
+                entry = json.loads(line)
+                ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+            except (ValueError, KeyError, TypeError):
+                continue
+            last = ts
+            msg = str(entry.get("msg", ""))
+            if msg.startswith("write gate closed") and closed is None:
+                closed = ts
+            elif closed is not None and msg.startswith(("write gate open", "migration completed",
+                                                          "migration rolled back")):  # fmt: skip
+                out.append((closed, ts))
+                closed = None
+        if closed is not None:
+            out.append((closed, last))
+    return out
+
+
+def longest_freeze(intervals: list[tuple[float, float]]) -> float | None:
+    """The longest stretch (s) during which some agent's gate was closed (their union)."""
+    if not intervals:
+        return None
+    longest = 0.0
+    start, end = sorted(intervals)[0]
+    for a, b in sorted(intervals):
+        if a > end:
+            longest, start = max(longest, end - start), a
+        end = max(end, b)
+    return max(longest, end - start)
+
+
+@dataclass
+class ChaosAgent(AgentProcess):
+    """A sandbox agent with its ZooKeeper front on, and more coordinator settings."""
+
+    zk_listen: str = ""
+    more_coordinator: dict[str, float] = field(default_factory=dict)
+    """More ``[coordinator]`` settings (``{"spark_delta_threshold": 0}``)."""
+
+    def config_text(self) -> str:
+        text = super().config_text()  # it ends in the [coordinator] table: these keys go there
+        text += "".join(f"{key} = {value:g}\n" for key, value in self.more_coordinator.items())
+        return text + f'\n[zookeeper]\nlisten = "{self.zk_listen}"\n'
+
+
+class ChaosSandbox(Sandbox):
+    """A sandbox run with a fault and a recorded history."""
+
+    def __init__(self, options: Options, plan: FaultPlan, *, verify_tree: bool = False) -> None:
+        super().__init__(options)
+        self.plan = plan
+        self.verify_tree = verify_tree
+        self.history = History()
+        self.register_keys = register_paths(REGISTERS)
+        self.registers: list[RegisterClient] = []
+        self.zk_registers: list[ZkRegisterClient] = []
+        self.injector = FaultInjector(self, plan)
+        self.restart_after_abort = False
+        self.first_outcome = ""
+        self.fault_error = ""
+        self._lives: Any = None
+        #: restarts of the servers happen here: a server dies with the thread that started it
+        self.server_thread = ThreadPoolExecutor(1, thread_name_prefix="servers")
+
+    def _agent(self, node_id: str, role: str) -> AgentProcess:
+        base = super()._agent(node_id, role)
+        agent = ChaosAgent(**{f.name: getattr(base, f.name) for f in fields(base)})
+        agent.zk_listen = f"127.0.0.1:{free_port()}"
+        if self.plan.spark_in_freeze:
+            agent.more_coordinator["spark_delta_threshold"] = 0
+        return agent
+
+    async def _more_clients(self) -> None:
+        assert self.source is not None and self.zk is not None
+        # the run's own view of the source waits through a ZooKeeper restart (a read is retried on
+        # the next connection until its deadline), so that following the migration survives it
+        self.stores.append(self.source)
+        self.source = await open_store(f"{self.zk.url}?timeout={SOURCE_TIMEOUT:g}")
+        await self.source.put(REGISTER_ROOT, b"", expected_version=-1)
+        for i, agent in enumerate(self.agents):
+            seed = self.plan.seed * 1000 + i
+            grpc = RegisterClient(f"{agent.node_id}-g", agent.node_id, agent.address, self.history,
+                                  self.register_keys, seed)  # fmt: skip
+            await grpc.connect()
+            grpc.start()
+            self.registers.append(grpc)
+            assert isinstance(agent, ChaosAgent)
+            zk = ZkRegisterClient(f"{agent.node_id}-z", agent.node_id, agent.zk_listen, self.history,
+                                  self.register_keys, seed + 500)  # fmt: skip
+            await asyncio.to_thread(zk.connect)
+            zk.start()
+            self.zk_registers.append(zk)
+        say(f"{2 * len(self.agents)} register clients on {len(self.register_keys)} keys (gRPC and ZooKeeper)")
+
+    async def coordinator_name(self) -> str | None:
+        assert self.source is not None
+        with contextlib.suppress(MetadataStoreError, ValueError, KeyError):
+            got = await self.source.get(paths.LEADER)
+            if got is not None:
+                return str(json.loads(got[0])["nodeId"])
+        return None
+
+    async def abandon_clients_of(self, node_id: str) -> None:
+        """Its agent was killed: its clients stop where they are (what they had in flight stays
+        unknown); their acknowledged writes must survive all the same."""
+        for c in self.clients:
+            if c.node_id == node_id:
+                c.stopped_early = True
+                await c.abandon()
+        for g in self.registers:
+            if g.node_id == node_id:
+                await g.abandon()
+        for z in self.zk_registers:
+            if z.node_id == node_id:
+                z.abandon()
+
+    async def run(self) -> SandboxReport:
+        r = self.report
+        await self.setup()
+        fault = asyncio.get_running_loop().create_task(self.injector.run(epoch=1), name="fault")
+        try:
+            frozen = await asyncio.wait_for(self._migrate(), MIGRATION_LIMIT)
+            self.first_outcome = r.phase
+            try:
+                await fault
+            except Exception as e:  # the fault's own failure is reported, the run goes on
+                self.fault_error = f"{type(e).__name__}: {e}"
+            if self.restart_after_abort and r.phase == Phase.FAILED.value:
+                say("aborted as planned: starting again")
+                try:
+                    frozen = await asyncio.wait_for(self._migrate(), MIGRATION_LIMIT)
+                except MetadataStoreError as e:
+                    r.reason = f"{r.reason}; the new start was refused: {e}"
+        except TimeoutError:
+            r.phase, r.reason = "STUCK", f"no COMPLETED nor FAILED within {MIGRATION_LIMIT:g}s"
+            frozen = None
+        finally:
+            if not fault.done():
+                fault.cancel()
+                with contextlib.suppress(BaseException):
+                    await fault
+        await self._keep_writing()
+        await self._stop_clients()
+        self._lap("after")
+        await self._final_reads()
+        await self._check(frozen)
+        self._lap("check")
+        r.seconds = time.monotonic() - self._started
+        return r
+
+    async def _stop_clients(self) -> None:
+        await super()._stop_clients()
+        for g in self.registers:
+            await g.stop()
+        await asyncio.gather(*(asyncio.to_thread(z.stop) for z in self.zk_registers))
+
+    async def _final_reads(self) -> None:
+        """Every register read where the cluster lives, after everyone stopped: the history's last
+        word (an acknowledged write lost there makes it non-linearizable)."""
+        assert self.zk is not None and self.etcd is not None
+        url = self.etcd.url if self.report.phase == Phase.COMPLETED.value else self.zk.url
+        store = self._lives = await open_store(url, watch=False, create_root=False)
+        self.stores.append(store)
+        for key in self.register_keys:
+            op = self.history.invoke("final-read", key, READ)
+            try:
+                op.ok_get(await store.get(key))
+            except MetadataStoreError as e:
+                op.failed(e)
+        self.history.finish()
+
+    async def _check(self, frozen: tuple[float, float] | None) -> None:
+        await super()._check(frozen)
+        for path, value in self.injector.bypass_acked.items():
+            got = await self._lives.get(path)
+            if got is None or got[0] != value:
+                self.report.lost.append(f"{path}: acknowledged {value!r}, found {got[0] if got else None!r}")
+                self.report.writes_lost += 1
+
+    async def _verify_tree(self) -> None:
+        if self.verify_tree:
+            await super()._verify_tree()
+
+    async def cleanup(self) -> None:
+        for z in self.zk_registers:
+            z.abandon()
+        await asyncio.gather(*(g.abandon() for g in self.registers), return_exceptions=True)
+        await super().cleanup()
+        self.server_thread.shutdown(wait=False)
+
+    def row(self) -> dict[str, Any]:
+        """What the chaos table shows of this run (the linearizability verdict is added by the
+        checker)."""
+        r = self.report
+        freeze = longest_freeze(gate_intervals([a.log_tail(chars=50_000_000) for a in self.agents]))
+        writes = [op for op in self.history.ops if op.f != READ and op.status == OK and op.complete is not None]
+        slowest = max(((op.complete or 0) - op.invoke for op in writes), default=0) / 1e6
+        held = max([r.write_hold_ms.get("max", 0.0), r.write_ms.get("max", 0.0), slowest])
+        return {
+            "seed": self.plan.seed, "fault": self.plan.fault, "phase": self.plan.phase,
+            "landed": self.injector.landed or "-", "victim": self.injector.victim or None,
+            "outcome": r.phase, "reason": r.reason, "first_outcome": self.first_outcome,
+            "freeze_s": None if freeze is None else round(freeze, 3), "slowest_write_ms": round(held, 1),
+            "acked": r.writes_acknowledged + len(writes), "lost": r.writes_lost, "lost_writes": r.lost[:10],
+            "ephemerals_missing": r.ephemerals_missing, "operations": len(self.history),
+            "unknown": self.history.count("unknown"), "tree_verified": r.tree_verified, "fault_error": self.fault_error,
+            "coordinator_verified": r.coordinator_verified, "seconds": round(r.seconds, 1),
+            "plan": self.plan.to_dict(), "work_dir": r.work_dir,
+        }  # fmt: skip

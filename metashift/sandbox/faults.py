@@ -1,0 +1,216 @@
+"""Faults for the chaos run: which one, in which phase, when and for how long, all drawn from one
+seed (``FaultPlan.draw``), and the injector that waits for that phase and does it to the sandbox's
+processes and stores."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from metashift.coordinator import control
+from metashift.migration import paths
+from metashift.migration.flag import read_flag
+from metashift.migration.phase import Phase
+from metashift.stores import MetadataStoreError, StoreUnavailable
+
+from .history import WRITE, History
+
+if TYPE_CHECKING:
+    from .chaos import ChaosSandbox
+
+#: Every fault the chaos run knows (the reverse migration joins when the product has it).
+FAULTS = (
+    "none",
+    "kill-agent",  # SIGKILL of a participant's agent (not the coordinator's)
+    "kill-coordinator",  # SIGKILL of the coordinator's agent
+    "stop-agent",  # SIGSTOP of a participant's agent for `duration` seconds, then SIGCONT
+    "stop-coordinator",  # the same, to the coordinator's agent
+    "zk-restart",  # ZooKeeper (the source) stopped, down `duration` seconds, started again
+    "etcd-stall",  # SIGSTOP of etcd (the target) for `duration` seconds
+    "bypass-write",  # a write straight to the source, behind the agents' back
+    "abort-restart",  # `migrate abort`, then a new start once the target is clean
+)
+PHASES = (Phase.SYNCING.value, Phase.PREPARATION.value, Phase.COPYING.value)
+#: How long after the phase begins the fault comes (seconds, drawn uniformly).
+DELAYS = {Phase.SYNCING.value: (0.0, 8.0), Phase.PREPARATION.value: (0.0, 0.1), Phase.COPYING.value: (0.0, 0.05)}
+#: How long a stop, a stall or an outage lasts (seconds, drawn uniformly).
+DURATIONS = {"stop-agent": (1.0, 8.0), "stop-coordinator": (1.0, 8.0), "zk-restart": (0.0, 4.0),
+             "etcd-stall": (2.0, 15.0)}  # fmt: skip
+#: How often the injector reads the flag while it waits for its phase, besides when the flag's
+#: notification comes.
+POLL = 0.25
+
+
+@dataclass
+class FaultPlan:
+    """One run's fault, drawn from ``seed``: the same seed gives the same plan (and the same
+    workload), so a failing run can be replayed."""
+
+    seed: int
+    fault: str
+    phase: str
+    delay: float
+    duration: float = 0.0
+    victim: int = 0
+    """Which of the candidate agents (by index, modulo their number)."""
+    spark_in_freeze: bool = False
+    """COPYING carried by a Spark pass (``coordinator.spark_delta_threshold = 0``): it then lasts
+    seconds (and so does the freeze); otherwise the freeze's delta goes through the store layer
+    in tens of milliseconds, and the fault comes on the flag's notification."""
+
+    @classmethod
+    def draw(cls, seed: int, fault: str | None = None, phase: str | None = None,
+             spark_in_freeze: bool = False) -> FaultPlan:  # fmt: skip
+        rng = random.Random(seed)
+        fault = fault or rng.choice(FAULTS[1:])
+        phase = phase or rng.choice(PHASES)
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}: one of {', '.join(FAULTS)}")
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}: one of {', '.join(PHASES)}")
+        delay = round(rng.uniform(*DELAYS[phase]), 3)
+        duration = round(rng.uniform(*DURATIONS.get(fault, (0.0, 0.0))), 2)
+        return cls(seed, fault, phase, delay, duration, rng.randrange(1000), spark_in_freeze)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def say(text: str) -> None:
+    print(f"chaos: {text}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class FaultInjector:
+    """Waits for the plan's phase in the migration that ``sandbox`` runs, then does the fault."""
+
+    sandbox: ChaosSandbox
+    plan: FaultPlan
+    landed: str = ""
+    """The phase the fault actually came in (``missed`` when the migration ended before it)."""
+    victim: str = ""
+    bypass_acked: dict[str, bytes] = field(default_factory=dict)
+    started: float = 0.0
+    ended: float = 0.0
+    _resume: list[Any] = field(default_factory=list)
+
+    async def run(self, epoch: int) -> None:
+        plan = self.plan
+        source = self.sandbox.source
+        assert source is not None
+        moved = asyncio.Event()
+        remove = source.add_listener(lambda n: moved.set() if n.path == paths.FLAG else None)
+        try:
+            while True:
+                moved.clear()
+                flag = await self._flag()
+                if flag is not None and flag.epoch == epoch and flag.phase.value == plan.phase:
+                    break
+                if flag is not None and flag.epoch == epoch and flag.phase in (Phase.COMPLETED, Phase.FAILED):
+                    break  # the phase came and went between two looks (or never came): go on anyway
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(moved.wait(), POLL)
+        finally:
+            remove()
+        await asyncio.sleep(plan.delay)
+        flag = await self._flag()
+        phase = flag.phase if flag is not None else Phase.NOT_STARTED
+        if phase in (Phase.COMPLETED, Phase.FAILED):
+            self.landed = f"missed ({phase.value})"
+            say(f"{plan.fault}: the migration was {phase.value} before it could be done")
+            return
+        self.landed = phase.value
+        self.started = time.monotonic()
+        lasting = f", for {plan.duration:g}s" if plan.duration else ""
+        say(f"{plan.fault} in {phase.value} ({plan.delay:g}s in{lasting})")
+        await getattr(self, "_" + plan.fault.replace("-", "_"))()
+        self.ended = time.monotonic()
+
+    async def _flag(self) -> Any:
+        assert self.sandbox.source is not None
+        try:
+            return await read_flag(self.sandbox.source)
+        except StoreUnavailable:
+            return None
+
+    async def _choose(self, coordinator: bool) -> Any:
+        agents = [a for a in self.sandbox.agents if a.running and not a.killed]
+        leader = await self.sandbox.coordinator_name()
+        pool = [a for a in agents if (a.node_id == leader) == coordinator] or agents
+        victim = pool[self.plan.victim % len(pool)]
+        self.victim = victim.node_id
+        return victim
+
+    async def _none(self) -> None:
+        pass
+
+    async def _kill_agent(self, coordinator: bool = False) -> None:
+        victim = await self._choose(coordinator)
+        say(f"SIGKILL to agent {victim.node_id} (pid {victim.pid})")
+        await victim.kill()
+        await self.sandbox.abandon_clients_of(victim.node_id)
+
+    async def _kill_coordinator(self) -> None:
+        await self._kill_agent(coordinator=True)
+
+    async def _stop_agent(self, coordinator: bool = False) -> None:
+        victim = await self._choose(coordinator)
+        say(f"SIGSTOP to agent {victim.node_id} (pid {victim.pid}) for {self.plan.duration:g}s")
+        victim.signal(signal.SIGSTOP)
+        try:
+            await asyncio.sleep(self.plan.duration)
+        finally:
+            victim.signal(signal.SIGCONT)
+
+    async def _stop_coordinator(self) -> None:
+        await self._stop_agent(coordinator=True)
+
+    async def _zk_restart(self) -> None:
+        zk = self.sandbox.zk
+        assert zk is not None
+        loop = asyncio.get_running_loop()
+        # in the sandbox's server thread, which lives as long as the run: a server dies with the
+        # thread that started it
+        await loop.run_in_executor(self.sandbox.server_thread, zk.stop)
+        await asyncio.sleep(self.plan.duration)
+        await loop.run_in_executor(self.sandbox.server_thread, zk.start)
+
+    async def _etcd_stall(self) -> None:
+        etcd = self.sandbox.etcd
+        assert etcd is not None and etcd.process is not None
+        os.killpg(etcd.process.pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(self.plan.duration)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(etcd.process.pid, signal.SIGCONT)
+
+    async def _bypass_write(self) -> None:
+        """A register and a path of its own written straight into ZooKeeper: in SYNCING and
+        PREPARATION the coordinator must carry them; in COPYING the migration must fail."""
+        source = self.sandbox.source
+        history: History = self.sandbox.history
+        assert source is not None
+        key = self.sandbox.register_keys[self.plan.victim % len(self.sandbox.register_keys)]
+        op = history.invoke("bypass", key, WRITE, f"bypass:{self.plan.seed}".encode())
+        try:
+            op.ok((await source.put(key, op.value or b"")).version)
+        except MetadataStoreError as e:
+            op.failed(e)
+        path, value = f"/sandbox/bypass/seed-{self.plan.seed}", b"written behind the agents' back"
+        with contextlib.suppress(MetadataStoreError):
+            await source.put(path, value)
+            self.bypass_acked[path] = value
+
+    async def _abort_restart(self) -> None:
+        assert self.sandbox.source is not None
+        with contextlib.suppress(control.MigrationRefused):
+            await control.abort(self.sandbox.source)
+        self.sandbox.restart_after_abort = True
