@@ -22,8 +22,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from metashift.agent.errors import HeldForMigration
 from metashift.agent.router import Router
+from metashift.proto.errors import HeldForMigration
 from metashift.stores import MetadataStore
 
 log = logging.getLogger(__name__)

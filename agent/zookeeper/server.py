@@ -20,12 +20,12 @@ from typing import Any
 from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
-from metashift.agent.zookeeper import codec
-from metashift.agent.zookeeper.codec import Err, Op
 from metashift.agent.zookeeper.four_letter import WORDS, ConnectionFacts, FrontFacts, LatencyStats, answer
 from metashift.agent.zookeeper.handlers import Handlers
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
+from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper.wire import Err, Op
 
 log = logging.getLogger(__name__)
 
@@ -139,12 +139,12 @@ class ZooKeeperServer:
                 return
             connect = await asyncio.wait_for(_read_body(reader, head), CONNECT_TIMEOUT)
             self._totals.received += 1
-            session = self._connect(codec.ConnectRequest.decode(connect), conn, writer)
+            session = self._connect(wire.ConnectRequest.decode(connect), conn, writer)
             if session is None:
                 await writer.drain()
                 return
             conn.facts.session_id = session.id
-            queue: asyncio.Queue[tuple[codec.RequestHeader, Any] | None] = asyncio.Queue()
+            queue: asyncio.Queue[tuple[wire.RequestHeader, Any] | None] = asyncio.Queue()
             worker = asyncio.create_task(self._work(session, conn, queue))
             while True:
                 data = await _read_packet(reader)
@@ -154,15 +154,15 @@ class ZooKeeperServer:
                 conn.facts.received += 1
                 session.client.touch()
                 try:
-                    header, request = codec.decode_request(data)
-                except codec.DecodeError as e:
+                    header, request = wire.decode_request(data)
+                except wire.DecodeError as e:
                     log.warning("zookeeper session %#x: undecodable request (%s); closing", session.id, e)
                     break
                 if header.type == Op.PING:
-                    conn.send(codec.reply(codec.XID_PING, self.handlers.zxid.value))
+                    conn.send(wire.reply(wire.XID_PING, self.handlers.zxid.value))
                 elif header.type == Op.AUTH:
                     err = self.handlers.add_auth(session, request)
-                    conn.send(codec.reply(codec.XID_AUTH, self.handlers.zxid.value, err))
+                    conn.send(wire.reply(wire.XID_AUTH, self.handlers.zxid.value, err))
                     if err != Err.OK:
                         break
                 else:
@@ -172,7 +172,7 @@ class ZooKeeperServer:
                         break
             queue.put_nowait(None)
             await worker
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, codec.DecodeError):
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, wire.DecodeError):
             pass
         except asyncio.CancelledError:
             pass
@@ -201,26 +201,26 @@ class ZooKeeperServer:
             write_gate_open=self.gate.is_open,
         )
 
-    def _connect(self, req: codec.ConnectRequest, conn: _Conn, writer: asyncio.StreamWriter) -> ZkSession | None:
+    def _connect(self, req: wire.ConnectRequest, conn: _Conn, writer: asyncio.StreamWriter) -> ZkSession | None:
         peer = writer.get_extra_info("peername")
         read_only = None if req.read_only is None else False  # this server always accepts writes
         if req.session_id:
             session = self.sessions.find(req.session_id, req.passwd)
             if session is None:
                 log.info("zookeeper session %#x from %s: expired or unknown", req.session_id, peer)
-                conn.send(codec.frame(codec.ConnectResponse(0, 0, 0, bytes(16), read_only).encode()))
+                conn.send(wire.frame(wire.ConnectResponse(0, 0, 0, bytes(16), read_only).encode()))
                 return None
             log.info("zookeeper session %#x re-attached from %s", session.id, peer)
         else:
             session = self.sessions.open(req.timeout, str(peer[0]) if peer else "")
             log.info("zookeeper session %#x opened from %s (timeout %d ms)", session.id, peer, session.timeout_ms)
-        conn.send(codec.frame(codec.ConnectResponse(0, session.timeout_ms, session.id, session.passwd,
+        conn.send(wire.frame(wire.ConnectResponse(0, session.timeout_ms, session.id, session.passwd,
                                                     read_only).encode()))
         self.sessions.attach(session, conn)
         return session
 
     async def _work(
-        self, session: ZkSession, conn: _Conn, queue: asyncio.Queue[tuple[codec.RequestHeader, Any] | None]
+        self, session: ZkSession, conn: _Conn, queue: asyncio.Queue[tuple[wire.RequestHeader, Any] | None]
     ) -> None:
         """Serve the requests in order: a run of reads together, anything else alone."""
         reads = Handlers.READS
@@ -250,14 +250,14 @@ class ZooKeeperServer:
                 conn.close()
                 return
 
-    async def _one(self, session: ZkSession, header: codec.RequestHeader, request: Any) -> bytes:
+    async def _one(self, session: ZkSession, header: wire.RequestHeader, request: Any) -> bytes:
         if header.type == Op.CLOSE_SESSION:
             await self.sessions.close(session, "closed by the client")
-            return codec.reply(header.xid, self.handlers.zxid.bump())
+            return wire.reply(header.xid, self.handlers.zxid.bump())
         started = time.monotonic()
         err, body, zxid = await self.handlers.handle(session, header.type, request)
         self._latency.observe((time.monotonic() - started) * 1000)
-        return codec.reply(header.xid, zxid, err, body)
+        return wire.reply(header.xid, zxid, err, body)
 
 
 async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
@@ -271,7 +271,7 @@ async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
 async def _read_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
     size = int.from_bytes(head, "big", signed=True)
     if size < 0 or size > MAX_PACKET:
-        raise codec.DecodeError(f"packet of {size} bytes")
+        raise wire.DecodeError(f"packet of {size} bytes")
     return await reader.readexactly(size)
 
 

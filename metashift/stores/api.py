@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from types import TracebackType
@@ -24,6 +25,10 @@ from .stat import Stat
 from .urls import StoreURL
 
 log = logging.getLogger(__name__)
+
+#: A ZooKeeper sequential name's ten-digit suffix; attempts of ``next_sequence`` on a busy parent.
+_SEQUENCE_SUFFIX = re.compile(r"(\d{10})$")
+_SEQUENCE_ATTEMPTS = 50
 
 #: Bytes of path (chroot or prefix included) that every store's limit leaves room for beside a
 #: value of ``max_value_size``.
@@ -42,6 +47,10 @@ class MetadataStore(ABC):
     max_value_size: int
     #: Largest version a node can reach on this store.
     max_version: int = 2**63 - 1
+    #: ``put(..., sequential=True)`` names nodes as ZooKeeper does (ten digits, from the parent's
+    #: own count of child creations). False: Pulsar's etcd names (the parent key's version,
+    #: unpadded); a ZooKeeper-protocol server then takes its numbers from ``next_sequence``.
+    zookeeper_sequential_names: bool = False
 
     def __init__(self, url: StoreURL) -> None:
         self.url = url
@@ -62,6 +71,30 @@ class MetadataStore(ABC):
         return await self._exists(paths.validate(path))
 
     # ---- writes ---------------------------------------------------------------------------------
+
+    async def next_sequence(self, parent: str) -> int:
+        """The next number of ``parent``'s sequence, taken, for ZooKeeper-style sequential names
+        on a store without its own (``zookeeper_sequential_names`` False): the parent key's
+        version (Pulsar's counter on etcd) moved by a compare-and-set that keeps its value, and
+        at least one more than the highest ten-digit suffix among the children, so that a lock
+        queue never goes backwards after a migration. Raises ``BadVersion`` when the parent kept
+        moving under it."""
+        floor = 0
+        for kid in await self.get_children(parent):
+            m = _SEQUENCE_SUFFIX.search(kid)
+            if m:
+                floor = max(floor, int(m.group(1)) + 1)
+        for _ in range(_SEQUENCE_ATTEMPTS):
+            got = await self.get(parent) if parent != paths.SEPARATOR else None
+            try:
+                if got is None:
+                    stat = await self.put(parent, b"", None)
+                else:
+                    stat = await self.put(parent, got[0], got[1].version, ephemeral=got[1].ephemeral)
+            except BadVersion:
+                continue
+            return max(stat.version, floor)
+        raise BadVersion(parent, "the sequence counter kept moving")
 
     async def put(
         self,

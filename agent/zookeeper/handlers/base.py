@@ -9,14 +9,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from metashift.agent.errors import HeldForMigration
 from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
-from metashift.agent.zookeeper.codec import Err, ZStat
 from metashift.agent.zookeeper.session import ZkSessions
 from metashift.agent.zookeeper.stat import to_zstat
 from metashift.agent.zookeeper.watches import Watches
+from metashift.proto.errors import HeldForMigration
 from metashift.stores import MetadataStore, Stat, paths
 from metashift.stores.errors import (
     AlreadyExists,
@@ -27,6 +26,7 @@ from metashift.stores.errors import (
     StoreUnavailable,
     ValueTooLarge,
 )
+from metashift.stores.zookeeper.wire import Err, ZStat
 
 #: ZooKeeper's own subtree, served by the agent itself (never read from nor written to a store).
 ZK_ROOT = "/zookeeper"
