@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Any
 
 from . import paths
-from .errors import BadVersion, InvalidPath, MetadataStoreError, ValueTooLarge
+from .errors import BadVersion, InvalidPath, MetadataStoreError, NotFound, ValueTooLarge
 from .notifications import Notification, NotificationListener, SessionEvent, SessionListener
 from .ops import DeleteOp, ExistsOp, GetChildrenOp, GetOp, GetResult, Op, OpResult, PutOp
 from .stat import Stat
@@ -70,7 +70,36 @@ class MetadataStore(ABC):
     async def exists(self, path: str) -> bool:
         return await self._exists(paths.validate(path))
 
+    async def get_node(self, path: str) -> tuple[bytes, Stat, list[str]] | None:
+        """The value, Stat and sorted children of ``path`` together (``None`` when it does not
+        exist): what ZooKeeper's getData, exists and getChildren2 answer. In one round trip where
+        the store can (etcd: one txn); here, a get and a listing side by side."""
+        got, kids = await asyncio.gather(self.get(path), self.get_children(path))
+        return None if got is None else (got[0], got[1], kids)
+
     # ---- writes ---------------------------------------------------------------------------------
+
+    async def set_data(self, path: str, value: bytes, expected_version: int | None = None) -> tuple[Stat, int]:
+        """ZooKeeper's setData: a new value for the existing node ``path`` (``NotFound`` when it
+        is missing; ``BadVersion`` when ``expected_version``, ``None`` for any, differs), which
+        stays ephemeral if it was. Returns its new Stat and how many children it has. In one
+        round trip where the store can (etcd: one txn); here, a read, a compare-and-set (again
+        when a blind one lost a race) and a listing."""
+        self._check_put(path, value, expected_version)
+        for _ in range(_SEQUENCE_ATTEMPTS):
+            got = await self.get(path)
+            if got is None:
+                raise NotFound(path)
+            if expected_version is not None and got[1].version != expected_version:
+                raise BadVersion(path)
+            try:
+                stat = await self.put(path, value, got[1].version, ephemeral=got[1].ephemeral)
+            except BadVersion:
+                if expected_version is None:
+                    continue
+                raise
+            return stat, len(await self.get_children(path))
+        raise BadVersion(path, "the node kept changing")
 
     async def next_sequence(self, parent: str) -> int:
         """The next number of ``parent``'s sequence, taken, for ZooKeeper-style sequential names

@@ -157,9 +157,8 @@ class MultiRequests(WriteRequests, ReadRequests):
             await self._delete_checked(store, sub.path, sub.version)
             return MultiResult(Op.DELETE)
         if op == Op.SET_DATA:
-            stat = await self._set_checked(store, sub.path, sub.data, sub.version)
-            kids = await store.get_children(sub.path)
-            return MultiResult(Op.SET_DATA, 0, to_zstat(stat, len(sub.data), len(kids), self._owner(sub.path)))
+            stat, children = await self._set_checked(store, sub.path, sub.data, sub.version)
+            return MultiResult(Op.SET_DATA, 0, to_zstat(stat, len(sub.data), children, self._owner(sub.path)))
         return MultiResult(Op.CHECK)
 
 

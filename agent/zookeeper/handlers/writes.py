@@ -141,28 +141,21 @@ class WriteRequests(HandlerBase):
         check_path(req.path)
         self._no_writes_in_zookeeper_root(req.path)
 
-        async def apply(store: MetadataStore) -> Stat:
+        async def apply(store: MetadataStore) -> tuple[Stat, int]:
             return await self._set_checked(store, req.path, req.data, req.version)
 
-        stat = await self._write(apply)
-        return Writer().stat(await self._zstat_after_write(stat, len(req.data))).bytes()
+        stat, children = await self._write(apply)
+        return Writer().stat(to_zstat(stat, len(req.data), children, self._owner(stat.path))).bytes()
 
-    async def _set_checked(self, store: MetadataStore, path: str, data: bytes, version: int) -> Stat:
-        for _ in range(MAX_ATTEMPTS):
-            got = await store.get(path)
-            expect_version(path, got is not None, got[1].version if got else 0, version)
-            assert got is not None
-            ephemeral = got[1].ephemeral
-            try:
-                # an ephemeral stays ephemeral: on etcd a put without the lease would make it persistent
-                stat = await store.put(path, data, got[1].version, ephemeral=ephemeral)
-            except BadVersion:
-                if version == -1:
-                    continue
-                raise
-            self.registry.record_put(None, data, ephemeral, stat)
-            return stat
-        raise ZkError(Err.SYSTEMERROR, f"{path} kept changing")
+    async def _set_checked(self, store: MetadataStore, path: str, data: bytes, version: int) -> tuple[Stat, int]:
+        """setData: the new Stat and the node's number of children, in one round trip where the
+        store can (``MetadataStore.set_data``; an ephemeral stays ephemeral)."""
+        try:
+            stat, children = await store.set_data(path, data, None if version == -1 else version)
+        except NotFound:
+            raise ZkError(Err.NONODE, path) from None
+        self.registry.record_put(None, data, stat.ephemeral, stat)
+        return stat, children
 
     async def _check(self, session: ZkSession, req: wire.CheckVersionRequest) -> Body:
         node = await self._node(check_path(req.path), children=False)
