@@ -18,10 +18,10 @@ from typing import Any
 
 import grpc
 
-from metashift.agent import wire
-from metashift.agent.errors import Unauthenticated
+from metashift.proto import wire
+from metashift.proto.errors import Unauthenticated
+from metashift.proto.wire import AUTH_METADATA_KEY as METADATA_KEY
 
-METADATA_KEY = "authorization"
 _OPEN_SERVICES = ("/grpc.health.v1.Health/",)
 #: How long a refused streaming call waits for the caller's first message (see ``_refusing``).
 _FIRST_MESSAGE_WAIT = 5.0
@@ -30,11 +30,6 @@ _FIRST_MESSAGE_WAIT = 5.0
 def read_token(path: Path) -> str:
     """The token in ``path`` (surrounding white space ignored); empty is refused by the config."""
     return path.read_text().strip()
-
-
-def bearer(token: str) -> tuple[tuple[str, str], ...]:
-    """The call metadata that presents ``token``."""
-    return ((METADATA_KEY, f"Bearer {token}"),)
 
 
 class TokenAuth(grpc.aio.ServerInterceptor):

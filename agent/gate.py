@@ -28,8 +28,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from metashift.agent.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.agent.router import Router
+from metashift.proto.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.stores import MetadataStore
 
 log = logging.getLogger(__name__)
@@ -233,6 +233,19 @@ class WriteGate:
             if not task.done():  # the caller went away: what the write ends with is still observed
                 task.add_done_callback(_orphan_done)
             raise
+
+    def try_enter(self) -> MetadataStore | None:
+        """Admit one write now, without a task and without waiting, when writes flow and none is
+        held: the store to write to (the caller calls ``leave`` when the write has ended, however
+        it ended). ``None``: nothing admitted, the write takes ``run`` (it may have to wait)."""
+        if self._must_wait():
+            return None
+        self._enter()
+        return self.router.active
+
+    def leave(self) -> None:
+        """The end of a write that ``try_enter`` admitted."""
+        self._leave()
 
     def _enter(self) -> None:
         self._in_flight += 1

@@ -16,13 +16,13 @@ from typing import Any
 
 import grpc
 
-from metashift.agent import wire
-from metashift.agent.errors import HeldForMigration, Internal, InvalidArgument, NoSession, WriteOutcomeUnknown
 from metashift.agent.gate import WriteGate
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.router import Router
 from metashift.agent.sequence_floors import SequenceFloors
 from metashift.agent.sessions import ClientSession, SessionRegistry
+from metashift.proto import wire
+from metashift.proto.errors import HeldForMigration, Internal, InvalidArgument, NoSession, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.stores import (
     DeleteOp,

@@ -36,17 +36,29 @@ class SequenceFloors:
     def _switched(self, old: MetadataStore, new: MetadataStore) -> None:
         self._parents.pop(new, None)
 
-    async def _floored(self, store: MetadataStore) -> set[str]:
+    def _reading(self, store: MetadataStore) -> asyncio.Future[set[str]]:
+        """The read of ``store``'s floored parents, started once and kept (dropped if it fails)."""
         known = self._parents.get(store)
         if known is None:
             known = asyncio.ensure_future(floored_parents(store))
             self._parents[store] = known
-        try:
-            return await asyncio.shield(known)
-        except BaseException:
-            if self._parents.get(store) is known and known.done():
-                del self._parents[store]  # not kept: read again next time
-            raise
+
+            def forget(done: asyncio.Future[set[str]]) -> None:
+                if done.cancelled() or done.exception() is not None:  # read again next time
+                    if self._parents.get(store) is done:
+                        del self._parents[store]
+
+            known.add_done_callback(forget)
+        return known
+
+    async def _floored(self, store: MetadataStore) -> set[str]:
+        return await asyncio.shield(self._reading(store))
+
+    def known_free(self, store: MetadataStore, parent: str) -> bool:
+        """Whether ``parent`` is known to have no floor in ``store``, without waiting (False while
+        the floors are still being read), so that ZooKeeper may name a sequential node there."""
+        known = self._reading(store)
+        return known.done() and not known.cancelled() and known.exception() is None and parent not in known.result()
 
     async def take(self, store: MetadataStore, parent: str) -> int | None:
         """The next id of ``parent``'s floor in ``store``, taken; ``None`` when it has none."""
@@ -63,5 +75,5 @@ class SequenceFloors:
         taken = await self.take(store, paths.parent(op.path) or paths.SEPARATOR)
         if taken is None:
             return op
-        suffix = f"{taken:010d}" if store.url.scheme == "zk" else str(taken)
+        suffix = f"{taken:010d}" if store.zookeeper_sequential_names else str(taken)
         return PutOp(op.path + suffix, op.value, -1, op.ephemeral, False)

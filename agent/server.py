@@ -25,7 +25,6 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from metashift.agent import wire
 from metashift.agent.auth import TokenAuth, read_token
 from metashift.agent.config import AgentConfig, ConfigError
 from metashift.agent.gate import WriteGate
@@ -37,6 +36,7 @@ from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
 from metashift.agent.zookeeper.server import ZooKeeperServer
 from metashift.migration.phase import Phase
+from metashift.proto import wire
 from metashift.stores import MetadataStore, Store, StoreURL, open_store, parse_url
 from metashift.stores.aio import run_loop
 

@@ -1,12 +1,23 @@
-"""Benchmark (not a test): the agent's gateway against direct store access, in the same run.
+"""Benchmark (not a test): the agent's gRPC gateway beside its floors, in one run.
 
-For each store (a local ZooKeeper and etcd unless URLs are given), get and put of 1 KB values,
-directly (``metashift.open_store``) and through an agent (``metashift agent`` in its own process,
-unix socket, client ``metashift.client``): ops/s and p50/p99 latency with 1 call in flight and with
-``--concurrency`` calls in flight; and the agent's resident memory (idle, and after the load).
-Prints JSON.
+Starts a local ZooKeeper and etcd (unless URLs are given) and one ``metashift agent`` process per
+store (unix socket, client ``metashift.client``). Rows, each beside its floor:
 
-    .venv/bin/python bench/gateway.py [--ops 3000] [--concurrency 32] [--zk URL] [--etcd URL]
+- ``zookeeper direct``: ``metashift.open_store`` on the ZooKeeper, in this process (the floor of
+  the next row);
+- ``agent -> zookeeper``: the Python client through the agent;
+- ``etcd raw (Pulsar txns)``: etcd's KV service called directly, one request per operation in
+  Pulsar's ``EtcdMetadataStore`` pattern (get: Range; put: Txn with Put + prev_kv; create: Txn
+  ``create_revision == 0`` then Put + prev_kv) (the floor of the next row);
+- ``etcd direct (store)``: ``metashift.open_store`` on the etcd (for reference);
+- ``agent -> etcd``: the Python client through the agent.
+
+For get, put (blind) and create of 1 KB values: throughput with ``--concurrency`` calls in flight,
+p50/p99 one call at a time, the agent process's CPU per call (us, every thread's ``schedstat``
+before and after the concurrent run) and its resident memory. ``--repeat N`` runs it all N times
+and prints the spread of the ratios. ``--json``: JSON.
+
+    .venv/bin/python bench/gateway.py [--ops 3000] [--concurrency 32] [--repeat 3] [--zk URL] [--etcd URL]
 """
 
 from __future__ import annotations
@@ -19,139 +30,174 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 import argparse
 import asyncio
 import json
-import statistics
+import shutil
 import sys
 import tempfile
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 import metashift
 import metashift.client
+from bench.floors import (
+    VALUE,
+    Agent,
+    Figures,
+    RawEtcd,
+    Table,
+    async_concurrent,
+    async_serial,
+    latency_figures,
+    spread,
+    start_agent,
+)
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 
-VALUE = b"v" * 1024
+OPS = ["get", "put", "create"]
+Call = Callable[[int], Awaitable[Any]]
 
 
-def _exists(path: str) -> bool:
-    return os.path.exists(path)
+async def _row(calls: dict[str, tuple[Call, Call]], setup: Callable[[], Awaitable[None]], ops: int,
+               concurrency: int, agent: Agent | None) -> dict[str, Figures]:
+    """Figures of ``calls`` (op -> (serial call, concurrent call))."""
+    await setup()
+    row: dict[str, Figures] = {}
+    for op in OPS:
+        serial, concurrent = calls[op]
+        await async_concurrent(concurrent, min(200, ops), 4)  # warm-up (its creates use the first names)
+        s = latency_figures(await async_serial(serial, max(ops // 3, 200)))
+        before = agent.cpu_ns() if agent else 0
+        per_s, lat = await async_concurrent(lambda i: concurrent(i + ops), ops, concurrency)  # noqa: B023
+        cpu = (agent.cpu_ns() - before) / ops / 1000 if agent else None
+        p = latency_figures(lat)
+        row[op] = Figures(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"],
+                          round(cpu, 1) if cpu is not None else None)
+    return row
 
 
-def _rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    return 0
-
-
-async def _measure(op: Callable[[int], Awaitable[Any]], ops: int, concurrency: int) -> dict[str, float]:
-    latencies: list[float] = []
-    counter = iter(range(ops))
-
-    async def worker() -> None:
-        for i in counter:
-            t = time.perf_counter()
-            await op(i)
-            latencies.append(time.perf_counter() - t)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - start
-    latencies.sort()
+def _store_calls(store: metashift.MetadataStore, base: str, keys: int) -> dict[str, tuple[Call, Call]]:
     return {
-        "ops_per_s": round(ops / elapsed),
-        "p50_ms": round(statistics.median(latencies) * 1000, 3),
-        "p99_ms": round(latencies[int(len(latencies) * 0.99) - 1] * 1000, 3),
+        "get": (lambda i: store.get(f"{base}/node"), lambda i: store.get(f"{base}/k{i % keys}")),
+        "put": (lambda i: store.put(f"{base}/node", VALUE), lambda i: store.put(f"{base}/k{i % keys}", VALUE)),
+        "create": (lambda i: store.put(f"{base}/c{i}", VALUE, -1), lambda i: store.put(f"{base}/p{i}", VALUE, -1)),
     }
 
 
-async def _suite(store: metashift.MetadataStore, prefix: str, ops: int, concurrency: int) -> dict[str, Any]:
+async def _store_row(store: metashift.MetadataStore, base: str, ops: int, concurrency: int,
+                     agent: Agent | None = None) -> dict[str, Figures]:
     keys = 200
-    for k in range(keys):
-        await store.put(f"{prefix}/k{k}", VALUE)
 
-    async def get(i: int) -> None:
-        await store.get(f"{prefix}/k{i % keys}")
+    async def setup() -> None:
+        await store.put(f"{base}/node", VALUE)
+        await asyncio.gather(*(store.put(f"{base}/k{k}", VALUE) for k in range(keys)))
 
-    async def put(i: int) -> None:
-        await store.put(f"{prefix}/k{i % keys}", VALUE)
-
-    out: dict[str, Any] = {}
-    for name, op in (("get", get), ("put", put)):
-        await _measure(op, min(300, ops), 4)  # warm-up
-        out[name] = {
-            "serial": await _measure(op, ops // 2, 1),
-            f"concurrent_{concurrency}": await _measure(op, ops, concurrency),
-        }
-    return out
+    return await _row(_store_calls(store, base, keys), setup, ops, concurrency, agent)
 
 
-async def _bench_store(kind: str, url: str, ops: int, concurrency: int) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    direct = await metashift.open_store(url)
+async def _raw_etcd_row(endpoint: str, base: str, ops: int, concurrency: int) -> dict[str, Figures]:
+    etcd = RawEtcd(endpoint, "/raw-floor")
+    keys = 200
+
+    async def setup() -> None:
+        await etcd.put(f"{base}/node", VALUE)
+        await asyncio.gather(*(etcd.put(f"{base}/k{k}", VALUE) for k in range(keys)))
+
+    calls: dict[str, tuple[Call, Call]] = {
+        "get": (lambda i: etcd.get(f"{base}/node"), lambda i: etcd.get(f"{base}/k{i % keys}")),
+        "put": (lambda i: etcd.put(f"{base}/node", VALUE), lambda i: etcd.put(f"{base}/k{i % keys}", VALUE)),
+        "create": (lambda i: etcd.put(f"{base}/c{i}", VALUE, -1), lambda i: etcd.put(f"{base}/p{i}", VALUE, -1)),
+    }
     try:
-        result["direct"] = await _suite(direct, "/bench-direct", ops, concurrency)
+        return await _row(calls, setup, ops, concurrency, None)
     finally:
-        await direct.close()
+        await etcd.close()
 
-    directory = tempfile.mkdtemp(prefix="ms-bench-")
-    sock = f"{directory}/agent.sock"
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "metashift.cli", "agent", "--source", url, "--listen", f"unix:{sock}",
-        "--node-id", f"bench-{kind}", "--log-level", "warning",
-    )
+
+async def _through_agent(agent: Agent, base: str, ops: int, concurrency: int) -> dict[str, Figures]:
+    client = await metashift.client.connect(f"unix:{agent.socket_path}")
     try:
-        for _ in range(600):
-            if _exists(sock):
-                break
-            await asyncio.sleep(0.05)
-        client = await metashift.client.connect(f"unix:{sock}")
+        return await _store_row(client, base, ops, concurrency, agent)
+    finally:
+        await client.close()
+
+
+async def _run(n: int, urls: dict[str, str], etcd_endpoint: str | None, agents: dict[str, Agent], ops: int,
+               concurrency: int) -> Table:
+    base = f"/bench{n}"
+    table = Table(OPS)
+    if "zk" in urls:
+        table.floors["agent -> zookeeper"] = "zookeeper direct"
+        direct = await metashift.open_store(urls["zk"])
         try:
-            idle_kb = _rss_kb(proc.pid)
-            result["gateway"] = await _suite(client, "/bench-gateway", ops, concurrency)
-            after_kb = _rss_kb(proc.pid)
-            result["agent_rss_mb"] = {"idle": round(idle_kb / 1024, 1), "after_load": round(after_kb / 1024, 1)}
+            table.rows["zookeeper direct"] = await _store_row(direct, base + "-direct", ops, concurrency)
         finally:
-            await client.close()
-    finally:
-        proc.terminate()
-        await proc.wait()
-    return result
+            await direct.close()
+        table.rows["agent -> zookeeper"] = await _through_agent(agents["zk"], base + "-agent", ops, concurrency)
+    if "etcd" in urls:
+        if etcd_endpoint is not None:
+            table.floors["agent -> etcd"] = "etcd raw (Pulsar txns)"
+            table.rows["etcd raw (Pulsar txns)"] = await _raw_etcd_row(etcd_endpoint, base, ops, concurrency)
+        direct = await metashift.open_store(urls["etcd"])
+        try:
+            table.rows["etcd direct (store)"] = await _store_row(direct, base + "-direct", ops, concurrency)
+        finally:
+            await direct.close()
+        table.rows["agent -> etcd"] = await _through_agent(agents["etcd"], base + "-agent", ops, concurrency)
+    table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
+    return table
 
 
 async def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="gateway vs direct store access")
-    parser.add_argument("--ops", type=int, default=3000, help="calls per measurement (default 3000)")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ops", type=int, default=3000, help="calls per concurrent run (default 3000)")
     parser.add_argument("--concurrency", type=int, default=32, help="calls in flight for the concurrent run")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of the whole table (default 1)")
     parser.add_argument("--zk", help="ZooKeeper URL (default: start a local one)")
-    parser.add_argument("--etcd", help="etcd URL (default: start a local one)")
+    parser.add_argument("--etcd", help="etcd URL (default: start a local one; the raw floor needs a local one)")
     parser.add_argument("--only", choices=["zk", "etcd"], help="bench one store only")
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     servers: list[LocalZooKeeper | LocalEtcd] = []
     urls: dict[str, str] = {}
+    etcd_endpoint: str | None = None
+    agents: dict[str, Agent] = {}
+    workdir = tempfile.mkdtemp(prefix="ms-gwbench-")
+    tables: list[Table] = []
     try:
         for kind, given, cls in (("zk", args.zk, LocalZooKeeper), ("etcd", args.etcd, LocalEtcd)):
             if args.only and args.only != kind:
                 continue
             if given:
                 urls[kind] = given
-            else:
-                server = cls()
-                server.start()
-                servers.append(server)
-                urls[kind] = server.url + f"/bench-{int(time.time())}"
-        report: dict[str, Any] = {
-            "value_bytes": len(VALUE), "ops": args.ops, "cpus": os.cpu_count(),
-            "note": "direct and gateway measured in the same run; the client runs in this process, "
-                    "the agent in its own; serial = 1 call in flight",
-        }
+                continue
+            server = cls()
+            server.start()
+            servers.append(server)
+            urls[kind] = server.url + "/bench"
+            if isinstance(server, LocalEtcd):
+                etcd_endpoint = server.endpoint
         for kind, url in urls.items():
-            report[kind] = await _bench_store(kind, url, args.ops, args.concurrency)
-        print(json.dumps(report, indent=2))
+            agents[kind] = start_agent(url, workdir, f"agent-{kind}")
+        for n in range(args.repeat):
+            tables.append(await _run(n, urls, etcd_endpoint, agents, args.ops, args.concurrency))
+            if not args.json:
+                print(tables[-1].render(
+                    f"run {n + 1}: gRPC gateway (metashift.client), 1 KB values, {args.ops} calls per concurrent "
+                    f"run, load {os.getloadavg()[0]:.1f}", args.concurrency))
+                print(flush=True)
     finally:
+        for agent in agents.values():
+            agent.stop()
         for server in servers:
             server.cleanup()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if args.json:
+        print(json.dumps({"ops": args.ops, "concurrency": args.concurrency, "runs": [t.as_dict() for t in tables]},
+                         indent=2))
+    elif len(tables) > 1:
+        print(spread(tables))
     return 0
 
 

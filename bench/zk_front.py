@@ -1,13 +1,22 @@
-"""Benchmark (not a test): ZooKeeper's client protocol through the agent beside a direct ZooKeeper
-connection, in one run.
+"""Benchmark (not a test): ZooKeeper's client protocol through the agent beside its floors, in one run.
 
-Starts a local ZooKeeper and etcd, and two ``metashift agent`` processes serving ZooKeeper's
-protocol (``--zk-listen``): one in front of the ZooKeeper, one in front of etcd. With kazoo (a
-stock ZooKeeper client) against each of: ZooKeeper directly, agent -> ZooKeeper, agent -> etcd:
-latency (p50/p99, one call at a time) of getData, setData and create of 1 KB values, and
-throughput with ``--inflight`` calls pipelined on one session. Prints a table (``--json``: JSON).
+Starts a local ZooKeeper and etcd and two ``metashift agent`` processes serving ZooKeeper's protocol
+(``--zk-listen``): one in front of the ZooKeeper, one in front of etcd. Rows, each beside its floor:
 
-    .venv/bin/python bench/zk_front.py [--ops 2000] [--inflight 64]
+- ``zookeeper direct``: kazoo against the ZooKeeper (the floor of the next row);
+- ``agent -> zookeeper``: kazoo against the agent in front of it;
+- ``etcd raw (Pulsar txns)``: etcd's KV service called directly, one request per operation in
+  Pulsar's ``EtcdMetadataStore`` pattern (get: Range; set: Txn with Put + prev_kv; create: Txn
+  ``create_revision == 0`` then Put + prev_kv), from asyncio (the floor of the next row);
+- ``agent -> etcd``: kazoo against the agent in front of etcd.
+
+For getData, setData and create of 1 KB values: throughput with ``--inflight`` calls pipelined on
+one session, p50/p99 latency one call at a time, and the agent process's CPU per call (us, every
+thread's ``schedstat`` before and after the pipelined run: the least noisy figure on a shared
+machine); the agents' resident memory. ``--repeat N`` runs it all N times and prints the spread
+of the ratios. ``--json``: JSON.
+
+    .venv/bin/python bench/zk_front.py [--ops 3000] [--inflight 64] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -17,11 +26,9 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import argparse
+import asyncio
 import json
 import shutil
-import socket
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,129 +37,158 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from bench.floors import (
+    VALUE,
+    Agent,
+    Figures,
+    RawEtcd,
+    Table,
+    async_concurrent,
+    async_serial,
+    latency_figures,
+    spread,
+    start_agent,
+)
 from metashift.local_servers import LocalEtcd, LocalZooKeeper, free_port
 
-VALUE = b"v" * 1024
+OPS = ["get", "set", "create"]
 
 
-def _wait_port(port: int, proc: subprocess.Popen[bytes], within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the agent exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError(f"the agent did not listen on {port}")
-
-
-def _agent(source: str, workdir: str, name: str) -> tuple[subprocess.Popen[bytes], int]:
-    port = free_port()
-    env = {**os.environ, "METASHIFT_COORDINATOR_ENABLED": "false", "METASHIFT_LOG_LEVEL": "warning"}
-    exe = os.path.join(os.path.dirname(sys.executable), "metashift")
-    log = open(os.path.join(workdir, f"{name}.log"), "wb")  # lives as long as the agent
-    proc = subprocess.Popen(
-        [exe, "agent", "--source", source, "--listen", f"unix:{workdir}/{name}.sock",
-         "--zk-listen", f"127.0.0.1:{port}", "--node-id", name],
-        env=env, stdout=log, stderr=subprocess.STDOUT,
-    )
-    _wait_port(port, proc)
-    return proc, port
-
-
-def _latency(fn: Callable[[int], Any], ops: int) -> dict[str, float]:
+def _serial(fn: Callable[[int], Any], ops: int) -> list[float]:
     lat = []
     for i in range(ops):
         t = time.perf_counter()
         fn(i)
         lat.append(time.perf_counter() - t)
-    lat.sort()
-    return {"p50_ms": round(statistics.median(lat) * 1000, 3), "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 3)}
+    return lat
 
 
-def _throughput(start: Callable[[int], Any], ops: int, inflight: int) -> float:
-    t = time.perf_counter()
-    pending: list[Any] = []
+def _pipelined(start: Callable[[int], Any], ops: int, inflight: int) -> tuple[float, list[float]]:
+    """``ops`` calls, ``inflight`` of them pipelined on one session: (ops/s, latencies)."""
+    lat: list[float] = []
+    t0 = time.perf_counter()
+    pending: list[tuple[float, Any]] = []
     for i in range(ops):
-        pending.append(start(i))
+        pending.append((time.perf_counter(), start(i)))
         if len(pending) >= inflight:
-            pending.pop(0).get()
-    for p in pending:
-        p.get()
-    return round(ops / (time.perf_counter() - t))
+            began, result = pending.pop(0)
+            result.get()
+            lat.append(time.perf_counter() - began)
+    for began, result in pending:
+        result.get()
+        lat.append(time.perf_counter() - began)
+    return ops / (time.perf_counter() - t0), lat
 
 
-def _run(hosts: str, ops: int, inflight: int) -> dict[str, Any]:
+def _kazoo_row(hosts: str, base: str, ops: int, inflight: int, agent: Agent | None) -> dict[str, Figures]:
     k = KazooClient(hosts=hosts, timeout=30)
     k.start(timeout=30)
     try:
-        k.ensure_path("/bench")
-        k.create("/bench/node", VALUE)
+        k.ensure_path(base)
+        k.create(f"{base}/node", VALUE)
         for i in range(ops):
-            k.create_async(f"/bench/r{i}", VALUE)
-        k.sync("/bench")
-        out: dict[str, Any] = {
-            "get": _latency(lambda i: k.get("/bench/node"), ops),
-            "set": _latency(lambda i: k.set("/bench/node", VALUE), ops),
-            "create": _latency(lambda i: k.create(f"/bench/c{i}", VALUE), ops),
-            "get_per_s": _throughput(lambda i: k.get_async(f"/bench/r{i}"), ops, inflight),
-            "set_per_s": _throughput(lambda i: k.set_async(f"/bench/r{i}", VALUE), ops, inflight),
-            "create_per_s": _throughput(lambda i: k.create_async(f"/bench/p{i}", VALUE), ops, inflight),
+            k.create_async(f"{base}/r{i}", VALUE)
+        k.sync(base)
+        serial = {
+            "get": lambda i: k.get(f"{base}/node"),
+            "set": lambda i: k.set(f"{base}/node", VALUE),
+            "create": lambda i: k.create(f"{base}/c{i}", VALUE),
         }
-        k.delete("/bench", recursive=True)
-        return out
+        pipelined = {
+            "get": lambda i: k.get_async(f"{base}/r{i}"),
+            "set": lambda i: k.set_async(f"{base}/r{i}", VALUE),
+            "create": lambda i: k.create_async(f"{base}/p{i}", VALUE),
+        }
+        row: dict[str, Figures] = {}
+        for op in OPS:
+            s = latency_figures(_serial(serial[op], max(ops // 3, 200)))
+            before = agent.cpu_ns() if agent else 0
+            per_s, lat = _pipelined(pipelined[op], ops, inflight)
+            cpu = (agent.cpu_ns() - before) / ops / 1000 if agent else None
+            p = latency_figures(lat)
+            row[op] = Figures(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"],
+                              round(cpu, 1) if cpu is not None else None)
+        return row
     finally:
         k.stop()
         k.close()
 
 
+async def _etcd_row(endpoint: str, base: str, ops: int, inflight: int) -> dict[str, Figures]:
+    etcd = RawEtcd(endpoint, "/raw-floor")
+    try:
+        await etcd.put(f"{base}/node", VALUE)
+        await asyncio.gather(*(etcd.put(f"{base}/r{i}", VALUE) for i in range(ops)))
+        serial = {
+            "get": lambda i: etcd.get(f"{base}/node"),
+            "set": lambda i: etcd.put(f"{base}/node", VALUE),
+            "create": lambda i: etcd.put(f"{base}/c{i}", VALUE, -1),
+        }
+        concurrent = {
+            "get": lambda i: etcd.get(f"{base}/r{i}"),
+            "set": lambda i: etcd.put(f"{base}/r{i}", VALUE),
+            "create": lambda i: etcd.put(f"{base}/p{i}", VALUE, -1),
+        }
+        row: dict[str, Figures] = {}
+        for op in OPS:
+            s = latency_figures(await async_serial(serial[op], max(ops // 3, 200)))
+            per_s, lat = await async_concurrent(concurrent[op], ops, inflight)
+            p = latency_figures(lat)
+            row[op] = Figures(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"])
+        return row
+    finally:
+        await etcd.close()
+
+
+def _run(n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, Agent], ops: int, inflight: int) -> Table:
+    base = f"/bench{n}"
+    table = Table(OPS, floors={"agent -> zookeeper": "zookeeper direct", "agent -> etcd": "etcd raw (Pulsar txns)"})
+    table.rows["zookeeper direct"] = _kazoo_row(f"127.0.0.1:{zk.port}", base, ops, inflight, None)
+    a = agents["zk"]
+    table.rows["agent -> zookeeper"] = _kazoo_row(f"127.0.0.1:{a.zk_port}", base, ops, inflight, a)
+    table.rows["etcd raw (Pulsar txns)"] = asyncio.run(_etcd_row(etcd.endpoint, base, ops, inflight))
+    a = agents["etcd"]
+    table.rows["agent -> etcd"] = _kazoo_row(f"127.0.0.1:{a.zk_port}", base, ops, inflight, a)
+    table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
+    return table
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ops", type=int, default=2000)
+    parser.add_argument("--ops", type=int, default=3000, help="calls per pipelined run (default 3000)")
     parser.add_argument("--inflight", type=int, default=64)
+    parser.add_argument("--repeat", type=int, default=1, help="runs of the whole table (default 1)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="ms-zkbench-")
     zk, etcd = LocalZooKeeper(), LocalEtcd()
-    agents: list[subprocess.Popen[bytes]] = []
+    agents: dict[str, Agent] = {}
+    tables: list[Table] = []
     try:
         zk.start()
         etcd.start()
-        p1, zk_port = _agent(zk.url + "/via-agent", workdir, "agent-zk")
-        agents.append(p1)
-        p2, etcd_port = _agent(etcd.url + "/via-agent", workdir, "agent-etcd")
-        agents.append(p2)
-        results = {
-            "zookeeper direct": _run(f"127.0.0.1:{zk.port}", args.ops, args.inflight),
-            "agent -> zookeeper": _run(f"127.0.0.1:{zk_port}", args.ops, args.inflight),
-            "agent -> etcd": _run(f"127.0.0.1:{etcd_port}", args.ops, args.inflight),
-        }
+        agents["zk"] = start_agent(zk.url + "/via-agent", workdir, "agent-zk", zk_port=free_port())
+        agents["etcd"] = start_agent(etcd.url + "/via-agent", workdir, "agent-etcd", zk_port=free_port())
+        for n in range(args.repeat):
+            tables.append(_run(n, zk, etcd, agents, args.ops, args.inflight))
+            if not args.json:
+                print(tables[-1].render(
+                    f"run {n + 1}: ZooKeeper protocol (kazoo), 1 KB values, {args.ops} calls per pipelined run, "
+                    f"load {os.getloadavg()[0]:.1f}", args.inflight))
+                print(flush=True)
     finally:
-        for proc in agents:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for agent in agents.values():
+            agent.stop()
         zk.cleanup()
         etcd.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
-        print(json.dumps({"ops": args.ops, "inflight": args.inflight, "results": results}, indent=2))
-        return 0
-    print(f"ZooKeeper protocol, kazoo, 1 KB values, {args.ops} ops; throughput with {args.inflight} in flight")
-    header = (f"{'':20} {'get p50/p99 ms':>16} {'set p50/p99 ms':>16} {'create p50/p99':>16} "
-              f"{'get/s':>8} {'set/s':>8} {'create/s':>9}")
-    print(header)
-    for name, r in results.items():
-        print(
-            f"{name:20} {r['get']['p50_ms']:>7}/{r['get']['p99_ms']:<8} "
-            f"{r['set']['p50_ms']:>7}/{r['set']['p99_ms']:<8} "
-            f"{r['create']['p50_ms']:>7}/{r['create']['p99_ms']:<8} {r['get_per_s']:>8} {r['set_per_s']:>8} "
-            f"{r['create_per_s']:>9}"
-        )
+        print(json.dumps({"ops": args.ops, "inflight": args.inflight, "runs": [t.as_dict() for t in tables]}, indent=2))
+    elif len(tables) > 1:
+        print(spread(tables))
     return 0
 
 

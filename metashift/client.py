@@ -33,9 +33,8 @@ from typing import Any
 
 import grpc
 
-from metashift.agent import wire
-from metashift.agent.auth import bearer
-from metashift.agent.errors import HeldForMigration, WriteOutcomeUnknown
+from metashift.proto import wire
+from metashift.proto.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import (
@@ -89,7 +88,7 @@ class AgentClient(MetadataStore):
         super().__init__(StoreURL("agent", (), "/"))
         self.target = target
         # presented on every call when the agent requires a bearer token (auth.token_file)
-        self._auth: tuple[tuple[str, str], ...] = bearer(token) if token else ()
+        self._auth: tuple[tuple[str, str], ...] = wire.bearer(token) if token else ()
         self.timeout = timeout
         self.session_timeout = session_timeout
         self.name = name

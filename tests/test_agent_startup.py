@@ -108,7 +108,7 @@ async def test_unauthenticated_answers_carry_the_error_trailers(
     import grpc
 
     from metashift import AuthFailed
-    from metashift.agent import wire
+    from metashift.proto import wire
     from metashift.proto.v1 import gateway_pb2 as pb
     from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 

@@ -17,8 +17,8 @@ from typing import Any
 import grpc
 import pytest
 
-from metashift.agent import wire
 from metashift.client import AgentClient, HeldForMigration, WriteOutcomeUnknown
+from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import MetadataStore, StoreUnavailable

@@ -13,8 +13,8 @@ import grpc
 import pytest
 
 from metashift import MetadataStore, Stat, Store
-from metashift.agent import wire
 from metashift.client import AgentClient, HeldForMigration
+from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores.errors import MetadataStoreError

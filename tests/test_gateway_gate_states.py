@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from metashift.agent.errors import HeldForMigration
 from metashift.agent.gate import TRANSITIONS, GateState, GateStateError, WriteGate
 from metashift.agent.router import Router
+from metashift.proto.errors import HeldForMigration
 from metashift.stores import MetadataStore
 from tests.harness import eventually
 

@@ -11,10 +11,10 @@ import grpc
 import pytest
 
 from metashift import StoreUnavailable
-from metashift.agent import wire
 from metashift.agent.config import ConfigError, build
 from metashift.client import AgentClient, connect
 from metashift.local_servers import free_port
+from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from tests.certs import Certificates, make_certificates

@@ -14,8 +14,8 @@ import grpc
 import pytest
 
 from metashift import SessionEvent, StoreUnavailable
-from metashift.agent import wire
 from metashift.client import AgentClient
+from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from tests.harness import Gateways, eventually

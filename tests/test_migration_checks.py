@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 
-from metashift.agent.errors import WriteOutcomeUnknown
 from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
 from metashift.coordinator import control
@@ -22,6 +21,7 @@ from metashift.migration.flag import MigrationFlag, read_flag, write_flag
 from metashift.migration.origin import Origin
 from metashift.migration.participants import ParticipantRecord
 from metashift.migration.phase import Phase
+from metashift.proto.errors import WriteOutcomeUnknown
 from metashift.stores import MetadataStore, Notification, NotificationType
 
 

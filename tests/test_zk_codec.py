@@ -1,4 +1,4 @@
-"""The ZooKeeper front's codec against the bytes kazoo itself serializes and parses."""
+"""The ZooKeeper codec (metashift.stores.zookeeper.wire) against the bytes kazoo itself serializes and parses."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from kazoo.protocol.states import ZnodeStat
 from kazoo.security import ACL as KACL
 from kazoo.security import OPEN_ACL_UNSAFE, Id
 
-from metashift.agent.zookeeper import codec
-from metashift.agent.zookeeper.codec import ACL, Err, MultiResult, Op, Reader, Writer, ZStat
+from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper.wire import ACL, Err, MultiResult, Op, Reader, Writer, ZStat
 
 
 def packet(xid: int, request: object) -> bytes:
@@ -21,48 +21,48 @@ def packet(xid: int, request: object) -> bytes:
 
 def test_connect_request_from_kazoo() -> None:
     data = bytes(ks.Connect(0, 1234, 30000, 0x55, b"p" * 16, True).serialize())
-    req = codec.ConnectRequest.decode(data)
+    req = wire.ConnectRequest.decode(data)
     assert (req.protocol_version, req.last_zxid_seen, req.timeout, req.session_id) == (0, 1234, 30000, 0x55)
     assert req.passwd == b"p" * 16 and req.read_only is True
-    assert codec.ConnectRequest.decode(req.encode()) == req
+    assert wire.ConnectRequest.decode(req.encode()) == req
 
 
 def test_connect_request_without_read_only_flag() -> None:
     data = struct.pack("!iqiq", 0, 0, 10000, 0) + struct.pack("!i", 16) + bytes(16)
-    assert codec.ConnectRequest.decode(data).read_only is None
+    assert wire.ConnectRequest.decode(data).read_only is None
 
 
 def test_connect_response_read_by_kazoo() -> None:
-    data = codec.ConnectResponse(0, 12000, 0x1234, b"s" * 16, False).encode()
+    data = wire.ConnectResponse(0, 12000, 0x1234, b"s" * 16, False).encode()
     got, _ = ks.Connect.deserialize(data, 0)
     assert (got.time_out, got.session_id, got.passwd, got.read_only) == (12000, 0x1234, b"s" * 16, False)
 
 
 @pytest.mark.parametrize(("request_", "expected"), [
     (ks.Create("/a/b", b"v", OPEN_ACL_UNSAFE, 3),
-     codec.CreateRequest("/a/b", b"v", [ACL(31, "world", "anyone")], 3)),
+     wire.CreateRequest("/a/b", b"v", [ACL(31, "world", "anyone")], 3)),
     (ks.Create2("/a", b"", [KACL(1, Id("digest", "u:h"))], 0),
-     codec.CreateRequest("/a", b"", [ACL(1, "digest", "u:h")], 0)),
-    (ks.Delete("/a", 7), codec.DeleteRequest("/a", 7)),
-    (ks.Exists("/a", True), codec.PathWatchRequest("/a", True)),
-    (ks.GetData("/a", False), codec.PathWatchRequest("/a", False)),
-    (ks.SetData("/a", b"xyz", -1), codec.SetDataRequest("/a", b"xyz", -1)),
-    (ks.GetACL("/a"), codec.PathRequest("/a")),
-    (ks.SetACL("/a", OPEN_ACL_UNSAFE, 2), codec.SetACLRequest("/a", [ACL(31, "world", "anyone")], 2)),
-    (ks.GetChildren("/a", True), codec.PathWatchRequest("/a", True)),
-    (ks.GetChildren2("/a", False), codec.PathWatchRequest("/a", False)),
-    (ks.Sync("/a"), codec.PathRequest("/a")),
-    (ks.Auth(0, "digest", "user:pw"), codec.AuthRequest(0, "digest", b"user:pw")),
+     wire.CreateRequest("/a", b"", [ACL(1, "digest", "u:h")], 0)),
+    (ks.Delete("/a", 7), wire.DeleteRequest("/a", 7)),
+    (ks.Exists("/a", True), wire.PathWatchRequest("/a", True)),
+    (ks.GetData("/a", False), wire.PathWatchRequest("/a", False)),
+    (ks.SetData("/a", b"xyz", -1), wire.SetDataRequest("/a", b"xyz", -1)),
+    (ks.GetACL("/a"), wire.PathRequest("/a")),
+    (ks.SetACL("/a", OPEN_ACL_UNSAFE, 2), wire.SetACLRequest("/a", [ACL(31, "world", "anyone")], 2)),
+    (ks.GetChildren("/a", True), wire.PathWatchRequest("/a", True)),
+    (ks.GetChildren2("/a", False), wire.PathWatchRequest("/a", False)),
+    (ks.Sync("/a"), wire.PathRequest("/a")),
+    (ks.Auth(0, "digest", "user:pw"), wire.AuthRequest(0, "digest", b"user:pw")),
 ])
 def test_requests_from_kazoo(request_: object, expected: object) -> None:
-    header, body = codec.decode_request(packet(5, request_))
-    assert header == codec.RequestHeader(5, request_.type)  # type: ignore[attr-defined]
+    header, body = wire.decode_request(packet(5, request_))
+    assert header == wire.RequestHeader(5, request_.type)  # type: ignore[attr-defined]
     assert body == expected
 
 
 def test_ping_and_close_from_kazoo() -> None:
-    assert codec.decode_request(packet(-2, ks.Ping)) == (codec.RequestHeader(-2, Op.PING), codec.EmptyRequest())
-    assert codec.decode_request(packet(9, ks.Close)) == (codec.RequestHeader(9, Op.CLOSE_SESSION), codec.EmptyRequest())
+    assert wire.decode_request(packet(-2, ks.Ping)) == (wire.RequestHeader(-2, Op.PING), wire.EmptyRequest())
+    assert wire.decode_request(packet(9, ks.Close)) == (wire.RequestHeader(9, Op.CLOSE_SESSION), wire.EmptyRequest())
 
 
 def test_multi_from_kazoo() -> None:
@@ -70,29 +70,29 @@ def test_multi_from_kazoo() -> None:
         ks.Create("/x", b"1", OPEN_ACL_UNSAFE, 0), ks.Delete("/y", 3),
         ks.SetData("/z", b"2", 1), ks.CheckVersion("/w", 4),
     ])
-    header, body = codec.decode_request(packet(1, txn))
+    header, body = wire.decode_request(packet(1, txn))
     assert header.type == Op.MULTI
     assert body.ops == [
-        (Op.CREATE, codec.CreateRequest("/x", b"1", [ACL(31, "world", "anyone")], 0)),
-        (Op.DELETE, codec.DeleteRequest("/y", 3)),
-        (Op.SET_DATA, codec.SetDataRequest("/z", b"2", 1)),
-        (Op.CHECK, codec.CheckVersionRequest("/w", 4)),
+        (Op.CREATE, wire.CreateRequest("/x", b"1", [ACL(31, "world", "anyone")], 0)),
+        (Op.DELETE, wire.DeleteRequest("/y", 3)),
+        (Op.SET_DATA, wire.SetDataRequest("/z", b"2", 1)),
+        (Op.CHECK, wire.CheckVersionRequest("/w", 4)),
     ]
 
 
 def test_set_watches_and_add_watch() -> None:
     w = Writer().long(77).strings(["/d"]).strings(["/e"]).strings(["/c"]).strings(["/p"]).strings(["/r"])
     data = struct.pack("!ii", -8, Op.SET_WATCHES2) + w.bytes()
-    _, body = codec.decode_request(data)
-    assert body == codec.SetWatchesRequest(77, ["/d"], ["/e"], ["/c"], ["/p"], ["/r"])
+    _, body = wire.decode_request(data)
+    assert body == wire.SetWatchesRequest(77, ["/d"], ["/e"], ["/c"], ["/p"], ["/r"])
     data = struct.pack("!ii", 3, Op.ADD_WATCH) + Writer().string("/a").int(1).bytes()
-    assert codec.decode_request(data)[1] == codec.AddWatchRequest("/a", 1)
+    assert wire.decode_request(data)[1] == wire.AddWatchRequest("/a", 1)
 
 
 def test_unknown_opcode_has_no_body_and_truncated_body_fails() -> None:
-    assert codec.decode_request(struct.pack("!ii", 1, 9999)) == (codec.RequestHeader(1, 9999), None)
-    with pytest.raises(codec.DecodeError):
-        codec.decode_request(packet(1, ks.SetData("/a", b"x", 1))[:-2])
+    assert wire.decode_request(struct.pack("!ii", 1, 9999)) == (wire.RequestHeader(1, 9999), None)
+    with pytest.raises(wire.DecodeError):
+        wire.decode_request(packet(1, ks.SetData("/a", b"x", 1))[:-2])
 
 
 STAT = ZStat(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
@@ -105,36 +105,36 @@ def _kazoo_reply(data: bytes) -> tuple[ks.ReplyHeader, int]:
 
 
 def test_replies_read_by_kazoo() -> None:
-    data = codec.reply(4, 99, 0, Writer().buffer(b"val").stat(STAT).bytes())
+    data = wire.reply(4, 99, 0, Writer().buffer(b"val").stat(STAT).bytes())
     header, offset = _kazoo_reply(data)
     assert header == ks.ReplyHeader(4, 99, 0)
     value, stat = ks.GetData.deserialize(data[4:], offset)
     assert value == b"val" and stat == ZnodeStat(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
-    data = codec.reply(5, 100, 0, Writer().strings(["a", "b"]).stat(STAT).bytes())
+    data = wire.reply(5, 100, 0, Writer().strings(["a", "b"]).stat(STAT).bytes())
     header, offset = _kazoo_reply(data)
     assert ks.GetChildren2.deserialize(data[4:], offset) == (["a", "b"], ZnodeStat(*STAT.__dict__.values()))
-    data = codec.reply(6, 101, 0, Writer().string("/p0000000001").stat(STAT).bytes())
+    data = wire.reply(6, 101, 0, Writer().string("/p0000000001").stat(STAT).bytes())
     header, offset = _kazoo_reply(data)
     assert ks.Create2.deserialize(data[4:], offset)[0] == "/p0000000001"
-    data = codec.reply(7, 102, 0, Writer().acls([ACL(31, "world", "anyone")]).stat(STAT).bytes())
+    data = wire.reply(7, 102, 0, Writer().acls([ACL(31, "world", "anyone")]).stat(STAT).bytes())
     header, offset = _kazoo_reply(data)
     acls, stat = ks.GetACL.deserialize(data[4:], offset)
     assert acls[0].perms == 31 and acls[0].id == Id("world", "anyone")
 
 
 def test_error_reply_has_no_body() -> None:
-    data = codec.reply(8, 5, Err.NONODE, b"ignored")
+    data = wire.reply(8, 5, Err.NONODE, b"ignored")
     assert _kazoo_reply(data)[0] == ks.ReplyHeader(8, 5, Err.NONODE) and len(data) == 4 + 16
 
 
 def test_multi_reply_read_by_kazoo() -> None:
-    ok = codec.encode_multi([
+    ok = wire.encode_multi([
         MultiResult(Op.CREATE, 0, "/x"), MultiResult(Op.DELETE),
         MultiResult(Op.SET_DATA, 0, STAT), MultiResult(Op.CHECK),
     ])
     results = ks.Transaction.deserialize(ok, 0)
     assert results == ["/x", True, ZnodeStat(*STAT.__dict__.values()), True]
-    failed = codec.encode_multi([
+    failed = wire.encode_multi([
         MultiResult(Op.ERROR, Err.OK), MultiResult(Op.ERROR, Err.BADVERSION),
         MultiResult(Op.ERROR, Err.RUNTIMEINCONSISTENCY),
     ])
@@ -143,7 +143,7 @@ def test_multi_reply_read_by_kazoo() -> None:
 
 
 def test_watch_event_read_by_kazoo() -> None:
-    data = codec.watch_event(codec.EventType.NODE_DELETED, "/gone")
+    data = wire.watch_event(wire.EventType.NODE_DELETED, "/gone")
     header, offset = _kazoo_reply(data)
     assert header.xid == -1 and header.zxid == -1
     event, _ = ks.Watch.deserialize(data[4:], offset)
@@ -151,7 +151,7 @@ def test_watch_event_read_by_kazoo() -> None:
 
 
 def test_reader_refuses_impossible_lengths() -> None:
-    with pytest.raises(codec.DecodeError):
+    with pytest.raises(wire.DecodeError):
         Reader(struct.pack("!i", 1000) + b"abc").buffer()
-    with pytest.raises(codec.DecodeError):
+    with pytest.raises(wire.DecodeError):
         Reader(struct.pack("!i", 10**9)).strings()

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from metashift.agent.zookeeper.codec import ACL, AddWatchMode, Err, EventType, Op, Perms, WatcherType, Writer
+from metashift.stores.zookeeper.wire import ACL, AddWatchMode, Err, EventType, Op, Perms, WatcherType, Writer
 from tests.harness import Gateways
 from tests.zkfront import ensure_chroot
 from tests.zkraw import Event, RawZk, read_stat

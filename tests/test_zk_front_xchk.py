@@ -1,7 +1,9 @@
 """Cross-check (zetcd's ``xchk`` idea): one generated sequence of operations runs against a real
 ZooKeeper and, step by step, through the agent's ZooKeeper port (in front of ZooKeeper and of
 etcd); every answer is compared: the error, or the value and the Stat fields a store keeps
-(version, dataLength, numChildren, ephemeral or not), children, created paths.
+(version, dataLength, numChildren, ephemeral or not; in front of ZooKeeper cversion and aversion
+too), children, created paths. ``test_stat_is_zookeepers_own`` reads the same nodes through the
+front and directly: in front of ZooKeeper every Stat field is ZooKeeper's own.
 
 Sequential creates go under their own parent (``/x/seq``), whose own version is left out: on etcd
 its version is the sequence counter (Pulsar's layout), and the numbers themselves differ there."""
@@ -30,8 +32,14 @@ def _answer(fn: Any) -> Any:
         return ("error", type(e).__name__)
 
 
-def _stat(stat: Any) -> tuple[int, int, int, bool]:
-    return (stat.version, stat.dataLength, stat.numChildren, stat.ephemeralOwner != 0)
+#: Compare ZooKeeper's own cversion and aversion too (in front of ZooKeeper the front answers with
+#: ZooKeeper's Stat; in front of etcd cversion is the number of children).
+FULL_STAT = False
+
+
+def _stat(stat: Any) -> tuple[int, ...]:
+    fields = (stat.version, stat.dataLength, stat.numChildren, stat.ephemeralOwner != 0)
+    return (*fields, stat.cversion, stat.aversion) if FULL_STAT else fields
 
 
 def _step(k: KazooClient, op: str, path: str, arg: Any) -> Any:
@@ -104,6 +112,8 @@ async def test_cross_check_against_real_zookeeper(
     url = str(request.getfixturevalue("zk_url" if behind == "zk" else "etcd_url"))
     agent = await gateways.start(url, {"zookeeper.listen": "127.0.0.1:0"})
     steps = _generate(seed=12 if behind == "zk" else 13)
+    global FULL_STAT
+    FULL_STAT = behind == "zk"
 
     def body() -> tuple[list[str], set[str]]:
         ref = KazooClient(hosts=f"127.0.0.1:{zk_server.port}{namespace}-ref", timeout=10)
@@ -132,3 +142,52 @@ async def test_cross_check_against_real_zookeeper(
     # the sequence exercised successes and ZooKeeper's errors alike
     assert {"create:ok", "set:ok", "delete:ok", "multi:ok", "NoNodeError", "NodeExistsError",
             "BadVersionError", "NotEmptyError"} <= seen, seen
+
+
+def _fields(stat: Any) -> dict[str, int]:
+    return {name: getattr(stat, name) for name in (
+        "czxid", "mzxid", "ctime", "mtime", "version", "cversion", "aversion", "ephemeralOwner", "dataLength",
+        "numChildren", "pzxid")}
+
+
+async def test_stat_is_zookeepers_own(gateways: Gateways, zk_server: Any, zk_url: str, namespace: str) -> None:
+    """In front of ZooKeeper, every Stat a client gets (getData, exists, getChildren2, setData,
+    create2, multi's setData) is the Stat ZooKeeper itself gives for the node, field by field;
+    ephemeralOwner of the session's own ephemerals is its own session id."""
+    agent = await gateways.start(zk_url, {"zookeeper.listen": "127.0.0.1:0"})
+
+    def body() -> None:
+        direct = KazooClient(hosts=f"127.0.0.1:{zk_server.port}{namespace}", timeout=10)
+        front = KazooClient(hosts=agent.zookeeper.address, timeout=10)
+        direct.start(timeout=15)
+        front.start(timeout=15)
+        try:
+            front.create("/s", b"top")
+            for i in range(3):
+                front.create(f"/s/c{i}", b"x" * i)
+            front.delete("/s/c1")
+            set_stat = front.set("/s", b"again")
+            _, created = front.create("/s/e", b"eph", ephemeral=True, include_data=True)
+            t = front.transaction()
+            t.set_data("/s/c0", b"multi")
+            multi_stat = t.commit()[0]
+            for path in ("/s", "/s/c0", "/s/c2", "/s/e"):
+                want = _fields(direct.exists(path))
+                if path == "/s/e":
+                    assert want["ephemeralOwner"] != 0
+                    want["ephemeralOwner"] = front.client_id[0]
+                assert _fields(front.exists(path)) == want, path
+                assert _fields(front.get(path)[1]) == want, path
+                assert _fields(front.get_children(path, include_data=True)[1]) == want, path
+            top = _fields(direct.exists("/s"))
+            assert top["numChildren"] == 3 and top["cversion"] == 5  # three creates, a delete, the ephemeral
+            assert top["pzxid"] > top["czxid"] and top["ctime"] > 0
+            assert _fields(set_stat)["mzxid"] == top["mzxid"] and _fields(set_stat)["version"] == 1
+            assert _fields(created) == {**_fields(direct.exists("/s/e")), "ephemeralOwner": front.client_id[0]}
+            assert _fields(multi_stat) == _fields(direct.exists("/s/c0"))
+        finally:
+            for k in (direct, front):
+                k.stop()
+                k.close()
+
+    await asyncio.to_thread(body)

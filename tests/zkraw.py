@@ -1,5 +1,5 @@
-"""A tiny ZooKeeper client for the protocol tests, written on the agent's codec
-(``metashift.agent.zookeeper.codec``): it sends the requests kazoo never sends (addWatch,
+"""A tiny ZooKeeper client for the protocol tests, written on the project's ZooKeeper codec
+(``metashift.stores.zookeeper.wire``): it sends the requests kazoo never sends (addWatch,
 removeWatches, checkWatches, getEphemerals, multiRead, getACL/setACL, whoAmI,
 getAllChildrenNumber, any opcode at all) and reads the replies and watch events as bytes.
 
@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from metashift.agent.zookeeper import codec
-from metashift.agent.zookeeper.codec import Op, Reader, Writer, ZStat
+from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper.wire import Op, Reader, Writer, ZStat
 
 #: A bound that turns a lost reply or event into a failure, never a timing.
 WAIT = 20.0
@@ -55,8 +55,8 @@ class RawZk:
     async def connect(cls, host: str, port: int, prefix: str = "") -> RawZk:
         reader, writer = await asyncio.open_connection(host, port)
         zk = cls(reader, writer, prefix)
-        writer.write(codec.frame(codec.ConnectRequest(0, 0, 10_000, 0, bytes(16), False).encode()))
-        response = codec.ConnectResponse.decode(await asyncio.wait_for(zk._packet(), WAIT))
+        writer.write(wire.frame(wire.ConnectRequest(0, 0, 10_000, 0, bytes(16), False).encode()))
+        response = wire.ConnectResponse.decode(await asyncio.wait_for(zk._packet(), WAIT))
         assert response.timeout > 0 and response.session_id != 0, response
         zk.session_id = response.session_id
         zk._task = asyncio.create_task(zk._read())
@@ -80,12 +80,12 @@ class RawZk:
         try:
             while True:
                 r = Reader(await self._packet())
-                header = codec.ReplyHeader.read(r)
-                if header.xid == codec.XID_WATCH_EVENT:
+                header = wire.ReplyHeader.read(r)
+                if header.xid == wire.XID_WATCH_EVENT:
                     event_type, _state, path = r.int(), r.int(), r.string()
                     await self.events.put(Event(event_type, self.unprefix(path)))
                     continue
-                if header.xid == codec.XID_PING:
+                if header.xid == wire.XID_PING:
                     continue
                 xid, future = self._pending.popleft()
                 assert header.xid == xid, f"reply for xid {header.xid}, expected {xid}"
@@ -117,11 +117,11 @@ class RawZk:
             xid = self._xid
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending.append((xid, future))
-        self.writer.write(codec.frame(Writer().int(xid).int(op).bytes() + body))
+        self.writer.write(wire.frame(Writer().int(xid).int(op).bytes() + body))
         return await asyncio.wait_for(future, WAIT)
 
     async def create(self, path: str, data: bytes = b"", flags: int = 0) -> str:
-        body = Writer().string(self.path(path)).buffer(data).acls(codec.OPEN_ACL_UNSAFE).int(flags).bytes()
+        body = Writer().string(self.path(path)).buffer(data).acls(wire.OPEN_ACL_UNSAFE).int(flags).bytes()
         reply = await self.call(Op.CREATE, body)
         assert reply.err == 0, (path, reply.err)
         return self.unprefix(reply.body.string())
@@ -152,7 +152,7 @@ class RawZk:
 
     async def add_auth(self, scheme: str, auth: bytes) -> int:
         body = Writer().int(0).string(scheme).buffer(auth).bytes()
-        return (await self.call(Op.AUTH, body, xid=codec.XID_AUTH)).err
+        return (await self.call(Op.AUTH, body, xid=wire.XID_AUTH)).err
 
     async def events_until(self, last: Event) -> list[Event]:
         """The watch events received, up to and including ``last`` (the test's marker: the

@@ -1,6 +1,7 @@
 """ZooKeeper's client protocol served by the agent (the "ZooKeeper front"), one file per concern:
 
-- ``codec/``: the jute encoding, opcodes, error codes, records (one module per concern);
+- the codec (jute encoding, opcodes, error codes, records) is the store layer's, shared with its
+  ZooKeeper connection: ``metashift.stores.zookeeper.wire``;
 - ``stat``: a store ``Stat`` as ZooKeeper's 11-field Stat;
 - ``session``: ZooKeeper sessions, each one an agent client session (``SessionRegistry``);
 - ``watches``: one-shot, persistent and persistent recursive watches fed by the active store;

@@ -2,10 +2,14 @@
 
 Per connection: the ConnectRequest first (a new session, or the re-attach of a live one by id and
 password; an unknown or expired one is answered with timeout 0, which clients read as "session
-expired"), then requests. Replies go out in request order (clients check the xid order); a run of
-consecutive reads is served concurrently, anything else one at a time, so a session sees its own
-writes. Pings (and addAuth) are answered at once, outside that order: a write held by the gate
-never starves the session of its heartbeats, so it does not expire while writes are held.
+expired"), then requests. In front of a ZooKeeper store, the requests ZooKeeper answers as they
+are go to it at once (``forward``: many in flight on one connection are many in flight to the
+store); the others take the ordinary path (``handlers``): a run of consecutive reads is served
+concurrently, anything else one at a time, and once one request takes it every later one of the
+connection does until it is answered, so a session sees its own writes. Replies go out in
+request order (clients check the xid order), those ready together in one socket write
+(``replies``). Pings (and addAuth) are answered at once, outside that order: a write held by the
+gate never starves the session of its heartbeats, so it does not expire while writes are held.
 """
 
 from __future__ import annotations
@@ -15,17 +19,21 @@ import contextlib
 import logging
 import ssl
 import time
+from functools import partial
 from typing import Any
 
 from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
-from metashift.agent.zookeeper import codec
-from metashift.agent.zookeeper.codec import Err, Op
+from metashift.agent.zookeeper.forward import Forwarder
 from metashift.agent.zookeeper.four_letter import WORDS, ConnectionFacts, FrontFacts, LatencyStats, answer
 from metashift.agent.zookeeper.handlers import Handlers
+from metashift.agent.zookeeper.replies import Replies, Slot
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
+from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper.wire import Err, Op
+from metashift.stores.zookeeper.wire.jute import HEADER
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,7 @@ CONNECT_TIMEOUT = 10.0
 #: A connection is dropped when nothing arrives for this fraction of its session timeout past
 #: the timeout itself (clients ping every third of it).
 _LENGTH = 4
+_HEADER = HEADER
 
 
 class _Totals:
@@ -53,12 +62,22 @@ class _Conn:
         peer = writer.get_extra_info("peername")
         self.facts = ConnectionFacts(f"{peer[0]}:{peer[1]}" if peer else "?")
         self._totals = totals
+        self.replies = Replies(self._send_many, self.close)
+        self.ordinary = 0
+        """Requests on the ordinary path not yet answered: while there are, later requests of the
+        connection take it too (a session's requests keep their order)."""
 
     def send(self, data: bytes) -> None:
+        """Send ``data`` (a ping's answer, a watch event) now, after the answers already made at
+        the head of the line: the answer that set a watch goes out before its event."""
+        self.replies.flush()
+        self._send_many(data, 1)
+
+    def _send_many(self, data: bytes, count: int) -> None:
         if not self.closed:
             self.writer.write(data)
-            self.facts.sent += 1
-            self._totals.sent += 1
+            self.facts.sent += count
+            self._totals.sent += count
 
     def close(self) -> None:
         if not self.closed:
@@ -90,6 +109,8 @@ class ZooKeeperServer:
             on_end=self.watches.drop_session,
         )
         self.handlers = Handlers(router, gate, registry, self.sessions, self.watches)
+        self.forwarder = Forwarder(router, gate, registry, self.sessions, self.watches, self.handlers.zxid,
+                                   self.handlers.floors)
         self.router, self.gate = router, gate
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
@@ -149,13 +170,15 @@ class ZooKeeperServer:
                 return
             connect = await asyncio.wait_for(_read_body(reader, head), CONNECT_TIMEOUT)
             self._totals.received += 1
-            session = self._connect(codec.ConnectRequest.decode(connect), conn, writer)
+            session = self._connect(wire.ConnectRequest.decode(connect), conn, writer)
             if session is None:
                 await writer.drain()
                 return
             conn.facts.session_id = session.id
-            queue: asyncio.Queue[tuple[codec.RequestHeader, Any] | None] = asyncio.Queue()
+            queue: asyncio.Queue[tuple[wire.RequestHeader, Any, Slot] | None] = asyncio.Queue()
             worker = asyncio.create_task(self._work(session, conn, queue))
+            forward = self.forwarder.try_forward
+            replies = conn.replies
             while True:
                 data = await _read_packet(reader)
                 if data is None or conn.closed:
@@ -163,26 +186,37 @@ class ZooKeeperServer:
                 self._totals.received += 1
                 conn.facts.received += 1
                 session.client.touch()
+                if len(data) < _HEADER.size:
+                    log.warning("zookeeper session %#x: a packet of %d bytes; closing", session.id, len(data))
+                    break
+                xid, op = _HEADER.unpack_from(data)
+                if op == Op.PING:
+                    conn.send(wire.reply(wire.XID_PING, self.handlers.zxid.value))
+                    continue
+                slot = replies.take() if op != Op.AUTH else None
+                if slot is not None and not conn.ordinary and forward(session, xid, op, data,
+                                                                      partial(replies.fill, slot)):
+                    continue
                 try:
-                    header, request = codec.decode_request(data)
-                except codec.DecodeError as e:
+                    header, request = wire.decode_request(data)
+                except wire.DecodeError as e:
                     log.warning("zookeeper session %#x: undecodable request (%s); closing", session.id, e)
                     break
-                if header.type == Op.PING:
-                    conn.send(codec.reply(codec.XID_PING, self.handlers.zxid.value))
-                elif header.type == Op.AUTH:
+                if slot is None:  # addAuth: answered at once, outside the order
                     err = self.handlers.add_auth(session, request)
-                    conn.send(codec.reply(codec.XID_AUTH, self.handlers.zxid.value, err))
+                    conn.send(wire.reply(wire.XID_AUTH, self.handlers.zxid.value, err))
                     if err != Err.OK:
                         break
                 else:
                     conn.facts.queued += 1
-                    queue.put_nowait((header, request))
+                    conn.ordinary += 1
+                    queue.put_nowait((header, request, slot))
                     if header.type == Op.CLOSE_SESSION:
                         break
             queue.put_nowait(None)
             await worker
-        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, codec.DecodeError):
+            await conn.replies.drained(CONNECT_TIMEOUT)  # closeSession's answer, behind those in flight
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, wire.DecodeError):
             pass
         except asyncio.CancelledError:
             pass
@@ -211,28 +245,29 @@ class ZooKeeperServer:
             write_gate_open=self.gate.is_open,
         )
 
-    def _connect(self, req: codec.ConnectRequest, conn: _Conn, writer: asyncio.StreamWriter) -> ZkSession | None:
+    def _connect(self, req: wire.ConnectRequest, conn: _Conn, writer: asyncio.StreamWriter) -> ZkSession | None:
         peer = writer.get_extra_info("peername")
         read_only = None if req.read_only is None else False  # this server always accepts writes
         if req.session_id:
             session = self.sessions.find(req.session_id, req.passwd)
             if session is None:
                 log.info("zookeeper session %#x from %s: expired or unknown", req.session_id, peer)
-                conn.send(codec.frame(codec.ConnectResponse(0, 0, 0, bytes(16), read_only).encode()))
+                conn.send(wire.frame(wire.ConnectResponse(0, 0, 0, bytes(16), read_only).encode()))
                 return None
             log.info("zookeeper session %#x re-attached from %s", session.id, peer)
         else:
             session = self.sessions.open(req.timeout, str(peer[0]) if peer else "")
             log.info("zookeeper session %#x opened from %s (timeout %d ms)", session.id, peer, session.timeout_ms)
-        conn.send(codec.frame(codec.ConnectResponse(0, session.timeout_ms, session.id, session.passwd,
+        conn.send(wire.frame(wire.ConnectResponse(0, session.timeout_ms, session.id, session.passwd,
                                                     read_only).encode()))
         self.sessions.attach(session, conn)
         return session
 
     async def _work(
-        self, session: ZkSession, conn: _Conn, queue: asyncio.Queue[tuple[codec.RequestHeader, Any] | None]
+        self, session: ZkSession, conn: _Conn, queue: asyncio.Queue[tuple[wire.RequestHeader, Any, Slot] | None]
     ) -> None:
-        """Serve the requests in order: a run of reads together, anything else alone."""
+        """Serve the requests of the ordinary path in order: a run of reads together, anything
+        else alone; each answer takes its place in the connection's line."""
         reads = Handlers.READS
         while True:
             item = await queue.get()
@@ -246,28 +281,30 @@ class ZooKeeperServer:
                         break
                     batch.append(queue.get_nowait())  # type: ignore[arg-type]
             if len(batch) == 1:
-                answers = [await self._one(session, *item)]
+                answers = [await self._one(session, item[0], item[1])]
             else:
-                answers = list(await asyncio.gather(*(self._one(session, *b) for b in batch)))
-            for data in answers:
-                conn.send(data)
+                answers = list(await asyncio.gather(*(self._one(session, b[0], b[1]) for b in batch)))
+            for (header, _request, slot), data in zip(batch, answers, strict=True):
+                if header.type == Op.CLOSE_SESSION:
+                    slot.close_after = True
+                conn.replies.fill(slot, data)
             conn.facts.queued -= len(answers)
+            conn.ordinary -= len(answers)
             if conn.closed:
                 return
             with contextlib.suppress(ConnectionError):
                 await conn.writer.drain()
             if item[0].type == Op.CLOSE_SESSION:
-                conn.close()
                 return
 
-    async def _one(self, session: ZkSession, header: codec.RequestHeader, request: Any) -> bytes:
+    async def _one(self, session: ZkSession, header: wire.RequestHeader, request: Any) -> bytes:
         if header.type == Op.CLOSE_SESSION:
             await self.sessions.close(session, "closed by the client")
-            return codec.reply(header.xid, self.handlers.zxid.bump())
+            return wire.reply(header.xid, self.handlers.zxid.bump())
         started = time.monotonic()
         err, body, zxid = await self.handlers.handle(session, header.type, request)
         self._latency.observe((time.monotonic() - started) * 1000)
-        return codec.reply(header.xid, zxid, err, body)
+        return wire.reply(header.xid, zxid, err, body)
 
 
 async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
@@ -281,7 +318,7 @@ async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
 async def _read_body(reader: asyncio.StreamReader, head: bytes) -> bytes:
     size = int.from_bytes(head, "big", signed=True)
     if size < 0 or size > MAX_PACKET:
-        raise codec.DecodeError(f"packet of {size} bytes")
+        raise wire.DecodeError(f"packet of {size} bytes")
     return await reader.readexactly(size)
 
 

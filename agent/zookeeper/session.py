@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from metashift.agent.sessions import ClientSession, SessionRegistry
-from metashift.agent.zookeeper.codec import ChildInfo
 from metashift.stores import SessionEvent
+from metashift.stores.zookeeper.wire import ChildInfo
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@
 
 from __future__ import annotations
 
-from metashift.agent.zookeeper.codec import ZStat
 from metashift.stores import Stat
+from metashift.stores.zookeeper.wire import ZStat
 
 #: ephemeralOwner of an ephemeral node that no ZooKeeper session of this agent owns.
 FOREIGN_OWNER = 0x7E7E_7E7E_7E7E_7E7E

@@ -13,10 +13,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from metashift.agent.router import Router
-from metashift.agent.zookeeper import codec
-from metashift.agent.zookeeper.codec import EventType, WatcherType
 from metashift.agent.zookeeper.session import ZkSession
 from metashift.stores import MetadataStore, Notification, NotificationType, paths
+from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper.wire import EventType, WatcherType
 
 DATA, EXIST, CHILD, PERSISTENT, RECURSIVE = "data", "exist", "child", "persistent", "recursive"
 KINDS = (DATA, EXIST, CHILD, PERSISTENT, RECURSIVE)
@@ -118,7 +118,7 @@ class Watches:
             targets &= sessions
         if not targets:
             return
-        data = codec.watch_event(event_type, path)
+        data = wire.watch_event(event_type, path)
         for session in targets:
             if session.alive:
                 session.send_event(data)

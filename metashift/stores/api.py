@@ -11,19 +11,24 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any
 
 from . import paths
-from .errors import BadVersion, InvalidPath, MetadataStoreError, ValueTooLarge
+from .errors import BadVersion, InvalidPath, MetadataStoreError, NotFound, ValueTooLarge
 from .notifications import Notification, NotificationListener, SessionEvent, SessionListener
 from .ops import DeleteOp, ExistsOp, GetChildrenOp, GetOp, GetResult, Op, OpResult, PutOp
 from .stat import Stat
 from .urls import StoreURL
 
 log = logging.getLogger(__name__)
+
+#: A ZooKeeper sequential name's ten-digit suffix; attempts of ``next_sequence`` on a busy parent.
+_SEQUENCE_SUFFIX = re.compile(r"(\d{10})$")
+_SEQUENCE_ATTEMPTS = 50
 
 #: Bytes of path (chroot or prefix included) that every store's limit leaves room for beside a
 #: value of ``max_value_size``.
@@ -42,6 +47,10 @@ class MetadataStore(ABC):
     max_value_size: int
     #: Largest version a node can reach on this store.
     max_version: int = 2**63 - 1
+    #: ``put(..., sequential=True)`` names nodes as ZooKeeper does (ten digits, from the parent's
+    #: own count of child creations). False: Pulsar's etcd names (the parent key's version,
+    #: unpadded); a ZooKeeper-protocol server then takes its numbers from ``next_sequence``.
+    zookeeper_sequential_names: bool = False
 
     def __init__(self, url: StoreURL) -> None:
         self.url = url
@@ -61,7 +70,60 @@ class MetadataStore(ABC):
     async def exists(self, path: str) -> bool:
         return await self._exists(paths.validate(path))
 
+    async def get_node(self, path: str) -> tuple[bytes, Stat, list[str]] | None:
+        """The value, Stat and sorted children of ``path`` together (``None`` when it does not
+        exist): what ZooKeeper's getData, exists and getChildren2 answer. In one round trip where
+        the store can (etcd: one txn); here, a get and a listing side by side."""
+        got, kids = await asyncio.gather(self.get(path), self.get_children(path))
+        return None if got is None else (got[0], got[1], kids)
+
     # ---- writes ---------------------------------------------------------------------------------
+
+    async def set_data(self, path: str, value: bytes, expected_version: int | None = None) -> tuple[Stat, int]:
+        """ZooKeeper's setData: a new value for the existing node ``path`` (``NotFound`` when it
+        is missing; ``BadVersion`` when ``expected_version``, ``None`` for any, differs), which
+        stays ephemeral if it was. Returns its new Stat and how many children it has. In one
+        round trip where the store can (etcd: one txn); here, a read, a compare-and-set (again
+        when a blind one lost a race) and a listing."""
+        self._check_put(path, value, expected_version)
+        for _ in range(_SEQUENCE_ATTEMPTS):
+            got = await self.get(path)
+            if got is None:
+                raise NotFound(path)
+            if expected_version is not None and got[1].version != expected_version:
+                raise BadVersion(path)
+            try:
+                stat = await self.put(path, value, got[1].version, ephemeral=got[1].ephemeral)
+            except BadVersion:
+                if expected_version is None:
+                    continue
+                raise
+            return stat, len(await self.get_children(path))
+        raise BadVersion(path, "the node kept changing")
+
+    async def next_sequence(self, parent: str) -> int:
+        """The next number of ``parent``'s sequence, taken, for ZooKeeper-style sequential names
+        on a store without its own (``zookeeper_sequential_names`` False): the parent key's
+        version (Pulsar's counter on etcd) moved by a compare-and-set that keeps its value, and
+        at least one more than the highest ten-digit suffix among the children, so that a lock
+        queue never goes backwards after a migration. Raises ``BadVersion`` when the parent kept
+        moving under it."""
+        floor = 0
+        for kid in await self.get_children(parent):
+            m = _SEQUENCE_SUFFIX.search(kid)
+            if m:
+                floor = max(floor, int(m.group(1)) + 1)
+        for _ in range(_SEQUENCE_ATTEMPTS):
+            got = await self.get(parent) if parent != paths.SEPARATOR else None
+            try:
+                if got is None:
+                    stat = await self.put(parent, b"", None)
+                else:
+                    stat = await self.put(parent, got[0], got[1].version, ephemeral=got[1].ephemeral)
+            except BadVersion:
+                continue
+            return max(stat.version, floor)
+        raise BadVersion(parent, "the sequence counter kept moving")
 
     async def put(
         self,

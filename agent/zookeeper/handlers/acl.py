@@ -6,10 +6,10 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from metashift.agent.zookeeper import codec
-from metashift.agent.zookeeper.codec import OPEN_ACL_UNSAFE, ChildInfo, Err, Writer
 from metashift.agent.zookeeper.handlers.base import Body, HandlerBase, ZkError, check_path
 from metashift.agent.zookeeper.session import ZkSession
+from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper.wire import OPEN_ACL_UNSAFE, ChildInfo, Err, Writer
 
 
 class AclRequests(HandlerBase):
@@ -17,14 +17,14 @@ class AclRequests(HandlerBase):
 
     # ---- ACLs and auth ----------------------------------------------------------------------------
 
-    async def _get_acl(self, session: ZkSession, req: codec.PathRequest) -> Body:
+    async def _get_acl(self, session: ZkSession, req: wire.PathRequest) -> Body:
         check_path(req.path)
         node = await self._node(req.path)
         if node is None:
             raise ZkError(Err.NONODE)
         return Writer().acls(OPEN_ACL_UNSAFE).stat(node[1]).bytes()
 
-    async def _set_acl(self, session: ZkSession, req: codec.SetACLRequest) -> Body:
+    async def _set_acl(self, session: ZkSession, req: wire.SetACLRequest) -> Body:
         check_path(req.path)
         if not req.acl:
             raise ZkError(Err.INVALIDACL)
@@ -36,7 +36,7 @@ class AclRequests(HandlerBase):
         return Writer().stat(node[1]).bytes()
 
     @staticmethod
-    def add_auth(session: ZkSession, req: codec.AuthRequest) -> int:
+    def add_auth(session: ZkSession, req: wire.AuthRequest) -> int:
         """addAuth: ``digest`` (user:password) is recorded (whoAmI names it); other schemes fail."""
         if req.scheme != "digest":
             return Err.AUTHFAILED
@@ -50,7 +50,7 @@ class AclRequests(HandlerBase):
             session.auth.append(info)
         return Err.OK
 
-    async def _who_am_i(self, session: ZkSession, req: codec.EmptyRequest) -> Body:
+    async def _who_am_i(self, session: ZkSession, req: wire.EmptyRequest) -> Body:
         infos = [ChildInfo("ip", "127.0.0.1"), *(ChildInfo(i.scheme, i.user.split(":", 1)[0]) for i in session.auth)]
         w = Writer().int(len(infos))
         for info in infos:

@@ -9,16 +9,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from metashift.agent.errors import HeldForMigration
 from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
 from metashift.agent.sequence_floors import SequenceFloors
 from metashift.agent.sessions import SessionRegistry
-from metashift.agent.zookeeper.codec import Err, ZStat
 from metashift.agent.zookeeper.session import ZkSessions
 from metashift.agent.zookeeper.stat import to_zstat
 from metashift.agent.zookeeper.watches import Watches
-from metashift.stores import MetadataStore, Stat, paths
+from metashift.proto.errors import HeldForMigration
+from metashift.stores import MetadataStore, paths
 from metashift.stores.errors import (
     AlreadyExists,
     BadVersion,
@@ -28,6 +27,7 @@ from metashift.stores.errors import (
     StoreUnavailable,
     ValueTooLarge,
 )
+from metashift.stores.zookeeper.wire import Err, ZStat
 
 #: ZooKeeper's own subtree, served by the agent itself (never read from nor written to a store).
 ZK_ROOT = "/zookeeper"
@@ -153,23 +153,21 @@ class HandlerBase:
                 return None
             return b"", ZStat(num_children=len(virtual), cversion=len(virtual)), list(virtual)
         store = self.store
-        kids: list[str] = []
-        if children:
-            got, kids = await asyncio.gather(store.get(path), store.get_children(path))
-        else:
-            got = await store.get(path)
         if path == paths.SEPARATOR:
+            got, kids = await asyncio.gather(store.get(path), store.get_children(path))
             kids = sorted({*kids, ZK_ROOT[1:]})
             value = got[0] if got is not None else b""
             return value, ZStat(num_children=len(kids), cversion=len(kids), data_length=len(value)), kids
-        if got is None:
+        if not children:
+            got = await store.get(path)
+            if got is None:
+                return None
+            return got[0], to_zstat(got[1], len(got[0]), 0, self._owner(path)), []
+        node = await store.get_node(path)  # one round trip where the store can
+        if node is None:
             return None
-        value, stat = got
+        value, stat, kids = node
         return value, to_zstat(stat, len(value), len(kids), self._owner(path)), kids
-
-    async def _zstat_after_write(self, stat: Stat, data_length: int) -> ZStat:
-        kids = await self.store.get_children(stat.path)
-        return to_zstat(stat, data_length, len(kids), self._owner(stat.path))
 
     def _no_writes_in_zookeeper_root(self, path: str) -> None:
         if is_virtual(path) or path == paths.SEPARATOR:

@@ -11,7 +11,6 @@ from typing import Any
 from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
-from metashift.agent.zookeeper.codec import Err, Op
 from metashift.agent.zookeeper.handlers.acl import AclRequests
 from metashift.agent.zookeeper.handlers.base import Body, ZkError, error_code
 from metashift.agent.zookeeper.handlers.multi import MultiRequests
@@ -19,6 +18,7 @@ from metashift.agent.zookeeper.handlers.watch_requests import WatchRequests
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
 from metashift.stores.errors import MetadataStoreError
+from metashift.stores.zookeeper.wire import Err, Op
 
 log = logging.getLogger(__name__)
 

@@ -6,8 +6,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from metashift.agent.zookeeper import codec
-from metashift.agent.zookeeper.codec import CreateMode, Err, MultiResult, Op
 from metashift.agent.zookeeper.handlers.base import (
     Body,
     ZkError,
@@ -23,6 +21,8 @@ from metashift.agent.zookeeper.session import ZkSession
 from metashift.agent.zookeeper.stat import to_zstat
 from metashift.stores import MetadataStore, paths
 from metashift.stores.errors import MetadataStoreError
+from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper.wire import CreateMode, Err, MultiResult, Op
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class MultiRequests(WriteRequests, ReadRequests):
 
     # ---- multi ------------------------------------------------------------------------------------
 
-    async def _multi_read(self, session: ZkSession, req: codec.MultiRequest) -> Body:
+    async def _multi_read(self, session: ZkSession, req: wire.MultiRequest) -> Body:
         results: list[MultiResult] = []
         for op, sub in req.ops:
             if op not in (Op.GET_DATA, Op.GET_CHILDREN):
@@ -60,13 +60,13 @@ class MultiRequests(WriteRequests, ReadRequests):
                         raise ZkError(Err.NONODE)
                     results.append(MultiResult(Op.GET_DATA, 0, (node[0], node[1])))
                 else:
-                    kids, _ = await self._children(session, codec.PathWatchRequest(sub.path, False))
+                    kids, _ = await self._children(session, wire.PathWatchRequest(sub.path, False))
                     results.append(MultiResult(Op.GET_CHILDREN, 0, kids))
             except (ZkError, MetadataStoreError) as err:
                 results.append(MultiResult(Op.ERROR, error_code(err)))
-        return codec.encode_multi(results)
+        return wire.encode_multi(results)
 
-    async def _multi(self, session: ZkSession, req: codec.MultiRequest) -> Body:
+    async def _multi(self, session: ZkSession, req: wire.MultiRequest) -> Body:
         """All or nothing against every check a single call would make: every operation is first
         checked in order against the store as the earlier ones would leave it, and if one fails
         nothing is written (its error, OK before it, RUNTIMEINCONSISTENCY after it, as ZooKeeper
@@ -76,7 +76,7 @@ class MultiRequests(WriteRequests, ReadRequests):
             if op not in WRITES:
                 raise ZkError(Err.BADARGUMENTS, f"opcode {op} cannot be part of a multi")
         if not req.ops:
-            return codec.encode_multi([])
+            return wire.encode_multi([])
 
         async def apply(store: MetadataStore) -> list[MultiResult]:
             failed = await self._multi_check(store, req.ops)
@@ -92,7 +92,7 @@ class MultiRequests(WriteRequests, ReadRequests):
             return results
 
         results: list[MultiResult] = await self._write(apply)
-        return codec.encode_multi(results)
+        return wire.encode_multi(results)
 
     async def _multi_check(self, store: MetadataStore, ops: list[tuple[int, Any]]) -> tuple[int, int] | None:
         """Run the ops against a view of the store; (index, error) of the first that would fail."""
@@ -157,9 +157,8 @@ class MultiRequests(WriteRequests, ReadRequests):
             await self._delete_checked(store, sub.path, sub.version)
             return MultiResult(Op.DELETE)
         if op == Op.SET_DATA:
-            stat = await self._set_checked(store, sub.path, sub.data, sub.version)
-            kids = await store.get_children(sub.path)
-            return MultiResult(Op.SET_DATA, 0, to_zstat(stat, len(sub.data), len(kids), self._owner(sub.path)))
+            stat, children = await self._set_checked(store, sub.path, sub.data, sub.version)
+            return MultiResult(Op.SET_DATA, 0, to_zstat(stat, len(sub.data), children, self._owner(sub.path)))
         return MultiResult(Op.CHECK)
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
-from metashift.agent.zookeeper import codec
-from metashift.agent.zookeeper.codec import Err, Writer, ZStat
 from metashift.agent.zookeeper.handlers.base import Body, HandlerBase, ZkError, check_path
 from metashift.agent.zookeeper.session import ZkSession
 from metashift.agent.zookeeper.watches import CHILD, DATA, EXIST
 from metashift.stores import paths
+from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper.wire import Err, Writer, ZStat
 
 
 class ReadRequests(HandlerBase):
@@ -18,7 +18,7 @@ class ReadRequests(HandlerBase):
 
     # ---- reads ----------------------------------------------------------------------------------
 
-    async def _exists(self, session: ZkSession, req: codec.PathWatchRequest) -> Body:
+    async def _exists(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
         check_path(req.path)
         node = await self._node(req.path)
         if req.watch:
@@ -27,7 +27,7 @@ class ReadRequests(HandlerBase):
             raise ZkError(Err.NONODE)
         return Writer().stat(node[1]).bytes()
 
-    async def _get_data(self, session: ZkSession, req: codec.PathWatchRequest) -> Body:
+    async def _get_data(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
         check_path(req.path)
         node = await self._node(req.path)
         if node is None:
@@ -36,7 +36,7 @@ class ReadRequests(HandlerBase):
             self.watches.add(DATA, req.path, session)
         return Writer().buffer(node[0]).stat(node[1]).bytes()
 
-    async def _children(self, session: ZkSession, req: codec.PathWatchRequest) -> tuple[list[str], ZStat]:
+    async def _children(self, session: ZkSession, req: wire.PathWatchRequest) -> tuple[list[str], ZStat]:
         check_path(req.path)
         node = await self._node(req.path)
         if node is None:
@@ -45,15 +45,15 @@ class ReadRequests(HandlerBase):
             self.watches.add(CHILD, req.path, session)
         return node[2], node[1]
 
-    async def _get_children(self, session: ZkSession, req: codec.PathWatchRequest) -> Body:
+    async def _get_children(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
         kids, _ = await self._children(session, req)
         return Writer().strings(kids).bytes()
 
-    async def _get_children2(self, session: ZkSession, req: codec.PathWatchRequest) -> Body:
+    async def _get_children2(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
         kids, zstat = await self._children(session, req)
         return Writer().strings(kids).stat(zstat).bytes()
 
-    async def _get_all_children_number(self, session: ZkSession, req: codec.PathRequest) -> Body:
+    async def _get_all_children_number(self, session: ZkSession, req: wire.PathRequest) -> Body:
         check_path(req.path)
         node = await self._node(req.path)
         if node is None:
@@ -66,12 +66,12 @@ class ReadRequests(HandlerBase):
             level = [paths.join(p, k) for p, kids in zip(level, listed, strict=True) for k in kids]
         return Writer().int(total).bytes()
 
-    async def _get_ephemerals(self, session: ZkSession, req: codec.PathRequest) -> Body:
+    async def _get_ephemerals(self, session: ZkSession, req: wire.PathRequest) -> Body:
         prefix = req.path or paths.SEPARATOR
         found = sorted(p for p in session.client.ephemerals if prefix == paths.SEPARATOR or p.startswith(prefix))
         return Writer().strings(found).bytes()
 
-    async def _sync(self, session: ZkSession, req: codec.PathRequest) -> Body:
+    async def _sync(self, session: ZkSession, req: wire.PathRequest) -> Body:
         check_path(req.path)
         return Writer().string(req.path).bytes()
 

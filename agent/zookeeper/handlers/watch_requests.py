@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from metashift.agent.zookeeper import codec
-from metashift.agent.zookeeper.codec import AddWatchMode, Err, EventType, Writer
 from metashift.agent.zookeeper.handlers.base import VIRTUAL_CHILDREN, Body, HandlerBase, ZkError, check_path, is_virtual
 from metashift.agent.zookeeper.session import ZkSession
 from metashift.agent.zookeeper.watches import CHILD, DATA, EXIST, PERSISTENT, RECURSIVE
 from metashift.stores import paths
 from metashift.stores.errors import InvalidPath
+from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper.wire import AddWatchMode, Err, EventType, Writer
 
 
 class WatchRequests(HandlerBase):
@@ -16,7 +16,7 @@ class WatchRequests(HandlerBase):
 
     # ---- watches --------------------------------------------------------------------------------
 
-    async def _set_watches(self, session: ZkSession, req: codec.SetWatchesRequest) -> Body:
+    async def _set_watches(self, session: ZkSession, req: wire.SetWatchesRequest) -> Body:
         """Re-set a reconnecting client's watches. The session kept its watches on the agent and
         events that fired while it was away were delivered on re-attach; a watch whose condition
         already holds fires now (exist: the node is there; data, child: the node is gone)."""
@@ -47,7 +47,7 @@ class WatchRequests(HandlerBase):
         except InvalidPath:
             return False
 
-    async def _add_watch(self, session: ZkSession, req: codec.AddWatchRequest) -> Body:
+    async def _add_watch(self, session: ZkSession, req: wire.AddWatchRequest) -> Body:
         check_path(req.path)
         if req.mode == AddWatchMode.PERSISTENT:
             self.watches.add(PERSISTENT, req.path, session)
@@ -57,7 +57,7 @@ class WatchRequests(HandlerBase):
             raise ZkError(Err.BADARGUMENTS, f"unknown addWatch mode {req.mode}")
         return Writer().int(0).bytes()  # ZooKeeper answers addWatch with an ErrorResponse(0)
 
-    async def _remove_watches(self, session: ZkSession, req: codec.RemoveWatchesRequest) -> Body:
+    async def _remove_watches(self, session: ZkSession, req: wire.RemoveWatchesRequest) -> Body:
         check_path(req.path)
         removed = False
         for kind in self.watches.kinds_for(req.type):
@@ -66,7 +66,7 @@ class WatchRequests(HandlerBase):
             raise ZkError(Err.NOWATCHER)
         return b""
 
-    async def _check_watches(self, session: ZkSession, req: codec.RemoveWatchesRequest) -> Body:
+    async def _check_watches(self, session: ZkSession, req: wire.RemoveWatchesRequest) -> Body:
         check_path(req.path)
         if not any(self.watches.has(kind, req.path, session) for kind in self.watches.kinds_for(req.type)):
             raise ZkError(Err.NOWATCHER)

@@ -16,11 +16,7 @@ the counter's floor instead: a client that still uses it gets ids above the sour
 from __future__ import annotations
 
 import asyncio
-import re
 
-from metashift.agent.errors import NoSession
-from metashift.agent.zookeeper import codec
-from metashift.agent.zookeeper.codec import CreateMode, Err, Op, Writer, ZStat
 from metashift.agent.zookeeper.handlers.base import (
     MAX_ATTEMPTS,
     Body,
@@ -34,10 +30,11 @@ from metashift.agent.zookeeper.handlers.base import (
 )
 from metashift.agent.zookeeper.session import ZkSession
 from metashift.agent.zookeeper.stat import to_zstat
+from metashift.proto.errors import NoSession
 from metashift.stores import MetadataStore, Stat, paths
 from metashift.stores.errors import AlreadyExists, BadVersion, MetadataStoreError, NotFound
-
-_SEQ_DIGITS = re.compile(r"(\d{10})$")
+from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper.wire import CreateMode, Err, Op, Writer, ZStat
 
 
 class WriteRequests(HandlerBase):
@@ -45,15 +42,15 @@ class WriteRequests(HandlerBase):
 
     # ---- create ---------------------------------------------------------------------------------
 
-    async def _create(self, session: ZkSession, req: codec.CreateRequest) -> Body:
+    async def _create(self, session: ZkSession, req: wire.CreateRequest) -> Body:
         path, _ = await self._do_create(session, req, Op.CREATE)
         return Writer().string(path).bytes()
 
-    async def _create2(self, session: ZkSession, req: codec.CreateRequest) -> Body:
+    async def _create2(self, session: ZkSession, req: wire.CreateRequest) -> Body:
         path, zstat = await self._do_create(session, req, Op.CREATE2)
         return Writer().string(path).stat(zstat).bytes()
 
-    def _check_create(self, req: codec.CreateRequest) -> None:
+    def _check_create(self, req: wire.CreateRequest) -> None:
         if req.flags not in range(7):
             raise ZkError(Err.BADARGUMENTS, f"unknown create mode {req.flags}")
         if not req.acl:
@@ -61,7 +58,7 @@ class WriteRequests(HandlerBase):
         check_path(req.path, CreateMode.sequential(req.flags))
         self._no_writes_in_zookeeper_root(req.path)
 
-    async def _do_create(self, session: ZkSession, req: codec.CreateRequest, op: int) -> tuple[str, ZStat]:
+    async def _do_create(self, session: ZkSession, req: wire.CreateRequest, op: int) -> tuple[str, ZStat]:
         self._check_create(req)
         ephemeral = CreateMode.ephemeral(req.flags)
         sequential = CreateMode.sequential(req.flags)
@@ -107,10 +104,13 @@ class WriteRequests(HandlerBase):
                 continue
         else:
             raise ZkError(Err.SYSTEMERROR, f"no free sequential name under {parent}")
-        if store.url.scheme == "zk":  # ZooKeeper's own sequential names
+        if store.zookeeper_sequential_names:  # ZooKeeper's own sequential names
             return await store.put(path, data, -1, ephemeral=ephemeral, sequential=True)
         for _ in range(MAX_ATTEMPTS):
-            counter = await self._next_sequence(store, parent)
+            try:
+                counter = await store.next_sequence(parent)
+            except BadVersion:
+                raise ZkError(Err.SYSTEMERROR, f"the sequence counter of {parent} kept moving") from None
             name = f"{path}{counter:010d}"
             try:
                 return await store.put(name, data, -1, ephemeral=ephemeral)
@@ -118,31 +118,9 @@ class WriteRequests(HandlerBase):
                 continue
         raise ZkError(Err.SYSTEMERROR, f"no free sequential name under {parent}")
 
-    async def _next_sequence(self, store: MetadataStore, parent: str) -> int:
-        """The next sequential number under ``parent`` on a store without ZooKeeper's own: the
-        parent key's version bumped by a compare-and-set of its unchanged value (Pulsar's etcd
-        counter), at least one more than the highest ten-digit suffix among its children."""
-        kids = await store.get_children(parent)
-        floor = 0
-        for kid in kids:
-            m = _SEQ_DIGITS.search(kid)
-            if m:
-                floor = max(floor, int(m.group(1)) + 1)
-        for _ in range(MAX_ATTEMPTS):
-            got = await store.get(parent) if parent != paths.SEPARATOR else None
-            try:
-                if got is None:
-                    stat = await store.put(parent, b"", None)
-                else:
-                    stat = await store.put(parent, got[0], got[1].version, ephemeral=got[1].ephemeral)
-            except BadVersion:
-                continue
-            return max(stat.version, floor)
-        raise ZkError(Err.SYSTEMERROR, f"the sequence counter of {parent} kept moving")
-
     # ---- delete, setData, check ------------------------------------------------------------------
 
-    async def _delete(self, session: ZkSession, req: codec.DeleteRequest) -> Body:
+    async def _delete(self, session: ZkSession, req: wire.DeleteRequest) -> Body:
         check_path(req.path)
         self._no_writes_in_zookeeper_root(req.path)
 
@@ -171,34 +149,27 @@ class WriteRequests(HandlerBase):
             return
         raise ZkError(Err.SYSTEMERROR, f"{path} kept changing")
 
-    async def _set_data(self, session: ZkSession, req: codec.SetDataRequest) -> Body:
+    async def _set_data(self, session: ZkSession, req: wire.SetDataRequest) -> Body:
         check_path(req.path)
         self._no_writes_in_zookeeper_root(req.path)
 
-        async def apply(store: MetadataStore) -> Stat:
+        async def apply(store: MetadataStore) -> tuple[Stat, int]:
             return await self._set_checked(store, req.path, req.data, req.version)
 
-        stat = await self._write(apply)
-        return Writer().stat(await self._zstat_after_write(stat, len(req.data))).bytes()
+        stat, children = await self._write(apply)
+        return Writer().stat(to_zstat(stat, len(req.data), children, self._owner(stat.path))).bytes()
 
-    async def _set_checked(self, store: MetadataStore, path: str, data: bytes, version: int) -> Stat:
-        for _ in range(MAX_ATTEMPTS):
-            got = await store.get(path)
-            expect_version(path, got is not None, got[1].version if got else 0, version)
-            assert got is not None
-            ephemeral = got[1].ephemeral
-            try:
-                # an ephemeral stays ephemeral: on etcd a put without the lease would make it persistent
-                stat = await store.put(path, data, got[1].version, ephemeral=ephemeral)
-            except BadVersion:
-                if version == -1:
-                    continue
-                raise
-            self.registry.record_put(None, data, ephemeral, stat)
-            return stat
-        raise ZkError(Err.SYSTEMERROR, f"{path} kept changing")
+    async def _set_checked(self, store: MetadataStore, path: str, data: bytes, version: int) -> tuple[Stat, int]:
+        """setData: the new Stat and the node's number of children, in one round trip where the
+        store can (``MetadataStore.set_data``; an ephemeral stays ephemeral)."""
+        try:
+            stat, children = await store.set_data(path, data, None if version == -1 else version)
+        except NotFound:
+            raise ZkError(Err.NONODE, path) from None
+        self.registry.record_put(None, data, stat.ephemeral, stat)
+        return stat, children
 
-    async def _check(self, session: ZkSession, req: codec.CheckVersionRequest) -> Body:
+    async def _check(self, session: ZkSession, req: wire.CheckVersionRequest) -> Body:
         node = await self._node(check_path(req.path), children=False)
         expect_version(req.path, node is not None, node[1].version if node else 0, req.version)
         return b""

@@ -12,22 +12,18 @@ read only), in order.
 
 from __future__ import annotations
 
-import struct
+from .wire.constants import Op
+from .wire.jute import HEADER as _REQUEST_HEADER
+from .wire.jute import INT as SIZE
+from .wire.jute import MULTI_HEADER as _MULTI_HEADER
+from .wire.jute import STAT as _STAT
 
-OPCODE_MULTI_READ = 22
-OPCODE_GET_DATA = 4
-OPCODE_GET_CHILDREN = 8
-OPCODE_ERROR = -1
-
-SIZE = struct.Struct("!i")
-REPLY_HEADER = struct.Struct("!iqi")
-_REQUEST_HEADER = struct.Struct("!ii")
-#: A multi's header before each op: type, done, error.
-_MULTI_HEADER = struct.Struct("!i?i")
+# the formats and opcodes are the codec's (``wire``): written once
+OPCODE_MULTI_READ = Op.MULTI_READ
+OPCODE_GET_DATA = Op.GET_DATA
+OPCODE_GET_CHILDREN = Op.GET_CHILDREN
+OPCODE_ERROR = Op.ERROR
 _MULTI_END = _MULTI_HEADER.pack(-1, True, -1)
-#: ZooKeeper's Stat: czxid, mzxid, ctime, mtime, version, cversion, aversion, ephemeralOwner,
-#: dataLength, numChildren, pzxid.
-_STAT = struct.Struct("!qqqqiiiqiiq")
 
 
 class FastStat:

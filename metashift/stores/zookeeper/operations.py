@@ -43,6 +43,7 @@ class ZooKeeperOperations(BatchedStore):
     """The ``MetadataStore`` primitives of the ZooKeeper store, on its session."""
 
     max_version = 2**31 - 1  # ZooKeeper versions are 32-bit
+    zookeeper_sequential_names = True
     batch_max_ops = MULTI_MAX_OPS
     batch_max_bytes = MULTI_MAX_BYTES
 

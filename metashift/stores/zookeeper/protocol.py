@@ -38,12 +38,13 @@ from .fast_reads import (
     OPCODE_GET_CHILDREN,
     OPCODE_GET_DATA,
     OPCODE_MULTI_READ,
-    REPLY_HEADER,
-    SIZE,
     get_children_response,
     get_data_response,
     multi_read_response,
 )
+from .forward import Pending, RawReply, RawRequest
+from .wire.jute import INT as SIZE
+from .wire.jute import REPLY as REPLY_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -129,6 +130,20 @@ class ZKConnection(Connection):
         super().__init__(host, port, watch_handler=session.event_dispatch, read_timeout=session.read_timeout)
         self._session = session
         self._out: list[bytes] = []
+        #: xids of the forwarded requests (``forward.RawRequest``) awaiting their answer
+        self._raw: set[int] = set()
+
+    def send_raw(self, request: RawRequest, xid: int, pending: Pending) -> None:
+        """Send a request already in wire form; ``pending`` gets its ``RawReply`` (or the error
+        that ended the connection) from the read loop."""
+        payload = request.serialize(xid)
+        self.opcode_xref[xid] = request.opcode
+        self.pending[xid] = pending
+        self._raw.add(xid)
+        if not self._out:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._out.append(size_struct.pack(len(payload)))
+        self._out.append(payload)
 
     def send(self, request: Any, xid: int | None = None) -> asyncio.Future[Any]:
         f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -179,6 +194,10 @@ class ZKConnection(Connection):
         except TimeoutError:
             raise zk_exc.UnfinishedRead from None
         xid, zxid, error_code = REPLY_HEADER.unpack_from(raw)
+        if xid in self._raw:  # a forwarded request: its answer as ZooKeeper sent it
+            self._raw.discard(xid)
+            self.opcode_xref.pop(xid, None)
+            return xid, zxid, RawReply(error_code, raw[REPLY_HEADER.size :])
         if error_code:
             self.opcode_xref.pop(xid)
             return xid, zxid, zk_exc.get_response_error(error_code)
@@ -270,6 +289,18 @@ class ZKSession(Session):
         self.set_heartbeat()
         future: asyncio.Future[Any] = conn.send(request, xid=self.xid)
         return future
+
+    def send_raw(self, request: RawRequest, pending: Pending) -> bool:
+        """Send a request already in wire form on the current connection (no retry, no task, no
+        timer): ``pending`` gets the answer. False when the session is not connected (nothing
+        sent; the caller takes the ordinary path)."""
+        conn = self.conn
+        if conn is None or conn.closing or self.state != States.CONNECTED:
+            return False
+        self.xid = self.xid + 1 if self.xid < 0x7FFFFFFF else 1
+        self.set_heartbeat()
+        conn.send_raw(request, self.xid, pending)
+        return True
 
     # -- finding a server and (re-)establishing the session --
 

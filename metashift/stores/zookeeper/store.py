@@ -17,10 +17,12 @@ from ..aio import cancel_and_wait
 from ..store import Store
 from ..urls import StoreURL
 from .bulk import ZooKeeperBulk
+from .forward import Done, Pending, RawRequest, Rechroot, acl_vector
 from .operations import DEFAULT_MAX_VALUE_SIZE
 from .protocol import ZKSession, discard
 from .session import SessionEvents
 from .watches import add_watch, notifications
+from .wire.constants import Op
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,9 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
             self._acl = [protocol.AUTHED_UNRESTRICTED]  # "auth" scheme = creator-all
         else:
             self._acl = [protocol.UNRESTRICTED_ACCESS]
+        self._rechroot = Rechroot(
+            self._namespace, acl_vector([(a.perms, a.id.scheme, a.id.id) for a in self._acl])
+        )
         self._events = SessionEvents(
             url.session_timeout, lambda: self._session.session_id, self._session_event, self._on_restored
         )
@@ -108,6 +113,37 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
         await self._get(paths.SEPARATOR)
         if self._watch:
             await add_watch(self._call, root)
+
+    # ---- requests forwarded in wire form (``forward``) -------------------------------------------
+
+    @property
+    def session_id(self) -> int:
+        """The ZooKeeper session's id (the ``ephemeralOwner`` of the ephemerals it creates)."""
+        return int(self._session.session_id or 0)
+
+    def forward(self, opcode: int, path: str, rest: bytes, done: Done) -> bool:
+        """Send a request whose body is ``path`` then ``rest`` (``forward.PATH_FIRST``) as it is,
+        under the chroot; ``done`` gets the answer. False: not connected, nothing sent."""
+        if self._closed:
+            return False
+        request = RawRequest(opcode, self._rechroot.path(path) + rest, opcode in (Op.DELETE, Op.SET_DATA))
+        return bool(self._session.send_raw(request, Pending(done, None)))
+
+    def forward_create(self, opcode: int, path: str, data: bytes | None, flags: int, done: Done) -> bool:
+        """Send a create (``Op.CREATE`` or ``Op.CREATE2``) with the store's ACL, under the chroot;
+        the answer's path is relative to the chroot. False: not connected, nothing sent."""
+        if self._closed:
+            return False
+        request = RawRequest(opcode, self._rechroot.create_body(path, data, flags), True)
+        return bool(self._session.send_raw(request, Pending(done, self._rechroot.created(opcode))))
+
+    def forward_multi(self, ops: list[tuple[int, Any]], done: Done) -> bool:
+        """Send a multi of the codec's request records (``forward.MULTI_OPS``) with the store's ACL,
+        under the chroot; the answer's paths are relative. False: not connected, nothing sent."""
+        if self._closed:
+            return False
+        request = RawRequest(Op.MULTI, self._rechroot.multi_body(ops), True)
+        return bool(self._session.send_raw(request, Pending(done, self._rechroot.multi_answer)))
 
     # ---- notifications and session events -------------------------------------------------------
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from metashift.agent.zookeeper.codec.constants import XID_WATCH_EVENT, KeeperState, Op
-from metashift.agent.zookeeper.codec.jute import MULTI_HEADER, REPLY, Writer, ZStat, frame
+from metashift.stores.zookeeper.wire.constants import XID_WATCH_EVENT, KeeperState, Op
+from metashift.stores.zookeeper.wire.jute import MULTI_HEADER, REPLY, Writer, ZStat, frame
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from metashift.agent.zookeeper.codec.constants import Op
-from metashift.agent.zookeeper.codec.headers import RequestHeader
-from metashift.agent.zookeeper.codec.jute import ACL, HEADER, MULTI_HEADER, DecodeError, Reader
+from metashift.stores.zookeeper.wire.constants import Op
+from metashift.stores.zookeeper.wire.headers import RequestHeader
+from metashift.stores.zookeeper.wire.jute import ACL, HEADER, MULTI_HEADER, DecodeError, Reader
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from metashift.agent.zookeeper.codec.constants import Perms
+from metashift.stores.zookeeper.wire.constants import Perms
 
 
 class DecodeError(Exception):
@@ -17,12 +17,12 @@ class DecodeError(Exception):
 
 # ---- primitives ---------------------------------------------------------------------------------
 
-_INT = struct.Struct("!i")
-_LONG = struct.Struct("!q")
-_BOOL = struct.Struct("!B")
+INT = struct.Struct("!i")
+LONG = struct.Struct("!q")
+BOOL = struct.Struct("!B")
 HEADER = struct.Struct("!ii")
 REPLY = struct.Struct("!iqi")
-_STAT = struct.Struct("!qqqqiiiqiiq")
+STAT = struct.Struct("!qqqqiiiqiiq")
 MULTI_HEADER = struct.Struct("!iBi")
 
 
@@ -45,13 +45,13 @@ class Reader:
         return value[0] if len(value) == 1 else value
 
     def int(self) -> builtins.int:
-        return int(self.take(_INT))
+        return int(self.take(INT))
 
     def long(self) -> builtins.int:
-        return int(self.take(_LONG))
+        return int(self.take(LONG))
 
     def bool(self) -> bool:
-        return bool(self.take(_BOOL))
+        return bool(self.take(BOOL))
 
     def buffer(self) -> bytes | None:
         n = self.int()
@@ -97,15 +97,15 @@ class Writer:
         self.out = bytearray()
 
     def int(self, v: builtins.int) -> Writer:
-        self.out += _INT.pack(v)
+        self.out += INT.pack(v)
         return self
 
     def long(self, v: builtins.int) -> Writer:
-        self.out += _LONG.pack(v)
+        self.out += LONG.pack(v)
         return self
 
     def bool(self, v: bool) -> Writer:
-        self.out += _BOOL.pack(1 if v else 0)
+        self.out += BOOL.pack(1 if v else 0)
         return self
 
     def buffer(self, v: bytes | None) -> Writer:
@@ -131,7 +131,7 @@ class Writer:
         return self
 
     def stat(self, s: ZStat) -> Writer:
-        self.out += _STAT.pack(
+        self.out += STAT.pack(
             s.czxid, s.mzxid, s.ctime, s.mtime, s.version, s.cversion, s.aversion,
             s.ephemeral_owner, s.data_length, s.num_children, s.pzxid,
         )
@@ -143,7 +143,7 @@ class Writer:
 
 def frame(payload: bytes) -> bytes:
     """A packet on the wire: its length, then itself."""
-    return _INT.pack(len(payload)) + payload
+    return INT.pack(len(payload)) + payload
 
 
 # ---- records ------------------------------------------------------------------------------------
@@ -179,4 +179,4 @@ class ZStat:
 
     @classmethod
     def read(cls, r: Reader) -> ZStat:
-        return cls(*r.take(_STAT))
+        return cls(*r.take(STAT))

@@ -1,4 +1,5 @@
-"""Errors that only the agent gives (its gateway's answers), beside the store errors it passes on.
+"""Errors that only the agent gives (its gateway's answers), beside the store errors it passes on;
+written beside ``proto/`` with the conversions (``wire``), for the agent and its client alike.
 
 Each is a ``MetadataStoreError`` so that code catching the store errors catches these too;
 ``metashift.client`` raises them on the client side from the agent's answer. Each says, with

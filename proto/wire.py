@@ -1,7 +1,7 @@
 """What travels between the agent and its clients, written once for both sides (the gateway and
-``metashift.client``): the gRPC options, the error <-> status table, and the conversions between
-the store layer's types (stats, operations, results, notifications, session events) and the
-``metashift.v1`` messages."""
+``metashift.client``, which needs nothing of the agent package): the gRPC options, the bearer
+token's metadata, the error <-> status table, and the conversions between the store layer's types
+(stats, operations, results, notifications, session events) and the ``metashift.v1`` messages."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 
-from metashift.agent.errors import (
+from metashift.proto.errors import (
     HeldForMigration,
     Internal,
     InvalidArgument,
@@ -43,6 +43,8 @@ ERROR_KIND_KEY = "metashift-error"
 OUTCOME_KEY = "metashift-outcome"
 OUTCOME_NOT_WRITTEN = "not-written"
 OUTCOME_UNKNOWN = "unknown"
+#: Request metadata presenting the caller's bearer token (the agent's ``auth.token_file``).
+AUTH_METADATA_KEY = "authorization"
 #: Request metadata naming the caller's session (needed by ephemeral puts).
 SESSION_KEY = "metashift-session"
 #: Longest path the agent and its client accept, in bytes of UTF-8: a longer one is InvalidPath,
@@ -53,6 +55,11 @@ MAX_PATH_BYTES = 2048
 MAX_MESSAGE_CHARS = 400
 #: The path as ``grpc-message`` (human-readable) shows it; the detail carries it whole, once.
 _SHORT_PATH_CHARS = 120
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    """The call metadata that presents ``token``."""
+    return ((AUTH_METADATA_KEY, f"Bearer {token}"),)
+
 
 # ---- gRPC options (client channel and agent server) -----------------------------------------------
 

@@ -1,5 +1,6 @@
-"""ZooKeeper's client wire protocol (jute): a 3.5-3.9 client's and server's records. Pure
-encoding; no I/O, no store. One module per concern:
+"""ZooKeeper's client wire protocol (jute): a 3.5-3.9 client's and server's records, written once
+for the project (the agent's ZooKeeper front serves it, the store layer's ZooKeeper connection
+sends it and parses its answers). Pure encoding; no I/O, no store. One module per concern:
 
 - ``constants``: opcodes, error codes, create modes, event types, permissions, special xids;
 - ``jute``: the primitives, the framing, and the ACL and Stat records;
@@ -12,7 +13,7 @@ connection is a ``ConnectRequest`` (no header); after it, requests are ``Request
 replies ``ReplyHeader`` + body (no body when ``err`` is not 0).
 """
 
-from metashift.agent.zookeeper.codec.constants import (
+from metashift.stores.zookeeper.wire.constants import (
     XID_AUTH,
     XID_PING,
     XID_SET_WATCHES,
@@ -26,9 +27,9 @@ from metashift.agent.zookeeper.codec.constants import (
     Perms,
     WatcherType,
 )
-from metashift.agent.zookeeper.codec.headers import ConnectRequest, ConnectResponse, ReplyHeader, RequestHeader
-from metashift.agent.zookeeper.codec.jute import ACL, OPEN_ACL_UNSAFE, DecodeError, Reader, Writer, ZStat, frame
-from metashift.agent.zookeeper.codec.requests import (
+from metashift.stores.zookeeper.wire.headers import ConnectRequest, ConnectResponse, ReplyHeader, RequestHeader
+from metashift.stores.zookeeper.wire.jute import ACL, OPEN_ACL_UNSAFE, DecodeError, Reader, Writer, ZStat, frame
+from metashift.stores.zookeeper.wire.requests import (
     MULTI_OPS,
     REQUESTS,
     AddWatchRequest,
@@ -46,7 +47,7 @@ from metashift.agent.zookeeper.codec.requests import (
     SetWatchesRequest,
     decode_request,
 )
-from metashift.agent.zookeeper.codec.responses import (
+from metashift.stores.zookeeper.wire.responses import (
     ChildInfo,
     MultiResult,
     encode_multi,

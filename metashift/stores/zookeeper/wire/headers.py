@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from metashift.agent.zookeeper.codec.jute import REPLY, Reader, Writer
+from metashift.stores.zookeeper.wire.jute import REPLY, Reader, Writer
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,363 @@
+"""The front in front of a ZooKeeper store: requests that ZooKeeper answers as they are go to it
+in wire form, on the agent's store session (``ZooKeeperStore.forward``), and its answers come
+back with ZooKeeper's own Stat.
+
+What the front must still see, it sees on the way, without a second round trip:
+
+- writes (create, create2, delete, setData, multi) pass the write gate (``WriteGate.try_enter``,
+  no task; a write that would have to wait takes the ordinary path, which holds it);
+- the ephemerals a session creates, changes and deletes are recorded in the ``SessionRegistry``
+  from the request and its answer, so that they die with the session and are re-created in the
+  target at PREPARATION;
+- watches stay the front's own (registered when the answer comes, fired from the store's
+  notifications, moved to the target with the router): the request goes to ZooKeeper without its
+  watch flag;
+- ``ephemeralOwner`` of an ephemeral that one of the front's sessions owns is that session's id
+  (ZooKeeper says the agent's store session), as Curator and Pulsar compare it with their own.
+
+Everything else — the virtual ``/zookeeper``, the root (its listing shows ``zookeeper``),
+containers and TTL nodes, malformed or invalid requests, a store that is not connected, a store
+that is not ZooKeeper — takes the ordinary path (``handlers``), and so does every request behind
+one that did, so that a session's requests keep their order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from metashift.agent.gate import WriteGate
+from metashift.agent.router import Router
+from metashift.agent.sequence_floors import SequenceFloors
+from metashift.agent.sessions import SessionRegistry
+from metashift.agent.zookeeper.handlers.base import Zxid, is_virtual
+from metashift.agent.zookeeper.session import ZkSession, ZkSessions
+from metashift.agent.zookeeper.watches import CHILD, DATA, EXIST, Watches
+from metashift.stores import Stat, paths
+from metashift.stores.errors import InvalidPath, MetadataStoreError
+from metashift.stores.zookeeper import ZooKeeperStore, wire
+from metashift.stores.zookeeper.forward import MULTI_OPS
+from metashift.stores.zookeeper.wire import Err, Op, Reader
+from metashift.stores.zookeeper.wire.jute import INT, MULTI_HEADER, REPLY, STAT, DecodeError
+
+log = logging.getLogger(__name__)
+
+Answer = Callable[[bytes], None]
+
+_READS = frozenset({Op.EXISTS, Op.GET_DATA, Op.GET_CHILDREN, Op.GET_CHILDREN2})
+_WITH_STAT = frozenset({Op.EXISTS, Op.GET_DATA, Op.GET_CHILDREN2, Op.SET_DATA, Op.CREATE2})
+#: Create modes forwarded: persistent, ephemeral, and their sequential kinds (containers and TTL
+#: nodes are kept as persistent nodes by the ordinary path).
+_MODES = range(4)
+_NO_WATCH = b"\x00"
+#: ephemeralOwner's place counted from the end of a Stat (czxid mzxid ctime mtime version
+#: cversion aversion | ephemeralOwner | dataLength numChildren pzxid).
+_OWNER_FROM_END = 24
+
+
+def _valid(path: str, sequential: bool = False) -> bool:
+    """A path the front may forward: valid for every store, not the root, not ZooKeeper's own."""
+    if path == paths.SEPARATOR or is_virtual(path):
+        return False
+    try:
+        paths.validate(path + "0000000000" if sequential else path)
+    except InvalidPath:
+        return False
+    return True
+
+
+class Forwarder:
+    """Sends the requests ZooKeeper answers as they are to the active store when it is ZooKeeper."""
+
+    def __init__(
+        self, router: Router, gate: WriteGate, registry: SessionRegistry, sessions: ZkSessions, watches: Watches,
+        zxid: Zxid, floors: SequenceFloors,
+    ) -> None:
+        self.router = router
+        self.gate = gate
+        self.registry = registry
+        self.sessions = sessions
+        self.watches = watches
+        self.floors = floors
+        self.zxid = zxid
+
+    def try_forward(self, session: ZkSession, xid: int, op: int, data: bytes, answer: Answer) -> bool:
+        """Forward one request packet (header included); ``answer`` gets the framed reply. False:
+        not forwarded, nothing done (the caller serves it on the ordinary path)."""
+        store = self.router.active
+        if not isinstance(store, ZooKeeperStore):
+            return False
+        try:
+            if op in _READS:
+                return self._read(store, session, xid, op, data, answer)
+            if op in (Op.CREATE, Op.CREATE2):
+                return self._create(session, xid, op, data, answer)
+            if op == Op.SET_DATA:
+                return self._set_data(xid, data, answer)
+            if op == Op.DELETE:
+                return self._delete(xid, data, answer)
+            if op == Op.MULTI:
+                return self._multi(session, xid, data, answer)
+        except DecodeError:
+            return False  # the ordinary path answers it
+        return False
+
+    # ---- reads ------------------------------------------------------------------------------------
+
+    def _read(self, store: ZooKeeperStore, session: ZkSession, xid: int, op: int, data: bytes,
+              answer: Answer) -> bool:
+        r = Reader(data, 8)
+        path = r.string()
+        watch = r.bool()
+        if not _valid(path):
+            return False
+
+        def done(err: int | None, body: bytes | BaseException) -> None:
+            if err is None:
+                answer(self._reply(xid, Err.CONNECTIONLOSS))
+                return
+            assert isinstance(body, bytes)
+            if watch:
+                if op == Op.EXISTS:
+                    if err in (Err.OK, Err.NONODE):
+                        self.watches.add(DATA if err == Err.OK else EXIST, path, session)
+                elif err == Err.OK:
+                    self.watches.add(DATA if op == Op.GET_DATA else CHILD, path, session)
+            if err == Err.OK and op != Op.GET_CHILDREN:
+                body = self._own(store, body, path)
+            answer(self._reply(xid, err, body))
+
+        return store.forward(op, path, _NO_WATCH, done)
+
+    # ---- writes -----------------------------------------------------------------------------------
+
+    def _admit(self) -> ZooKeeperStore | None:
+        store = self.gate.try_enter()
+        if store is None:
+            return None
+        if not isinstance(store, ZooKeeperStore):
+            self.gate.leave()
+            return None
+        return store
+
+    def _create(self, session: ZkSession, xid: int, op: int, data: bytes, answer: Answer) -> bool:
+        req = wire.CreateRequest.read(Reader(data, 8))
+        sequential = wire.CreateMode.sequential(req.flags)
+        if req.flags not in _MODES or not req.acl or not _valid(req.path, sequential):
+            return False
+        parent = req.path[:-1] if req.path.endswith("/") else paths.parent(req.path)
+        if parent is not None and is_virtual(parent):
+            return False
+        if sequential and not self._named_by_zookeeper(parent):
+            return False
+        store = self._admit()
+        if store is None:
+            return False
+        ephemeral = wire.CreateMode.ephemeral(req.flags)
+        client = session.client
+
+        def done(err: int | None, body: bytes | BaseException) -> None:
+            self.gate.leave()
+            if err is None:
+                answer(self._reply(xid, Err.CONNECTIONLOSS))
+                return
+            assert isinstance(body, bytes)
+            if err == Err.OK:
+                self.zxid.bump()
+                created = Reader(body).string()
+                if ephemeral:
+                    self.registry.record_put(client, req.data, True, Stat(created, 0, 0, 0, True, True))
+                    if client.ended:  # the session ended while the create was in flight
+                        self._drop(store, created)
+                        answer(self._reply(xid, Err.SESSIONEXPIRED))
+                        return
+                    if op == Op.CREATE2:
+                        body = _with_owner(body, session.id)
+            answer(self._reply(xid, err, body))
+
+        if not store.forward_create(op, req.path, req.data, req.flags, done):
+            self.gate.leave()
+            return False
+        return True
+
+    def _set_data(self, xid: int, data: bytes, answer: Answer) -> bool:
+        r = Reader(data, 8)
+        path = r.string()
+        rest = data[r.pos :]
+        value = r.buffer() or b""
+        if not _valid(path):
+            return False
+        store = self._admit()
+        if store is None:
+            return False
+
+        def done(err: int | None, body: bytes | BaseException) -> None:
+            self.gate.leave()
+            if err is None:
+                answer(self._reply(xid, Err.CONNECTIONLOSS))
+                return
+            assert isinstance(body, bytes)
+            if err == Err.OK:
+                self.zxid.bump()
+                self._record_set(path, value, body)
+                body = self._own(store, body, path)
+            answer(self._reply(xid, err, body))
+
+        if not store.forward(Op.SET_DATA, path, rest, done):
+            self.gate.leave()
+            return False
+        return True
+
+    def _delete(self, xid: int, data: bytes, answer: Answer) -> bool:
+        r = Reader(data, 8)
+        path = r.string()
+        rest = data[r.pos :]
+        if not _valid(path):
+            return False
+        store = self._admit()
+        if store is None:
+            return False
+
+        def done(err: int | None, body: bytes | BaseException) -> None:
+            self.gate.leave()
+            if err is None:
+                answer(self._reply(xid, Err.CONNECTIONLOSS))
+                return
+            if err == Err.OK:
+                self.zxid.bump()
+                self.registry.record_delete(path)
+            answer(self._reply(xid, err))
+
+        if not store.forward(Op.DELETE, path, rest, done):
+            self.gate.leave()
+            return False
+        return True
+
+    def _multi(self, session: ZkSession, xid: int, data: bytes, answer: Answer) -> bool:
+        req = wire.MultiRequest.read(Reader(data, 8))
+        if not req.ops:
+            return False
+        for op, sub in req.ops:
+            if op not in MULTI_OPS:
+                return False
+            if op in (Op.CREATE, Op.CREATE2):
+                sequential = wire.CreateMode.sequential(sub.flags)
+                if sub.flags not in _MODES or not sub.acl or not _valid(sub.path, sequential):
+                    return False
+                parent = paths.parent(sub.path)
+                if parent is not None and is_virtual(parent):
+                    return False
+                if sequential and not self._named_by_zookeeper(parent):
+                    return False
+            elif not _valid(sub.path):
+                return False
+        store = self._admit()
+        if store is None:
+            return False
+        client = session.client
+
+        def done(err: int | None, body: bytes | BaseException) -> None:
+            self.gate.leave()
+            if err is None:
+                answer(self._reply(xid, Err.CONNECTIONLOSS))
+                return
+            assert isinstance(body, bytes)
+            if err == Err.OK:
+                self.zxid.bump()
+                try:
+                    body = self._record_multi(store, session, client.ended, req.ops, body)
+                except (DecodeError, MetadataStoreError) as e:  # not what ZooKeeper answers
+                    log.warning("zookeeper front: a multi's answer did not parse (%s)", e)
+            answer(self._reply(xid, err, body))
+
+        if not store.forward_multi(req.ops, done):
+            self.gate.leave()
+            return False
+        return True
+
+    # ---- what the front keeps of the answers --------------------------------------------------------
+
+    def _named_by_zookeeper(self, parent: str | None) -> bool:
+        """Whether ZooKeeper may name a sequential node under ``parent``: not under a counter a
+        migration retired (its floor names it, on the ordinary path: ``SequenceFloors``)."""
+        return parent is not None and self.floors.known_free(self.router.active, parent)
+
+    def _record_set(self, path: str, value: bytes, body: bytes) -> None:
+        """A new value of an ephemeral this agent tracks (the answer's Stat says ephemeral)."""
+        if self.registry.owner_of(path) is None:
+            return
+        owner = int.from_bytes(body[-_OWNER_FROM_END : -_OWNER_FROM_END + 8], "big", signed=True)
+        version = int.from_bytes(body[-STAT.size + 32 : -STAT.size + 36], "big", signed=True)
+        self.registry.record_put(None, value, owner != 0, Stat(path, version, 0, 0, owner != 0, owner != 0))
+
+    def _record_multi(self, store: ZooKeeperStore, session: ZkSession, ended: bool, ops: list[tuple[int, object]],
+                      body: bytes) -> bytes:
+        """Record the ephemerals a multi created, changed and deleted; its answer with the owners
+        of the session's ephemerals."""
+        r = Reader(body)
+        out = bytearray()
+        for _op, sub in ops:
+            start = r.pos
+            kind, _done, _err = r.take(MULTI_HEADER)
+            out += body[start : r.pos]
+            if kind in (Op.CREATE, Op.CREATE2):
+                created = r.string()
+                out += INT.pack(len(created.encode())) + created.encode()
+                ephemeral = wire.CreateMode.ephemeral(sub.flags)  # type: ignore[attr-defined]
+                if ephemeral:
+                    self.registry.record_put(session.client, sub.data, True,  # type: ignore[attr-defined]
+                                             Stat(created, 0, 0, 0, True, True))
+                    if ended:
+                        self._drop(store, created)
+                if kind == Op.CREATE2:
+                    s = r.pos
+                    r.take(STAT)
+                    stat = body[s : r.pos]
+                    out += _with_owner(stat, session.id) if ephemeral else stat
+            elif kind == Op.SET_DATA:
+                s = r.pos
+                r.take(STAT)
+                stat = body[s : r.pos]
+                path = sub.path  # type: ignore[attr-defined]
+                self._record_set(path, sub.data, stat)  # type: ignore[attr-defined]
+                out += self._own(store, stat, path)
+            elif kind == Op.DELETE:
+                self.registry.record_delete(sub.path)  # type: ignore[attr-defined]
+            elif kind == Op.ERROR:
+                out += body[r.pos : r.pos + 4]
+                r.int()
+        out += body[r.pos :]
+        return bytes(out)
+
+    def _drop(self, store: ZooKeeperStore, path: str) -> None:
+        """An ephemeral created for a session that ended meanwhile: deleted now."""
+        self.registry.record_delete(path)
+
+        async def delete() -> None:
+            try:
+                await store.delete(path, expected_version=0)
+            except MetadataStoreError:
+                pass
+
+        asyncio.get_running_loop().create_task(delete())
+
+    def _own(self, store: ZooKeeperStore, body: bytes, path: str) -> bytes:
+        """``body`` (ending with a Stat) with the owner of an ephemeral of the store's session that
+        one of the front's sessions owns: that session's id."""
+        at = len(body) - _OWNER_FROM_END
+        owner = int.from_bytes(body[at : at + 8], "big", signed=True)
+        if owner == 0 or owner != store.session_id:
+            return body
+        sid = self.sessions.owner_id(self.registry.owner_of(path))
+        return _with_owner(body, sid) if sid else body
+
+    def _reply(self, xid: int, err: int, body: bytes = b"") -> bytes:
+        payload = REPLY.pack(xid, self.zxid.value, err) + body
+        return INT.pack(len(payload)) + payload
+
+
+def _with_owner(body: bytes, owner: int) -> bytes:
+    """``body`` (ending with a Stat) with ``owner`` as its ephemeralOwner."""
+    at = len(body) - _OWNER_FROM_END
+    return body[:at] + owner.to_bytes(8, "big", signed=True) + body[at + 8 :]

@@ -1,0 +1,265 @@
+"""What the agent benchmarks share: an agent process and its CPU and memory, the raw etcd floor
+(Pulsar's own txn pattern), latency and throughput figures, and the table with ratios.
+
+The agent's CPU per operation is read from the kernel (every thread's ``schedstat``, in ns): it is
+the least noisy figure on a shared machine, where throughput and latency move with the load.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from aetcd import rpc
+
+VALUE = b"v" * 1024
+
+
+# ---- the agent process -----------------------------------------------------------------------------
+
+
+@dataclass
+class Agent:
+    """A ``metashift agent`` process started for a benchmark."""
+
+    proc: subprocess.Popen[bytes]
+    socket_path: str
+    zk_port: int | None = None
+
+    def cpu_ns(self) -> int:
+        """CPU time of every thread of the agent so far, in ns (``/proc/<pid>/task/*/schedstat``)."""
+        total = 0
+        base = f"/proc/{self.proc.pid}/task"
+        for tid in os.listdir(base):
+            try:
+                with open(f"{base}/{tid}/schedstat") as f:
+                    total += int(f.read().split()[0])
+            except (FileNotFoundError, ProcessLookupError):  # a thread that just ended
+                continue
+        return total
+
+    def rss_mb(self) -> float:
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+        return 0.0
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = None) -> Agent:
+    """Start an agent in front of ``source`` (with the ZooKeeper front on ``zk_port`` when given)."""
+    env = {**os.environ, "METASHIFT_COORDINATOR_ENABLED": "false", "METASHIFT_LOG_LEVEL": "warning"}
+    sock = f"{workdir}/{name}.sock"
+    cmd = [sys.executable, "-m", "metashift.cli", "agent", "--source", source, "--listen", f"unix:{sock}",
+           "--node-id", name]
+    if zk_port is not None:
+        cmd += ["--zk-listen", f"127.0.0.1:{zk_port}"]
+    log = open(os.path.join(workdir, f"{name}.log"), "wb")  # lives as long as the agent
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    agent = Agent(proc, sock, zk_port)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the agent exited with {proc.returncode} (log: {workdir}/{name}.log)")
+        if os.path.exists(sock) and (zk_port is None or _listening(zk_port)):
+            return agent
+        time.sleep(0.1)
+    agent.stop()
+    raise RuntimeError(f"the agent did not start (log: {workdir}/{name}.log)")
+
+
+def _listening(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+# ---- figures ----------------------------------------------------------------------------------------
+
+
+def latency_figures(latencies: list[float]) -> dict[str, float]:
+    latencies = sorted(latencies)
+    return {
+        "p50_ms": round(statistics.median(latencies) * 1000, 3),
+        "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 3),
+    }
+
+
+@dataclass
+class Figures:
+    """One operation on one path: throughput, latency, and the agent's CPU per call."""
+
+    per_s: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    serial_p50_ms: float = 0.0
+    serial_p99_ms: float = 0.0
+    agent_us_per_op: float | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Table:
+    """Rows (paths) x operations, each row optionally compared with a floor row."""
+
+    ops: list[str]
+    rows: dict[str, dict[str, Figures]] = field(default_factory=dict)
+    floors: dict[str, str] = field(default_factory=dict)
+    rss_mb: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "rows": {name: {op: f.as_dict() for op, f in row.items()} for name, row in self.rows.items()},
+            "floors": self.floors,
+            "ratios": self.ratios(),
+            "agent_rss_mb": self.rss_mb,
+        }
+
+    def ratios(self) -> dict[str, dict[str, dict[str, float]]]:
+        """Per row with a floor: throughput ratio and p50 difference (ms) per operation."""
+        out: dict[str, dict[str, dict[str, float]]] = {}
+        for name, floor in self.floors.items():
+            out[name] = {
+                op: {
+                    "throughput_x": round(self.rows[name][op].per_s / max(self.rows[floor][op].per_s, 1e-9), 2),
+                    "serial_p50_plus_ms": round(
+                        self.rows[name][op].serial_p50_ms - self.rows[floor][op].serial_p50_ms, 3
+                    ),
+                }
+                for op in self.ops
+            }
+        return out
+
+    def render(self, title: str, inflight: int) -> str:
+        lines = [title]
+        head = f"{'path':24}"
+        for op in self.ops:
+            head += f" | {op + '/s':>8} {'x floor':>7} {'p50':>6} {'+ms':>6} {'p99':>6} {'us/op':>6}"
+        lines.append(head)
+        sub = f" | {'(' + str(inflight) + ' in flight)':>16} {'(one at a time, ms)':>20} {'agent':>6}"
+        lines.append(f"{'':24}" + sub * len(self.ops))
+        ratios = self.ratios()
+        for name, row in self.rows.items():
+            line = f"{name:24}"
+            for op in self.ops:
+                f = row[op]
+                r = ratios.get(name, {}).get(op)
+                x = f"{r['throughput_x']:.2f}x" if r else "floor"
+                plus = f"{r['serial_p50_plus_ms']:+.2f}" if r else ""
+                cpu = f"{f.agent_us_per_op:.0f}" if f.agent_us_per_op is not None else "-"
+                line += f" | {f.per_s:>8.0f} {x:>7} {f.serial_p50_ms:>6.2f} {plus:>6} {f.serial_p99_ms:>6.2f} {cpu:>6}"
+            lines.append(line)
+        if self.rss_mb:
+            rss = ", ".join(f"{k} {v} MB" for k, v in self.rss_mb.items())
+            lines.append(f"agent resident memory after the load: {rss}")
+        return "\n".join(lines)
+
+
+def spread(runs: list[Table]) -> str:
+    """min / median / max of each ratio over repeated runs."""
+    if len(runs) < 2:
+        return ""
+    lines = [f"spread over {len(runs)} runs (min / median / max)"]
+    first = runs[0]
+    for name in first.floors:
+        for op in first.ops:
+            xs = sorted(t.ratios()[name][op]["throughput_x"] for t in runs)
+            ps = sorted(t.ratios()[name][op]["serial_p50_plus_ms"] for t in runs)
+            cpu = sorted(t.rows[name][op].agent_us_per_op or 0.0 for t in runs)
+            lines.append(
+                f"  {name:22} {op:7} throughput x {xs[0]:.2f} / {statistics.median(xs):.2f} / {xs[-1]:.2f}"
+                f"   p50 +ms {ps[0]:+.2f} / {statistics.median(ps):+.2f} / {ps[-1]:+.2f}"
+                f"   agent us/op {cpu[0]:.0f} / {statistics.median(cpu):.0f} / {cpu[-1]:.0f}"
+            )
+    return "\n".join(lines)
+
+
+# ---- asyncio load ----------------------------------------------------------------------------------
+
+
+async def async_serial(op: Callable[[int], Awaitable[Any]], ops: int) -> list[float]:
+    lat = []
+    for i in range(ops):
+        t = time.perf_counter()
+        await op(i)
+        lat.append(time.perf_counter() - t)
+    return lat
+
+
+async def async_concurrent(op: Callable[[int], Awaitable[Any]], ops: int, inflight: int) -> tuple[float, list[float]]:
+    """``ops`` calls with ``inflight`` in flight: (ops/s, latencies)."""
+    lat: list[float] = []
+    counter = iter(range(ops))
+
+    async def worker() -> None:
+        for i in counter:
+            t = time.perf_counter()
+            await op(i)
+            lat.append(time.perf_counter() - t)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(inflight)))
+    return ops / (time.perf_counter() - start), lat
+
+
+# ---- the raw etcd floor: Pulsar's EtcdMetadataStore pattern ----------------------------------------
+
+
+class RawEtcd:
+    """etcd's KV service called directly, one request per operation, the way Pulsar's
+    ``EtcdMetadataStore`` shapes it: a get is a Range of the key; a put is a Txn with the compare
+    of its expected version (``create_revision == 0`` for a create, ``version == v + 1`` for a
+    compare-and-set, none for a blind put) and a Put with ``prev_kv``."""
+
+    def __init__(self, endpoint: str, prefix: str) -> None:
+        self.channel = grpc.aio.insecure_channel(endpoint.split("://", 1)[-1])
+        self.kv = rpc.KVStub(self.channel)
+        self.prefix = prefix
+
+    def key(self, path: str) -> bytes:
+        return (self.prefix + path).encode()
+
+    async def get(self, path: str) -> Any:
+        resp = await self.kv.Range(rpc.RangeRequest(key=self.key(path)))
+        return resp.kvs[0] if resp.kvs else None
+
+    async def put(self, path: str, value: bytes, expected_version: int | None = None) -> int:
+        key = self.key(path)
+        compares = []
+        if expected_version == -1:
+            compares.append(rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE,
+                                        create_revision=0))
+        elif expected_version is not None:
+            compares.append(rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION,
+                                        version=expected_version + 1))
+        put = rpc.PutRequest(key=key, value=value, prev_kv=True)
+        resp = await self.kv.Txn(rpc.TxnRequest(compare=compares, success=[rpc.RequestOp(request_put=put)],
+                                                failure=[]))
+        if not resp.succeeded:
+            raise RuntimeError(f"compare failed on {path}")
+        r = resp.responses[0].response_put
+        return int(r.prev_kv.version) if r.HasField("prev_kv") else 0
+
+    async def close(self) -> None:
+        await self.channel.close()

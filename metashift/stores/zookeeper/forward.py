@@ -1,0 +1,176 @@
+"""Requests of a ZooKeeper-protocol client forwarded to ZooKeeper on the store's own session, in
+the codec's wire form, with as little re-encoding as the store's duties allow.
+
+A ZooKeeper-protocol server in front of a ZooKeeper store (the agent's ZooKeeper front) hands a
+request's body over as its client sent it; the store puts its chroot in front of the path, gives a
+create its own ACL (the store's credentials decide who may touch what, never the client's), sends
+it on the current connection with an xid of the session's, and hands the answer back with the
+chroot taken off the paths it names. The answer's Stat is ZooKeeper's own, untouched. No task, no
+timer, no future per request: the answer is a callback from the connection's read loop, and the
+requests of one turn of the event loop go out in one socket write (``protocol.ZKConnection``).
+A request that finds the session not connected is not sent (``forward`` returns False): the
+caller takes the ordinary path, which waits for the connection and retries reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .. import paths
+from .wire.constants import Op
+from .wire.jute import HEADER, INT, MULTI_HEADER, STAT, Reader, Writer
+
+#: ``done(err, body)`` with ZooKeeper's error code and the answer's body (paths relative to the
+#: chroot), or ``done(None, exception)`` when the connection went before the answer came.
+Done = Callable[[int | None, bytes | BaseException], None]
+
+#: The operations a forwarded multi may hold.
+MULTI_OPS = frozenset({Op.CREATE, Op.CREATE2, Op.DELETE, Op.SET_DATA, Op.CHECK})
+#: The requests whose body is the path, then fields the store leaves as they are.
+PATH_FIRST = frozenset({Op.DELETE, Op.EXISTS, Op.GET_DATA, Op.SET_DATA, Op.GET_CHILDREN, Op.GET_CHILDREN2})
+CREATES = frozenset({Op.CREATE, Op.CREATE2})
+_CREATE_WITH_STAT = frozenset({Op.CREATE2, Op.CREATE_CONTAINER, Op.CREATE_TTL})
+
+
+class RawRequest:
+    """A request already in wire form, duck-typed as an aiozk request for the connection."""
+
+    __slots__ = ("body", "opcode", "writes_data")
+    special_xid = None
+
+    def __init__(self, opcode: int, body: bytes, writes_data: bool) -> None:
+        self.opcode = opcode
+        self.body = body
+        self.writes_data = writes_data
+
+    def serialize(self, xid: int | None = None) -> bytes:
+        return HEADER.pack(xid or 0, self.opcode) + self.body
+
+
+class RawReply:
+    """An answer to a ``RawRequest``: the error code and the body, as ZooKeeper sent them."""
+
+    __slots__ = ("body", "err")
+
+    def __init__(self, err: int, body: bytes) -> None:
+        self.err = err
+        self.body = body
+
+
+class Pending:
+    """What the connection's read loop resolves for a ``RawRequest`` (duck-typed as an asyncio
+    future: ``done``, ``cancelled``, ``set_result``, ``set_exception``): calls ``done`` at once."""
+
+    __slots__ = ("_answered", "_done", "_strip")
+
+    def __init__(self, done: Done, strip: Callable[[int, bytes], bytes] | None) -> None:
+        self._done = done
+        self._strip = strip
+        self._answered = False
+
+    def done(self) -> bool:
+        return self._answered
+
+    def cancelled(self) -> bool:
+        return False
+
+    def set_result(self, result: tuple[int, RawReply]) -> None:
+        self._answered = True
+        reply = result[1]
+        body = reply.body
+        if reply.err == 0 and self._strip is not None:
+            body = self._strip(reply.err, body)
+        self._done(reply.err, body)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._answered = True
+        self._done(None, error)
+
+
+class Rechroot:
+    """The chroot put in front of the paths a request names and taken off those an answer names."""
+
+    def __init__(self, namespace: paths.Namespace, acl: bytes) -> None:
+        self.namespace = namespace
+        self.acl = acl
+        """The store's ACL, as the wire vector every create carries."""
+
+    def path(self, path: str) -> bytes:
+        full = self.namespace.full(path).encode()
+        return INT.pack(len(full)) + full
+
+    def relative(self, full: str) -> str:
+        return self.namespace.relative(full) or full
+
+    def created(self, opcode: int) -> Callable[[int, bytes], bytes] | None:
+        """The answer of a create: its path without the chroot (and its Stat as it is)."""
+        if self.namespace.root == paths.SEPARATOR:
+            return None
+
+        def strip(err: int, body: bytes) -> bytes:
+            r = Reader(body)
+            name = self.relative(r.string()).encode()
+            return INT.pack(len(name)) + name + body[r.pos :]
+
+        return strip
+
+    def create_body(self, path: str, data: bytes | None, flags: int) -> bytes:
+        w = Writer()
+        w.out += self.path(path)
+        w.buffer(data)
+        w.out += self.acl
+        w.int(flags)
+        return w.bytes()
+
+    def multi_body(self, ops: list[tuple[int, Any]]) -> bytes:
+        """A multi of create, create2, delete, setData and check records (the codec's request
+        records), with the chroot and the store's ACL."""
+        w = Writer()
+        for op, rec in ops:
+            w.out += MULTI_HEADER.pack(op, 0, -1)
+            w.out += self.path(rec.path)
+            if op in CREATES:
+                w.buffer(rec.data)
+                w.out += self.acl
+                w.int(rec.flags)
+            elif op == Op.SET_DATA:
+                w.buffer(rec.data).int(rec.version)
+            else:  # delete, check
+                w.int(rec.version)
+        w.out += MULTI_HEADER.pack(-1, 1, -1)
+        return w.bytes()
+
+    def multi_answer(self, err: int, body: bytes) -> bytes:
+        """A multi's answer with the chroot taken off the paths of its creates."""
+        if self.namespace.root == paths.SEPARATOR:
+            return body
+        r = Reader(body)
+        out = Writer()
+        while True:
+            start = r.pos
+            op, done, _e = r.take(MULTI_HEADER)
+            out.out += body[start : r.pos]
+            if done:
+                return out.bytes()
+            if op in (Op.CREATE, *_CREATE_WITH_STAT):
+                out.string(self.relative(r.string()))
+                if op in _CREATE_WITH_STAT:
+                    s = r.pos
+                    r.take(STAT)
+                    out.out += body[s : r.pos]
+            elif op == Op.SET_DATA:
+                s = r.pos
+                r.take(STAT)
+                out.out += body[s : r.pos]
+            elif op == Op.ERROR:
+                out.int(r.int())
+            # delete and check: no body
+
+
+def acl_vector(acls: list[tuple[int, str, str]]) -> bytes:
+    """ACL entries (perms, scheme, id) as the wire vector a create carries."""
+    w = Writer().int(len(acls))
+    for perms, scheme, ident in acls:
+        w.int(perms).string(scheme).string(ident)
+    return w.bytes()
