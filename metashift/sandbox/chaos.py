@@ -12,7 +12,7 @@ import datetime
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any
 
 from metashift.local_servers import free_port
@@ -76,19 +76,6 @@ def longest_freeze(intervals: list[tuple[float, float]]) -> float | None:
 
 
 @dataclass
-class ChaosAgent(AgentProcess):
-    """A sandbox agent with its ZooKeeper front on, and more coordinator settings."""
-
-    zk_listen: str = ""
-    more_coordinator: dict[str, float] = field(default_factory=dict)
-    """More ``[coordinator]`` settings (``{"spark_delta_threshold": 0}``)."""
-
-    def config_text(self) -> str:
-        text = super().config_text()  # it ends in the [coordinator] table: these keys go there
-        text += "".join(f"{key} = {value:g}\n" for key, value in self.more_coordinator.items())
-        return text + f'\n[zookeeper]\nlisten = "{self.zk_listen}"\n'
-
-
 class ChaosSandbox(Sandbox):
     """A sandbox run with a fault and a recorded history."""
 
@@ -109,11 +96,10 @@ class ChaosSandbox(Sandbox):
         self.server_thread = ThreadPoolExecutor(1, thread_name_prefix="servers")
 
     def _agent(self, node_id: str, role: str) -> AgentProcess:
-        base = super()._agent(node_id, role)
-        agent = ChaosAgent(**{f.name: getattr(base, f.name) for f in fields(base)})
-        agent.zk_listen = f"127.0.0.1:{free_port()}"
+        agent = super()._agent(node_id, role)
+        agent.zk_listen = f"127.0.0.1:{free_port()}"  # the kazoo registers reach it there
         if self.plan.spark_in_freeze:
-            agent.more_coordinator["spark_delta_threshold"] = 0
+            agent.coordinator_settings["spark_delta_threshold"] = 0
         return agent
 
     async def _more_clients(self) -> None:
@@ -130,7 +116,7 @@ class ChaosSandbox(Sandbox):
             await grpc.connect()
             grpc.start()
             self.registers.append(grpc)
-            assert isinstance(agent, ChaosAgent)
+            assert agent.zk_listen, "every chaos agent serves ZooKeeper's protocol"
             zk = ZkRegisterClient(f"{agent.node_id}-z", agent.node_id, agent.zk_listen, self.history,
                                   self.register_keys, seed + 500)  # fmt: skip
             await asyncio.to_thread(zk.connect)
