@@ -89,6 +89,8 @@ class ChaosSandbox(Sandbox):
         self.zk_registers: list[ZkRegisterClient] = []
         self.injector = FaultInjector(self, plan)
         self.restart_after_abort = False
+        self.came_back = False
+        """A reverse migration (etcd -> ZooKeeper) completed: the cluster lives on ZooKeeper again."""
         self.first_outcome = ""
         self.fault_error = ""
         self._lives: Any = None
@@ -163,6 +165,8 @@ class ChaosSandbox(Sandbox):
                     frozen = await asyncio.wait_for(self._migrate(), MIGRATION_LIMIT)
                 except MetadataStoreError as e:
                     r.reason = f"{r.reason}; the new start was refused: {e}"
+            if self.plan.fault == "reverse" and r.phase == Phase.COMPLETED.value:
+                frozen = await asyncio.wait_for(self._migrate_back(), MIGRATION_LIMIT)
         except TimeoutError:
             r.phase, r.reason = "STUCK", f"no COMPLETED nor FAILED within {MIGRATION_LIMIT:g}s"
             frozen = None
@@ -180,6 +184,24 @@ class ChaosSandbox(Sandbox):
         r.seconds = time.monotonic() - self._started
         return r
 
+    async def _migrate_back(self) -> tuple[float, float] | None:
+        """The way back: from etcd, where the cluster now lives, to ZooKeeper emptied first
+        (``--clean-target``), with the same agents and every client writing on."""
+        assert self.zk is not None and self.etcd is not None
+        say("completed as planned: migrating back, etcd -> ZooKeeper (emptied first)")
+        home = await open_store(f"{self.etcd.url}?timeout={SOURCE_TIMEOUT:g}")
+        self.stores.append(home)
+        self.injector.landed = "after COMPLETED"
+        frozen = await self._migrate(home, self.zk.url, clean_target=True)
+        self.came_back = self.report.phase == Phase.COMPLETED.value
+        return frozen
+
+    def _lives_on(self) -> tuple[str, str]:
+        assert self.zk is not None
+        if self.came_back:
+            return self.zk.url, "ZooKeeper (back from etcd)"
+        return super()._lives_on()
+
     async def _stop_clients(self) -> None:
         await super()._stop_clients()
         for g in self.registers:
@@ -190,7 +212,7 @@ class ChaosSandbox(Sandbox):
         """Every register read where the cluster lives, after everyone stopped: the history's last
         word (an acknowledged write lost there makes it non-linearizable)."""
         assert self.zk is not None and self.etcd is not None
-        url = self.etcd.url if self.report.phase == Phase.COMPLETED.value else self.zk.url
+        url = self._lives_on()[0]
         store = self._lives = await open_store(url, watch=False, create_root=False)
         self.stores.append(store)
         for key in self.register_keys:

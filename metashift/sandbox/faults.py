@@ -25,7 +25,7 @@ from .history import WRITE, History
 if TYPE_CHECKING:
     from .chaos import ChaosSandbox
 
-#: Every fault the chaos run knows (the reverse migration joins when the product has it).
+#: Every fault the chaos run knows.
 FAULTS = (
     "none",
     "kill-agent",  # SIGKILL of a participant's agent (not the coordinator's)
@@ -36,6 +36,7 @@ FAULTS = (
     "etcd-stall",  # SIGSTOP of etcd (the target) for `duration` seconds
     "bypass-write",  # a write straight to the source, behind the agents' back
     "abort-restart",  # `migrate abort`, then a new start once the target is clean
+    "reverse",  # after COMPLETED, the way back: etcd -> ZooKeeper (emptied first), clients writing on
 )
 PHASES = (Phase.SYNCING.value, Phase.PREPARATION.value, Phase.COPYING.value)
 #: How long after the phase begins the fault comes (seconds, drawn uniformly).
@@ -103,6 +104,8 @@ class FaultInjector:
 
     async def run(self, epoch: int) -> None:
         plan = self.plan
+        if plan.fault == "reverse":
+            return  # the sandbox migrates back once the migration completed (``landed`` says so)
         source = self.sandbox.source
         assert source is not None
         moved = asyncio.Event()
@@ -208,6 +211,9 @@ class FaultInjector:
         with contextlib.suppress(MetadataStoreError):
             await source.put(path, value)
             self.bypass_acked[path] = value
+
+    async def _reverse(self) -> None:
+        pass  # done by the sandbox after COMPLETED
 
     async def _abort_restart(self) -> None:
         assert self.sandbox.source is not None

@@ -199,22 +199,26 @@ class Sandbox:
                                          write_timeout=self.options.hold_timeout))
         return clients
 
-    async def _migrate(self) -> tuple[float, float] | None:
-        """Start the migration and follow it to COMPLETED or FAILED; returns the freeze (wall
-        clock, seconds: from PREPARATION, when the agents close their gates, to the end), or
-        ``None`` when it never froze."""
+    async def _migrate(self, home: MetadataStore | None = None, target_url: str | None = None,
+                       *, clean_target: bool = False) -> tuple[float, float] | None:  # fmt: skip
+        """Start the migration (from ``home``, the sandbox's ZooKeeper unless given, to
+        ``target_url``, its etcd unless given) and follow it to COMPLETED or FAILED; returns the
+        freeze (wall clock, seconds: from PREPARATION, when the agents close their gates, to the
+        end), or ``None`` when it never froze."""
         r, o = self.report, self.options
         assert self.source is not None and self.etcd is not None
-        flag = await control.start(self.source, self.etcd.url)
+        source = home or self.source
+        target_url = target_url or self.etcd.url
+        flag = await control.start(source, target_url, clean_target=clean_target)
         r.epoch = flag.epoch
-        say(f"migration epoch {flag.epoch} started: {self.zk.url if self.zk else ''} -> {self.etcd.url}")
+        say(f"migration epoch {flag.epoch} started: {source.url.public()} -> {target_url}")
         since: dict[str, float] = {Phase.SYNCING.value: flag.started_at / 1000.0}
         last_line = ""
         last_shown = 0.0
-        remove = self.source.add_listener(self._on_flag) if o.kill_agent_at else None
+        remove = source.add_listener(self._on_flag) if o.kill_agent_at else None
         while True:
-            status = (await control.status(self.source)).to_dict()
-            now_flag = await read_flag(self.source)
+            status = (await control.status(source)).to_dict()
+            now_flag = await read_flag(source)
             phase = status["phase"]
             if now_flag is not None and now_flag.epoch == flag.epoch and now_flag.phase.value not in since:
                 since[now_flag.phase.value] = now_flag.phase_since / 1000.0
@@ -299,8 +303,7 @@ class Sandbox:
         r = self.report
         assert self.zk is not None and self.etcd is not None and self.source is not None
         completed = r.phase == Phase.COMPLETED.value
-        lives_on = self.etcd.url if completed else self.zk.url
-        r.lives_on = "etcd (target)" if completed else "ZooKeeper (source)"
+        lives_on, r.lives_on = self._lives_on()
         store = await open_store(lives_on, watch=False, create_root=False)
         self.stores.append(store)
         say(f"checking every acknowledged write on {r.lives_on} ...")
@@ -328,6 +331,13 @@ class Sandbox:
             r.phases["switch"] = max(0.0, last - frozen[1])
         if completed:
             await self._verify_tree()
+
+    def _lives_on(self) -> tuple[str, str]:
+        """Where the cluster lives at the end: its store's URL, and how the report names it."""
+        assert self.zk is not None and self.etcd is not None
+        if self.report.phase == Phase.COMPLETED.value:
+            return self.etcd.url, "etcd (target)"
+        return self.zk.url, "ZooKeeper (source)"
 
     async def _verify_tree(self) -> None:
         """``metashift verify`` (Spark) of the source against the target, leaving out what the
