@@ -33,8 +33,47 @@ class WriteTiming:
     ok: bool
 
 
+class ClientLoop:
+    """A ``metashift.client`` session of one agent that works in a task of its own until stopped
+    (what the sandbox's writers and the chaos run's registers share)."""
+
+    name: str
+    address: str
+    client: Any
+    _task: asyncio.Task[None] | None
+    _stop: asyncio.Event
+
+    async def connect(self) -> None:
+        from metashift.client import connect
+
+        self.client = await connect(self.address, name=self.name, timeout=30.0)
+
+    async def stop(self) -> None:
+        """Finish the operation in progress, then stop."""
+        self._stop.set()
+        if self._task is not None and not self._task.done():
+            with contextlib.suppress(Exception):
+                await self._task
+
+    async def abandon(self) -> None:
+        """Stop at once (its agent is gone, or the sandbox is interrupted): what was in flight
+        stays unknown; cancel, close."""
+        self._stop.set()
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        await self.close()
+
+    async def close(self) -> None:
+        client, self.client = self.client, None
+        if client is not None:
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(client.close(), 10.0)
+
+
 @dataclass
-class SimClient:
+class SimClient(ClientLoop):
     """One metadata client of one agent (``name`` is unique in the sandbox)."""
 
     name: str
@@ -66,11 +105,6 @@ class SimClient:
     @property
     def sequence_parent(self) -> str:
         return f"{COUNTER_ROOT}/{self.name}"
-
-    async def connect(self) -> None:
-        from metashift.client import connect
-
-        self.client = await connect(self.address, name=self.name, timeout=30.0)
 
     async def start(self) -> None:
         """Take the ephemerals and the counter, then write in the background until ``stop``."""
@@ -138,27 +172,6 @@ class SimClient:
             self.acked[counter] = attempted
         return int(got[1].version)
 
-    async def stop(self) -> None:
-        """Finish the write in progress, then stop writing."""
-        self._stop.set()
-        if self._task is not None and not self._task.done():
-            with contextlib.suppress(Exception):
-                await self._task
-
-    async def abandon(self) -> None:
-        """Stop at once (its agent is gone, or the sandbox is interrupted): cancel, close."""
-        self._stop.set()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-        await self.close()
-
-    async def close(self) -> None:
-        client, self.client = self.client, None
-        if client is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(client.close(), 10.0)
 
     @property
     def writes_acknowledged(self) -> int:

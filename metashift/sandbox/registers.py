@@ -10,7 +10,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from .clients import WRITER_ROOT
+from .clients import WRITER_ROOT, ClientLoop
 from .history import CAS, CREATE, DELETE, OK, READ, REFUSED, UPDATE, WRITE, History, Operation
 
 #: Where the registers live (under the sandbox's own subtree, left out of the tree's verification).
@@ -67,7 +67,7 @@ class Workload:
 
 
 @dataclass
-class RegisterClient:
+class RegisterClient(ClientLoop):
     """One ``metashift.client`` session of one agent, operating on the registers until stopped."""
 
     name: str
@@ -79,11 +79,6 @@ class RegisterClient:
     client: Any = None
     _task: asyncio.Task[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def connect(self) -> None:
-        from metashift.client import connect
-
-        self.client = await connect(self.address, name=self.name, timeout=30.0)
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"registers {self.name}")
@@ -117,26 +112,5 @@ class RegisterClient:
             if not isinstance(e, Exception):
                 raise
 
-    async def stop(self) -> None:
-        """Finish the operation in progress, then stop."""
-        self._stop.set()
-        if self._task is not None and not self._task.done():
-            with contextlib.suppress(Exception):
-                await self._task
-
-    async def abandon(self) -> None:
-        """Stop at once (its agent is gone): the operation in flight stays unknown."""
-        self._stop.set()
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
-        await self.close()
-
-    async def close(self) -> None:
-        client, self.client = self.client, None
-        if client is not None:
-            with contextlib.suppress(BaseException):
-                await asyncio.wait_for(client.close(), 10.0)
 
 
