@@ -37,7 +37,7 @@ from metashift.agent.zookeeper.watches import CHILD, DATA, EXIST, Watches
 from metashift.stores import Stat, paths
 from metashift.stores.errors import InvalidPath, MetadataStoreError
 from metashift.stores.zookeeper import ZooKeeperStore, wire
-from metashift.stores.zookeeper.forward import MULTI_OPS
+from metashift.stores.zookeeper.forward import MULTI_OPS, Done
 from metashift.stores.zookeeper.wire import Err, Op, Reader
 from metashift.stores.zookeeper.wire.jute import INT, MULTI_HEADER, REPLY, STAT, DecodeError
 
@@ -151,35 +151,24 @@ class Forwarder:
             return False
         if sequential and not self._named_by_zookeeper(parent):
             return False
-        store = self._admit()
-        if store is None:
-            return False
         ephemeral = wire.CreateMode.ephemeral(req.flags)
         client = session.client
 
-        def done(err: int | None, body: bytes | BaseException) -> None:
-            self.gate.leave()
-            if err is None:
-                answer(self._reply(xid, Err.CONNECTIONLOSS))
-                return
-            assert isinstance(body, bytes)
-            if err == Err.OK:
-                self.zxid.bump()
-                created = Reader(body).string()
-                if ephemeral:
-                    self.registry.record_put(client, req.data, True, Stat(created, 0, 0, 0, True, True))
-                    if client.ended:  # the session ended while the create was in flight
-                        self._drop(store, created)
-                        answer(self._reply(xid, Err.SESSIONEXPIRED))
-                        return
-                    if op == Op.CREATE2:
-                        body = _with_owner(body, session.id)
-            answer(self._reply(xid, err, body))
+        def created(store: ZooKeeperStore, body: bytes) -> bytes | None:
+            if ephemeral:
+                path = Reader(body).string()
+                self.registry.record_put(client, req.data, True, Stat(path, 0, 0, 0, True, True))
+                if client.ended:  # the session ended while the create was in flight
+                    self._drop(store, path)
+                    answer(self._reply(xid, Err.SESSIONEXPIRED))
+                    return None
+                if op == Op.CREATE2:
+                    return _with_owner(body, session.id)
+            return body
 
-        if not store.forward_create(op, req.path, req.data, req.flags, done):
-            self.gate.leave()
-            return False
-        return True
+        return self._forward_write(
+            xid, answer, lambda store, done: store.forward_create(op, req.path, req.data, req.flags, done), created
+        )
 
     def _set_data(self, xid: int, data: bytes, answer: Answer) -> bool:
         r = Reader(data, 8)
@@ -188,26 +177,12 @@ class Forwarder:
         value = r.buffer() or b""
         if not _valid(path):
             return False
-        store = self._admit()
-        if store is None:
-            return False
 
-        def done(err: int | None, body: bytes | BaseException) -> None:
-            self.gate.leave()
-            if err is None:
-                answer(self._reply(xid, Err.CONNECTIONLOSS))
-                return
-            assert isinstance(body, bytes)
-            if err == Err.OK:
-                self.zxid.bump()
-                self._record_set(path, value, body)
-                body = self._own(store, body, path)
-            answer(self._reply(xid, err, body))
+        def set_(store: ZooKeeperStore, body: bytes) -> bytes:
+            self._record_set(path, value, body)
+            return self._own(store, body, path)
 
-        if not store.forward(Op.SET_DATA, path, rest, done):
-            self.gate.leave()
-            return False
-        return True
+        return self._forward_write(xid, answer, lambda store, done: store.forward(Op.SET_DATA, path, rest, done), set_)
 
     def _delete(self, xid: int, data: bytes, answer: Answer) -> bool:
         r = Reader(data, 8)
@@ -215,24 +190,12 @@ class Forwarder:
         rest = data[r.pos :]
         if not _valid(path):
             return False
-        store = self._admit()
-        if store is None:
-            return False
 
-        def done(err: int | None, body: bytes | BaseException) -> None:
-            self.gate.leave()
-            if err is None:
-                answer(self._reply(xid, Err.CONNECTIONLOSS))
-                return
-            if err == Err.OK:
-                self.zxid.bump()
-                self.registry.record_delete(path)
-            answer(self._reply(xid, err))
+        def deleted(store: ZooKeeperStore, body: bytes) -> bytes:
+            self.registry.record_delete(path)
+            return body
 
-        if not store.forward(Op.DELETE, path, rest, done):
-            self.gate.leave()
-            return False
-        return True
+        return self._forward_write(xid, answer, lambda store, done: store.forward(Op.DELETE, path, rest, done), deleted)
 
     def _multi(self, session: ZkSession, xid: int, data: bytes, answer: Answer) -> bool:
         req = wire.MultiRequest.read(Reader(data, 8))
@@ -252,10 +215,27 @@ class Forwarder:
                     return False
             elif not _valid(sub.path):
                 return False
+        client = session.client
+
+        def done_all(store: ZooKeeperStore, body: bytes) -> bytes:
+            try:
+                return self._record_multi(store, session, client.ended, req.ops, body)
+            except (DecodeError, MetadataStoreError) as e:  # not what ZooKeeper answers
+                log.warning("zookeeper front: a multi's answer did not parse (%s)", e)
+                return body
+
+        return self._forward_write(xid, answer, lambda store, done: store.forward_multi(req.ops, done), done_all)
+
+    def _forward_write(
+        self, xid: int, answer: Answer, send: Callable[[ZooKeeperStore, Done], bool],
+        on_ok: Callable[[ZooKeeperStore, bytes], bytes | None],
+    ) -> bool:
+        """A write through the gate: ``send`` forwards it; its answer leaves the gate, and an OK
+        one counts a zxid and goes through ``on_ok`` (what the front keeps of it; ``None``: it
+        answered the client itself). False: not admitted or not sent, nothing done."""
         store = self._admit()
         if store is None:
             return False
-        client = session.client
 
         def done(err: int | None, body: bytes | BaseException) -> None:
             self.gate.leave()
@@ -265,13 +245,13 @@ class Forwarder:
             assert isinstance(body, bytes)
             if err == Err.OK:
                 self.zxid.bump()
-                try:
-                    body = self._record_multi(store, session, client.ended, req.ops, body)
-                except (DecodeError, MetadataStoreError) as e:  # not what ZooKeeper answers
-                    log.warning("zookeeper front: a multi's answer did not parse (%s)", e)
+                kept = on_ok(store, body)
+                if kept is None:
+                    return
+                body = kept
             answer(self._reply(xid, err, body))
 
-        if not store.forward_multi(req.ops, done):
+        if not send(store, done):
             self.gate.leave()
             return False
         return True
