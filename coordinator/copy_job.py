@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from metashift.spark.copy import copy_tree
-from metashift.spark.report import CopyConflict
 from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_LEDGERS_ROOTS, Rules
 from metashift.stores import MetadataStoreError
 
@@ -60,18 +59,16 @@ def main() -> int:
     progress = JsonLinesProgress()
     rules = copy_rules(job.get("ledgers_roots"), job.get("counters"))
     try:
-        report = copy_tree(
-            job["source"], job["target"], master=job.get("master"), verify=True, progress=progress, rules=rules
-        )
-    except CopyConflict as e:
-        _emit({"event": "error", "kind": "CopyConflict", "message": str(e), "paths": [p for p, _ in e.conflicts]})
-        return 1
+        # conflicts are reported with the verification: the coordinator carries them
+        report = copy_tree(job["source"], job["target"], master=job.get("master"), verify=True, progress=progress,
+                           rules=rules, keep_conflicts=True)  # fmt: skip
     except MetadataStoreError as e:
         _emit({"event": "error", "kind": type(e).__name__, "message": str(e)})
         return 1
     body = report.to_dict()
     body["event"] = "report"
-    body["ok"] = report.verify is not None and report.verify.ok
+    body["conflict_paths"] = [p for p, _ in report.conflicts]
+    body["ok"] = report.verify is not None and report.verify.ok and not report.conflicts
     _emit(body)
     return 0
 

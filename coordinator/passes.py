@@ -28,7 +28,7 @@ from metashift.migration.flag import MigrationFlag, now_ms, read_flag
 from metashift.spark.counters import LEDGER_IDS, CounterCarry, merge_into
 from metashift.spark.delta import carry, check
 from metashift.spark.rules import Rules
-from metashift.stores import MetadataStoreError, Store, StoreUnavailable, StoreURL
+from metashift.stores import MetadataStoreError, NotFound, Store, StoreUnavailable, StoreURL
 from metashift.stores import paths as store_paths
 
 from .change_tracker import ChangeTracker
@@ -152,20 +152,28 @@ class Passes:
             # also what made the pass itself fail, if it did (the store went away a moment)
             log.warning("full pass %d: %s; running another full pass", self.passes, self.tracker.broken)
             return None
+        carried: set[str] = set()
         if outcome.conflicts:
             # In SYNCING the target holds only what this migration's passes wrote (it was empty
             # at the start; agents write there from PREPARATION on), so a node it has ahead of
             # the source was deleted and created again in the source since a pass copied it,
-            # seen or not (a broken stream, a coordinator that took over): carry those nodes,
-            # then a clean full pass (the copy wrote nothing below them)
-            failure = await self._carry(flag, set(outcome.conflicts))
-            return PassResult(failure, self.passes) if failure is not None else None
+            # seen by this pass's change stream or not (before it began: a broken stream, a
+            # coordinator that took over). The copy wrote nothing at or below them: carry those
+            # subtrees whole, now. Under clients that delete and create all the time every full
+            # pass meets some, so this must not cost another full pass.
+            if not outcome.report.get("verify"):  # (the copy stopped there: nothing verified)
+                failure = await self._carry(flag, set(outcome.conflicts))
+                return PassResult(failure, self.passes) if failure is not None else None
+            carried = await self._subtrees(outcome.conflicts)
+            if (failure := await self._carry(flag, carried)) is not None:
+                return PassResult(failure, self.passes)
         if not outcome.ok and not outcome.report.get("verify"):
             return PassResult(outcome.failure(), self.passes)
         # the copy never deletes: what only the target has, the source deleted after an earlier
         # pass copied it; a full pass leaves the target equal to the source, deletions included
         stale = [str(m.get("path")) for m in outcome.mismatches
-                 if m.get("kind") == "extra" and str(m.get("path")) not in self.tracker.since_pass]
+                 if m.get("kind") == "extra" and str(m.get("path")) not in self.tracker.since_pass
+                 and not _under(str(m.get("path")), outcome.conflicts)]  # fmt: skip
         if stale:
             log.info("full pass %d: %d node(s) only in the target, deleted in the source since an earlier "
                      "pass: removing them", self.passes, len(stale))
@@ -173,7 +181,8 @@ class Passes:
         failure = await self._deltas(flag)
         if failure is not None:
             return PassResult(failure, self.passes)
-        unexpected = [m for m in outcome.mismatches if not self._expected(m)]
+        unexpected = [m for m in outcome.mismatches
+                      if not self._expected(m) and not _under(str(m.get("path")), outcome.conflicts)]
         if unexpected:
             m = unexpected[0]
             return PassResult(
@@ -241,6 +250,15 @@ class Passes:
                 return None  # not shrinking: the freeze carries the rest
             previous = len(changed)
         return None
+
+    async def _subtrees(self, roots: list[str]) -> set[str]:
+        """``roots`` and every node the source holds below them (a conflict's subtree)."""
+        found = set(roots)
+        for root in roots:
+            with contextlib.suppress(NotFound):  # deleted again since: the carry deletes it
+                async for page in self.source.walk(root):
+                    found.update(node.path for node in page)
+        return found
 
     async def _carry(self, flag: MigrationFlag, changed: set[str]) -> str | None:
         await self._still_leader()
@@ -365,3 +383,8 @@ class Passes:
             await self.source.put(paths.PROGRESS, body)
         except MetadataStoreError as e:
             log.debug("progress not written: %s", e)
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    """Whether ``path`` is one of ``roots`` or lies below one (a conflict carried whole)."""
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)

@@ -61,10 +61,13 @@ def copy_tree(
     progress: Progress | None = None,
     spark: Any = None,
     compact_every_bytes: int = COMPACT_EVERY_BYTES,
+    keep_conflicts: bool = False,
 ) -> CopyReport:
     """Copy every persistent node of ``source`` to ``target`` (module doc). Raises the store's
-    error (``InvalidStoreURL``, ``StoreUnavailable``, ``StoreFull``, ...) or ``CopyConflict``;
-    a verification's mismatches are in ``report.verify`` (``report.verify.ok``)."""
+    error (``InvalidStoreURL``, ``StoreUnavailable``, ``StoreFull``, ...) or, once the rest is
+    copied, ``CopyConflict``; with ``keep_conflicts`` the conflicts are in ``report.conflicts``
+    instead and the verification runs all the same (the coordinator carries them). A
+    verification's mismatches are in ``report.verify`` (``report.verify.ok``)."""
     rules = rules or Rules()
     progress = progress or NoProgress()
     src_url, tgt_url = check_urls(source, target)
@@ -114,6 +117,8 @@ def copy_tree(
     report.nodes_per_second = report.nodes / report.seconds if report.seconds else 0.0
     report.bytes_per_second = report.bytes / report.seconds if report.seconds else 0.0
     report.write_amplification = report.write_ops / report.written if report.written else 0.0
+    if report.conflicts and not keep_conflicts:
+        raise CopyConflict(report.conflicts)
     if verify:
         from .verify import verify_tree
 
@@ -159,7 +164,7 @@ async def _copy_top(
 
 
 def _add(report: CopyReport, results: list[dict], *, by_executors: bool = True) -> None:
-    """Add the tasks' counts to ``report``; raise the first error or the conflicts."""
+    """Add the tasks' counts and conflicts to ``report``; raise the first error."""
     errors = [r["error"] for r in results if r["error"]]
     conflicts = [c for r in results for c in r["conflicts"]]
     for r in results:
@@ -176,8 +181,7 @@ def _add(report: CopyReport, results: list[dict], *, by_executors: bool = True) 
     if errors:
         errors.sort(key=lambda e: _ERROR_ORDER.index(e["type"]) if e["type"] in _ERROR_ORDER else 99)
         raise_task_error(errors[0])
-    if conflicts:
-        raise CopyConflict([(p, why) for p, why in conflicts])
+    report.conflicts += [(p, why) for p, why in conflicts]
 
 
 def _copy_subtrees(

@@ -132,6 +132,9 @@ class CopyReport:
     """``write_ops`` per node written: keeping version V takes V+1 writes."""
     counters: dict[str, CounterCarry] = field(default_factory=dict)
     """What the copy did to each counter (``counters.CounterCarry``)."""
+    conflicts: list[tuple[str, str]] = field(default_factory=list)
+    """Nodes the target holds ahead of the source (path, why): nothing was written at or below
+    them (``copy_tree(keep_conflicts=True)`` reports them here rather than raising)."""
     counter_writes: int = 0
     """Writes the counters took (within ``write_ops``)."""
     counter_seconds: float = 0.0

@@ -15,6 +15,7 @@ import pytest
 
 from metashift.coordinator import control
 from metashift.migration import paths
+from metashift.migration.flag import read_flag
 from metashift.migration.participants import ParticipantRecord
 from metashift.migration.phase import Phase
 from metashift.sample_tree import generate
@@ -368,6 +369,57 @@ async def test_a_change_stream_broken_in_syncing_leads_to_another_full_pass(gate
         assert await target.get("/doomed") is None
         reborn = await target.get("/reborn")
         assert reborn is not None and reborn[0] == b"second life" and reborn[1].version == 0
+    finally:
+        await cluster.close()
+
+
+async def test_a_node_deleted_and_created_again_during_every_full_pass_costs_no_more_passes(
+        gateways: Gateways, etcd_url: str, fresh_servers: Any) -> None:  # fmt: skip
+    """Clients that delete and create nodes all the time: every full pass after the first finds
+    such a node ahead in the target (copied by the pass before, deleted and created again since).
+    The pass carries it and goes on; it must not run yet another full pass for it (each would
+    meet another, and the migration failed with "no full pass came through clean")."""
+    zk = fresh_servers.zk()
+    cluster = Cluster(gateways, f"{zk.url}/cluster", etcd_url)
+    try:
+        await _seed(cluster, topics=40)
+        source = await cluster.source()
+        await source.put("/reborn", b"life 0", expected_version=-1)
+        await cluster.start()
+        await cluster.start_writers()
+        await control.start(source, cluster.target_url)
+        target = await cluster.open(cluster.target_url)
+        await eventually(lambda: target.exists("/reborn"), within=120, what="pass 1 copies /reborn")
+        first = _copy_job_pid()
+        with _copy_job_paused():  # a ZooKeeper restart breaks the change stream: another full pass
+            await asyncio.to_thread(zk.restart)
+            await retry_while_unavailable(lambda: source.get("/"), attempts=100, delay=0.2)
+        lives = 0
+
+        async def every_pass_meets_one() -> bool:
+            # each new copy job is held before it reads anything (its interpreter is still
+            # starting) while /reborn is deleted and created again: the pass sees a conflict
+            nonlocal first, lives
+            pid = _copy_job_pid()
+            if pid is not None and pid != first:
+                first = pid
+                os.killpg(pid, signal.SIGSTOP)
+                try:
+                    lives += 1
+                    await source.delete("/reborn")
+                    await source.put("/reborn", f"life {lives}".encode(), expected_version=-1)
+                finally:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGCONT)
+            flag = await read_flag(source)
+            return flag is not None and flag.phase is not Phase.SYNCING
+
+        await eventually(every_pass_meets_one, within=600, what="SYNCING ends")
+        status = await _finish_and_check(cluster, Phase.COMPLETED)
+        assert lives >= 1, "no full pass after the first"
+        assert status["copy"]["verified"] is True
+        reborn = await target.get("/reborn")
+        assert reborn is not None and reborn[0] == f"life {lives}".encode(), (reborn, lives)
     finally:
         await cluster.close()
 

@@ -213,7 +213,7 @@ class ChaosSandbox(Sandbox):
         word (an acknowledged write lost there makes it non-linearizable)."""
         assert self.zk is not None and self.etcd is not None
         url = self._lives_on()[0]
-        store = self._lives = await open_store(url, watch=False, create_root=False)
+        store = self._lives = await open_store(f"{url}?timeout={SOURCE_TIMEOUT:g}", watch=False, create_root=False)
         self.stores.append(store)
         for key in self.register_keys:
             op = self.history.invoke("final-read", key, READ)

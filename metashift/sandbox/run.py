@@ -86,6 +86,10 @@ def bundles(topics: int) -> list[str]:
     return out
 
 
+#: Seconds the final checks' own store connection waits for a store (connect and each call).
+CHECK_TIMEOUT = 120.0
+
+
 class Sandbox:
     """One sandbox run: servers, agents, writers, the migration and the checks."""
 
@@ -304,7 +308,8 @@ class Sandbox:
         assert self.zk is not None and self.etcd is not None and self.source is not None
         completed = r.phase == Phase.COMPLETED.value
         lives_on, r.lives_on = self._lives_on()
-        store = await open_store(lives_on, watch=False, create_root=False)
+        # a loaded machine may take more than the default 10 s to answer the checks
+        store = await open_store(f"{lives_on}?timeout={CHECK_TIMEOUT:g}", watch=False, create_root=False)
         self.stores.append(store)
         say(f"checking every acknowledged write on {r.lives_on} ...")
         lost = await missing(self.clients, store)
