@@ -165,7 +165,7 @@ async def test_store_session_events_reach_clients(
     gateways: Gateways, fresh_servers: Any, open_stores: Callable[..., Any]
 ) -> None:
     server = fresh_servers.zk()
-    agent = await gateways.start(server.url + "/events?timeout=2&session_timeout=30")
+    agent = await gateways.start(server.url + "/events?timeout=5&session_timeout=90")
     clients: list[AgentClient] = [await open_stores(agent.address, timeout=5) for _ in range(3)]
     seen: list[list[SessionEvent]] = [[] for _ in clients]
     for client, events in zip(clients, seen, strict=True):

@@ -10,6 +10,7 @@ The client is blocking (threads of the C++ library): everything here runs in thr
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import Counter
@@ -25,12 +26,16 @@ SUBSCRIPTION = "sub"
 BACKLOG = "backlog"
 
 
+#: The Python client's own log (its errors only), through Python's logging to stderr: its
+#: ``ConsoleLogger`` writes to stdout, where ``sandbox --pulsar --json`` prints its report.
+CLIENT_LOG = logging.getLogger("metashift.pulsar_client")
+CLIENT_LOG.setLevel(logging.ERROR)
+
+
 def _client(service_url: str) -> Any:
     import pulsar  # the pulsar-client package (the `pulsar` extra, and the test extras)
 
-    return pulsar.Client(
-        service_url, operation_timeout_seconds=120, logger=pulsar.ConsoleLogger(pulsar.LoggerLevel.Error)
-    )
+    return pulsar.Client(service_url, operation_timeout_seconds=120, logger=CLIENT_LOG)
 
 
 @dataclass
