@@ -18,6 +18,7 @@ from metashift.sandbox.agents import AgentProcess, start_agents, stop_agents
 from . import configs
 from .processes import JavaProcess, ProcessStartError
 from .release import PulsarRelease
+from .traffic import log_client_to
 
 #: Generous bounds: five JVMs starting on a loaded two-core machine are slow. They only turn a
 #: hang into an error.
@@ -65,6 +66,7 @@ class PulsarCluster:
             raise ValueError(f"bookie_driver must be one of {BOOKIE_DRIVERS}, not {bookie_driver!r}")
         self.bookie_driver = bookie_driver
         self.work_dir = work_dir
+        log_client_to(str(work_dir / "pulsar-client.log"))  # the producers' and consumers' own log
         self.release = release
         self.say = say
         self.zk = LocalZooKeeper(work_dir / "zookeeper")

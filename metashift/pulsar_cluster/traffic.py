@@ -10,7 +10,7 @@ The client is blocking (threads of the C++ library): everything here runs in thr
 
 from __future__ import annotations
 
-import logging
+import os
 import threading
 import time
 from collections import Counter
@@ -26,16 +26,25 @@ SUBSCRIPTION = "sub"
 BACKLOG = "backlog"
 
 
-#: The Python client's own log (its errors only), through Python's logging to stderr: its
-#: ``ConsoleLogger`` writes to stdout, where ``sandbox --pulsar --json`` prints its report.
-CLIENT_LOG = logging.getLogger("metashift.pulsar_client")
-CLIENT_LOG.setLevel(logging.ERROR)
+#: Where the Python client's own log (its errors only) goes: a file of the cluster's work directory
+#: (``log_client_to``). Not its ``ConsoleLogger``, which writes to stdout, where ``sandbox --pulsar
+#: --json`` prints its report; not a Python ``logging.Logger`` either: the C++ library's threads
+#: calling into it as the interpreter exits aborted the process ("terminate called without an
+#: active exception").
+_client_log = os.devnull
+
+
+def log_client_to(path: str) -> None:
+    """Send the Python client's own log to ``path`` from now on."""
+    global _client_log
+    _client_log = path
 
 
 def _client(service_url: str) -> Any:
     import pulsar  # the pulsar-client package (the `pulsar` extra, and the test extras)
 
-    return pulsar.Client(service_url, operation_timeout_seconds=120, logger=CLIENT_LOG)
+    logger = pulsar.FileLogger(pulsar.LoggerLevel.Error, _client_log)
+    return pulsar.Client(service_url, operation_timeout_seconds=120, logger=logger)
 
 
 @dataclass
