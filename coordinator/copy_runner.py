@@ -43,7 +43,7 @@ class CopyOutcome:
 
     @property
     def conflicts(self) -> list[str]:
-        """Paths the copy stopped on: the target had them ahead of the source."""
+        """Nodes the target had ahead of the source (the copy wrote nothing at or below them)."""
         return [str(p) for p in self.report.get("conflict_paths", [])]
 
     @property
@@ -117,8 +117,8 @@ class CopyRunner:
                 elif kind == "report":
                     outcome = CopyOutcome(bool(event.get("ok")), event)
                 elif kind == "error":
-                    outcome = CopyOutcome(False, {"conflict_paths": event.get("paths") or []},
-                                          error=f"copy failed: {event.get('message')}", kind=str(event.get("kind")))
+                    outcome = CopyOutcome(False, error=f"copy failed: {event.get('message')}",
+                                          kind=str(event.get("kind")))
             code = await proc.wait()
             await stderr_task
         finally:

@@ -152,7 +152,6 @@ class Passes:
             # also what made the pass itself fail, if it did (the store went away a moment)
             log.warning("full pass %d: %s; running another full pass", self.passes, self.tracker.broken)
             return None
-        carried: set[str] = set()
         if outcome.conflicts:
             # In SYNCING the target holds only what this migration's passes wrote (it was empty
             # at the start; agents write there from PREPARATION on), so a node it has ahead of
@@ -161,11 +160,7 @@ class Passes:
             # coordinator that took over). The copy wrote nothing at or below them: carry those
             # subtrees whole, now. Under clients that delete and create all the time every full
             # pass meets some, so this must not cost another full pass.
-            if not outcome.report.get("verify"):  # (the copy stopped there: nothing verified)
-                failure = await self._carry(flag, set(outcome.conflicts))
-                return PassResult(failure, self.passes) if failure is not None else None
-            carried = await self._subtrees(outcome.conflicts)
-            if (failure := await self._carry(flag, carried)) is not None:
+            if (failure := await self._carry(flag, await self._subtrees(outcome.conflicts))) is not None:
                 return PassResult(failure, self.passes)
         if not outcome.ok and not outcome.report.get("verify"):
             return PassResult(outcome.failure(), self.passes)
