@@ -27,6 +27,8 @@ parent) on a local ZooKeeper, copied to a local etcd with its default 2 GiB quot
     metashift bench copy --topics 170000      # ~1M nodes
     metashift bench copy --flat 50000         # 50k nodes at version 0 under one parent
     metashift bench copy --topics 17000 --ledger-ids 100000000   # a generator that issued 10^8 ids
+    metashift bench copy --topics 17000 --ledger-ids 100000000 --beside-fresh   # and the same tree
+                                  # with a fresh generator, copied alternately in one run
 
 ``--ledger-ids N`` / ``--producer-names N``: the tree's ledger-id generator (carried by a jump)
 and producer-name counter (carried exactly) have handed out that many ids; ``copy.counters``
@@ -52,6 +54,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from metashift.benchmarks.counters import beside_fresh
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.sample_tree import generate
 from metashift.spark.ledger_ids import issued_below
@@ -288,7 +291,15 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--baseline-seconds", type=float, default=60.0, help="time budget of the kazoo baseline")
     parser.add_argument("--spark-master", default=None)
     parser.add_argument("--etcd-quota", type=int, default=0, help="etcd --quota-backend-bytes (default etcd's: 2 GiB)")
+    parser.add_argument("--beside-fresh", action="store_true",
+                        help="copy the tree with --ledger-ids N issued and the same tree with a fresh generator, "
+                             "side by side (metashift.benchmarks.counters); no floor, no baseline")
+    parser.add_argument("--rounds", type=int, default=2, help="with --beside-fresh: copies of each tree")
     args = parser.parse_args(argv)
+    if args.beside_fresh:
+        if args.flat or args.ledger_ids <= 0 or args.rounds < 1:
+            parser.error("--beside-fresh takes --topics, --ledger-ids N > 0 and --rounds >= 1 (not --flat)")
+        return beside_fresh(args.topics, args.seed, args.ledger_ids, args.rounds, args.spark_master, _run_copy)
     if importlib.util.find_spec("kazoo") is None:  # checked before the run, not at its end
         print("metashift: error: the copy benchmark's baseline needs kazoo: pip install 'metashift[bench]'",
               file=sys.stderr)  # fmt: skip
