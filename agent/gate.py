@@ -13,6 +13,14 @@ fence's owner is told, so that it closes the gate and looks again), and a write 
 answers WriteOutcomeUnknown instead of success: it may have reached the store after a
 coordinator went on without this agent.
 
+Reads are held too, while writes are held for a migration (the freeze) and while the fence says
+no (``readable``; nothing queues them: they wait for the gate to reopen or the fence to hold, then
+read from the store the gate opened towards). A read answered from the frozen source while
+another agent already released its writes into the target, or by an agent that a migration went
+on without (its lease lapsed), would be stale: the histories of the clients would not be
+linearizable. The freeze lasts a fraction of a second, so a read waits at most that long in the
+normal course.
+
 The gate is in one ``GateState`` at a time; ``TRANSITIONS`` lists every legal move and each move
 is checked against it (an illegal one raises ``GateStateError``).
 """
@@ -31,6 +39,7 @@ from typing import Any, TypeVar
 from metashift.agent.router import Router
 from metashift.proto.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.stores import MetadataStore
+from metashift.stores.aio import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +72,12 @@ TRANSITIONS: dict[GateState, frozenset[GateState]] = {
 }
 #: States in which a write goes straight to the store (when no held write is ahead of it).
 _FLOWING = frozenset({_S.OPEN, _S.STOPPING})
+#: States in which a read goes to the store (releasing: the router already points where the held
+#: writes go, and a read may be ordered before the writes not yet answered).
+_READABLE = frozenset({_S.OPEN, _S.RELEASING, _S.STOPPING})
+#: How often a held read looks again at the fence (a lease comes back by time and heartbeat, not by
+#: a move of the gate); a move of the gate wakes it at once.
+READ_RECHECK_SECONDS = 0.05
 _SHUTTING_DOWN = frozenset({_S.STOPPING, _S.STOPPED})
 
 
@@ -124,6 +139,10 @@ class WriteGate:
         self.expired_total = 0
         self._lease: Callable[[], bool] | None = None
         self._on_lapse: Callable[[], None] | None = None
+        self._moved = asyncio.Event()
+        """Set at every move of the gate (and a fence restored): held reads look again."""
+        self.reads_held_total = 0
+        self.reads_expired_total = 0
 
     def fence_with(self, lease: Callable[[], bool], on_lapse: Callable[[], None]) -> None:
         """Admit and acknowledge writes only while ``lease()`` is true; call ``on_lapse`` when a
@@ -179,8 +198,41 @@ class WriteGate:
         return self._in_flight
 
     def _changed(self) -> None:
+        self.wake_readers()
         if self._on_change is not None:
             self._on_change(self)
+
+    def wake_readers(self) -> None:
+        """Held reads look again now (the gate moved, or the fence's owner restored the lease)."""
+        self._moved.set()
+        self._moved = asyncio.Event()
+
+    # ---- the read path --------------------------------------------------------------------------
+
+    def reads_flow(self) -> bool:
+        """A read may be answered now, from ``router.active``."""
+        return self._state in _READABLE and self._leased()
+
+    async def readable(self, wait: float | None = None) -> MetadataStore:
+        """The store to read from, once reads may be answered (at once unless the gate is closed
+        for a freeze or the fence says no). ``wait`` as for a write; past it, or when the agent
+        stops with the gate closed, ``HeldForMigration`` (nothing was read: retry)."""
+        if self.reads_flow():
+            return self.router.active
+        self.reads_held_total += 1
+        since = time.monotonic()
+        deadline = since + (self.hold_timeout if wait is None else max(wait, 0.0))
+        while not self.reads_flow():
+            if self._state is GateState.STOPPED:
+                raise HeldForMigration("the write gate is closed and the agent is shutting down")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.reads_expired_total += 1
+                raise HeldForMigration(
+                    f"read held for migration for {time.monotonic() - since:.3f}s, past the caller's deadline"
+                )
+            await wait_event(self._moved, min(READ_RECHECK_SECONDS, left))
+        return self.router.active
 
     # ---- the write path -------------------------------------------------------------------------
 

@@ -322,8 +322,13 @@ class Gateway:
 
     # ---- MetadataStore --------------------------------------------------------------------------
 
+    async def _read_store(self, context: grpc.aio.ServicerContext) -> MetadataStore:
+        """The store a read goes to, once reads may be answered (held in the freeze, like writes)."""
+        return await self.gate.readable(self._hold_budget(context))
+
     async def _get(self, req: pb.GetRequest, context: grpc.aio.ServicerContext) -> pb.GetResponse:
-        got = await self.router.active.get(self._path(req.path))
+        path = self._path(req.path)
+        got = await (await self._read_store(context)).get(path)
         if got is None:
             return pb.GetResponse(found=False)
         value, stat = got
@@ -331,10 +336,12 @@ class Gateway:
         return pb.GetResponse(found=True, value=value, stat=self._stat(stat, session))
 
     async def _get_children(self, req: pb.GetChildrenRequest, context: grpc.aio.ServicerContext) -> Any:
-        return pb.GetChildrenResponse(children=await self.router.active.get_children(self._path(req.path)))
+        path = self._path(req.path)
+        return pb.GetChildrenResponse(children=await (await self._read_store(context)).get_children(path))
 
     async def _exists(self, req: pb.ExistsRequest, context: grpc.aio.ServicerContext) -> pb.ExistsResponse:
-        return pb.ExistsResponse(exists=await self.router.active.exists(self._path(req.path)))
+        path = self._path(req.path)
+        return pb.ExistsResponse(exists=await (await self._read_store(context)).exists(path))
 
     async def _put(self, req: pb.PutRequest, context: grpc.aio.ServicerContext) -> pb.PutResponse:
         op = self._check_put(wire.put_from_pb(req), self.router.active)
@@ -392,7 +399,7 @@ class Gateway:
             results = await self._write(apply, context)
         else:
             try:
-                results = await self.router.active.batch(ops)
+                results = await (await self._read_store(context)).batch(ops)
             except MetadataStoreError as err:
                 err.write_may_have_happened = False  # reads only
                 raise

@@ -7,7 +7,8 @@ It registers the agent under ``participants/`` in its home store (the store its 
 - PREPARATION, COPYING: close the write gate and drain the writes in flight, open the target
   (the flag names it; credentials come from the agent's own config), re-create there every
   ephemeral of its clients with the same value and version, then acknowledge the epoch by a
-  compare-and-set of its own record. Reads keep going to the frozen source.
+  compare-and-set of its own record. Reads wait too (``WriteGate.readable``): the frozen source
+  would answer stale once another agent released its writes into the target.
 - COMPLETED: the target becomes the home: register and beat there, leave the old home, then
   route reads, writes and watches to the target and release the held writes there. A new
   migration from there (the way back) finds the agent registered and following its flag.
@@ -17,8 +18,9 @@ It registers the agent under ``participants/`` in its home store (the store its 
 An agent that starts, restarts or reconnects mid-migration reads the flag first and acts on it,
 following COMPLETED flags from its configured source to where the cluster lives now; a lost
 store session (its registration went with it) registers again. When its heartbeat lease lapses
-(no heartbeat got through for most of ``participant_timeout``) it holds writes until a heartbeat
-gets through again and it has read the flag again: the coordinator may have gone on without it.
+(no heartbeat got through for most of ``participant_timeout``) it holds writes and reads until a
+heartbeat gets through again and it has read the flag again: the coordinator may have gone on
+without it.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from metashift.migration.origin import read_state
 from metashift.migration.participants import ParticipantRecord
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, Notification, SessionEvent
+from metashift.stores.aio import cancel_and_wait, wait_event
 
 log = logging.getLogger(__name__)
 
@@ -141,11 +144,7 @@ class Participant:
         self._unlisten()
         if self._lease_timer is not None:
             self._lease_timer.cancel()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(self._tasks, "participant")
         for store in {id(s): s for s in (self._target, self._arrived) if s is not None}.values():
             if store is not self.router.active and store is not self.source:
                 with contextlib.suppress(Exception):
@@ -222,8 +221,7 @@ class Participant:
 
     async def _follow(self) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), POLL_SECONDS)
+            await wait_event(self._wake, POLL_SECONDS)
             self._wake.clear()
             try:
                 await self.step()
@@ -249,6 +247,7 @@ class Participant:
                 return  # no heartbeat got through since: the flag we read proves nothing yet
             self._lapsed_at = None  # read after a heartbeat got through: act on what it says
             self._arm_lease_timer()
+            self.gate.wake_readers()
         if state.left_for is not None:
             assert state.flag is not None
             self._seen(state.flag.phase, state.flag.epoch)

@@ -34,6 +34,7 @@ from metashift.migration.origin import read_state, write_origin
 from metashift.migration.phase import Phase
 from metashift.spark.rules import Rules
 from metashift.stores import MetadataStoreError, Notification, Store, StoreUnavailable, StoreURL
+from metashift.stores.aio import wait_event
 
 from .change_tracker import ChangeTracker
 from .cleanup import empty_target
@@ -149,8 +150,7 @@ class Coordinator:
             self._changed.set()
 
     async def _wait_change(self, at_most: float = POLL_SECONDS) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._changed.wait(), at_most)
+        await wait_event(self._changed, at_most)
         self._changed.clear()
 
     async def _check_leader(self) -> None:

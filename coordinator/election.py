@@ -19,6 +19,7 @@ import logging
 from metashift.migration import paths
 from metashift.migration.liveness import BEATS_PER_TIMEOUT, Liveness
 from metashift.stores import BadVersion, MetadataStore, MetadataStoreError, NotFound, Notification
+from metashift.stores.aio import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -57,8 +58,7 @@ class LeaderElection:
                         return
                 except MetadataStoreError as e:
                     log.warning("election: %s", e)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(changed.wait(), min(POLL_SECONDS, self.timeout / BEATS_PER_TIMEOUT))
+                await wait_event(changed, min(POLL_SECONDS, self.timeout / BEATS_PER_TIMEOUT))
         finally:
             remove()
 

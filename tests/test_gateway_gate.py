@@ -17,6 +17,7 @@ from metashift.client import AgentClient, HeldForMigration
 from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+from metashift.stores import GetOp
 from metashift.stores.errors import MetadataStoreError
 from metashift.stores.ops import GetResult
 from tests.harness import Gateways
@@ -51,11 +52,10 @@ async def test_closed_gate_holds_writes_and_releases_them_in_order_to_the_source
     await client.put("/ordered", b"start", expected_version=-1)
     assert await agent.gate.close() == 0
     tasks = await _held_in_order(client, agent, "/ordered", 25)
-    # reads still flow while writes are held
-    got = await other.get("/ordered")
-    assert got is not None and got[0] == b"start"
+    # reads wait too (a frozen source may be stale by the time the gate reopens elsewhere)
+    read = asyncio.create_task(other.get("/ordered"))
     await asyncio.sleep(0.2)
-    assert not any(t.done() for t in tasks)
+    assert not any(t.done() for t in tasks) and not read.done()
     got = await direct.get("/ordered")
     assert got is not None and got[0] == b"start" and got[1].version == 0  # nothing written yet
     assert agent.metrics.held_writes._value.get() == 25
@@ -64,6 +64,8 @@ async def test_closed_gate_holds_writes_and_releases_them_in_order_to_the_source
     assert released == 25
     stats = await asyncio.gather(*tasks)
     assert [s.version for s in stats] == list(range(1, 26))  # applied in arrival order
+    got = await read  # answered once the gate reopened: the value then, or a later one
+    assert got is not None and got[0] == (b"start" if got[1].version == 0 else str(got[1].version - 1).encode())
     got = await direct.get("/ordered")
     assert got is not None and got[0] == b"24" and got[1].version == 25
     assert agent.metrics.held_writes._value.get() == 0
@@ -90,6 +92,55 @@ async def test_held_writes_are_released_to_the_target(
     got = await client.get("/moved")
     assert got is not None and got[0] == b"9"
     assert agent.registry.ephemerals() == {"/moved-eph": b"e"}
+
+
+async def test_reads_held_in_the_freeze_are_answered_from_the_store_the_gate_opens_towards(
+    agent: Any, direct: Any, etcd_url: str, open_stores: Callable[..., Any]
+) -> None:
+    """Every kind of read waits while the gate is closed, then reads the store the gate opened
+    towards: the target's value, never the frozen source's."""
+    client: AgentClient = await open_stores(agent.address)
+    target: MetadataStore = await open_stores(etcd_url)
+    await client.put("/r", b"source", expected_version=-1)
+    await client.put("/r/child-s", b"", expected_version=-1)
+    await target.put("/r", b"target", expected_version=-1)
+    await target.put("/r/child-t", b"", expected_version=-1)
+    await agent.gate.close()
+    get, children, exists, many = (asyncio.create_task(client.get("/r")),
+                                   asyncio.create_task(client.get_children("/r")),
+                                   asyncio.create_task(client.exists("/r/child-t")),
+                                   asyncio.create_task(client.batch([GetOp("/r")])))
+    await asyncio.sleep(0.3)
+    assert not any(r.done() for r in (get, children, exists, many))
+    assert agent.gate.reads_held_total == 4
+    await agent.gate.open(towards=target)
+    got = await get
+    assert got is not None and got[0] == b"target"
+    assert await children == ["child-t"] and await exists is True
+    first = (await many)[0]
+    assert isinstance(first, tuple) and first[0] == b"target"
+    # past the caller's deadline: HeldForMigration (UNAVAILABLE), nothing read
+    await agent.gate.close()
+    with pytest.raises(HeldForMigration, match="read held for migration"):
+        await client.get("/r", timeout=1.0)
+    assert agent.gate.reads_expired_total == 1
+    await agent.gate.open()
+
+
+async def test_reads_wait_while_the_lease_is_out(agent: Any, open_stores: Callable[..., Any]) -> None:
+    """With the gate open but the fence saying no (the migration heartbeat lapsed: a coordinator
+    may have gone on without this agent), a read waits until the fence holds again."""
+    client: AgentClient = await open_stores(agent.address)
+    await client.put("/leased", b"v", expected_version=-1)
+    lease = [False]
+    agent.gate.fence_with(lambda: lease[0], lambda: None)
+    read = asyncio.create_task(client.get("/leased"))
+    await asyncio.sleep(0.3)
+    assert not read.done() and agent.gate.is_open
+    lease[0] = True
+    agent.gate.wake_readers()
+    got = await read
+    assert got is not None and got[0] == b"v"
 
 
 async def test_held_write_past_its_deadline_fails_unavailable_and_writes_nothing(

@@ -90,7 +90,8 @@ class Forwarder:
             return False
         try:
             if op in _READS:
-                return self._read(store, session, xid, op, data, answer)
+                # held in the freeze like writes: the ordinary path waits for the gate
+                return self.gate.reads_flow() and self._read(store, session, xid, op, data, answer)
             if op in (Op.CREATE, Op.CREATE2):
                 return self._create(session, xid, op, data, answer)
             if op == Op.SET_DATA:

@@ -9,9 +9,10 @@ event loop.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
 from collections.abc import Callable
+
+from metashift.stores.aio import wait_event
 
 
 class Slot:
@@ -59,8 +60,7 @@ class Replies:
 
     async def drained(self, within: float) -> None:
         """Wait (up to ``within`` seconds) until every answer in line has gone out."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._empty.wait(), within)
+        await wait_event(self._empty, within)
 
     def flush(self) -> None:
         """Send the answers at the head of the line that are ready, now."""

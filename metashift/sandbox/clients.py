@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from metashift.stores import MetadataStore, MetadataStoreError
+from metashift.stores.aio import wait_event
 
 #: The sandbox's own subtree (counters and items); sequential ids go under ``/counters/<client>``.
 WRITER_ROOT = "/sandbox"
@@ -156,8 +157,7 @@ class SimClient(ClientLoop):
                     if stat.path in self.acked:
                         self.duplicates.append(stat.path)
                     self.acked[stat.path] = seq_value
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), PAUSE)
+            await wait_event(self._stop, PAUSE)
 
     async def _reread(self, counter: str, attempted: bytes, version: int) -> int:
         """After a failed compare-and-set (its outcome may be unknown): where the counter stands.

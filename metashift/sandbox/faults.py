@@ -19,6 +19,7 @@ from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStoreError, StoreUnavailable
+from metashift.stores.aio import wait_event
 
 from .history import WRITE, History
 
@@ -118,8 +119,7 @@ class FaultInjector:
                     break
                 if flag is not None and flag.epoch == epoch and flag.phase in (Phase.COMPLETED, Phase.FAILED):
                     break  # the phase came and went between two looks (or never came): go on anyway
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(moved.wait(), POLL)
+                await wait_event(moved, POLL)
         finally:
             remove()
         await asyncio.sleep(plan.delay)

@@ -5,10 +5,11 @@ a few shared keys through their agent (``metashift.client``), recording every op
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 from dataclasses import dataclass, field
 from typing import Any
+
+from metashift.stores.aio import wait_event
 
 from .clients import WRITER_ROOT, ClientLoop
 from .history import CAS, CREATE, DELETE, OK, READ, REFUSED, UPDATE, WRITE, History, Operation
@@ -92,8 +93,7 @@ class RegisterClient(ClientLoop):
             await self._perform(op)
             work.learn(op)
             failures = failures + 1 if op.status not in (OK, REFUSED) else 0
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), work.pause(failures))
+            await wait_event(self._stop, work.pause(failures))
 
     async def _perform(self, op: Operation) -> None:
         c = self.client

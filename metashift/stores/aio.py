@@ -34,6 +34,21 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None], owner: str,
                     stack.getvalue())
 
 
+async def wait_event(event: asyncio.Event, within: float) -> bool:
+    """Wait until ``event`` is set, at most ``within`` seconds; True when it is set.
+
+    Not ``asyncio.wait_for(event.wait(), within)``: on Python 3.11 that swallows a cancellation
+    that comes just as the event is set (it returns instead of raising, cpython gh-86296), and a
+    loop around it then runs on for ever: an agent's stop hung on its participant's loop so.
+    ``asyncio.timeout`` tells its own timeout from a cancellation."""
+    try:
+        async with asyncio.timeout(max(within, 0.0)):
+            await event.wait()
+    except TimeoutError:
+        pass
+    return event.is_set()
+
+
 def run_loop(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` to its end on a new uvloop event loop (plain asyncio where uvloop is missing):
     the one runner of the command line, the agent and Spark's driver and executors."""

@@ -63,12 +63,20 @@ class Handlers(MultiRequests, WatchRequests, AclRequests):
         Op.GET_EPHEMERALS, Op.GET_ALL_CHILDREN_NUMBER, Op.WHO_AM_I, Op.CHECK_WATCHES,
     })
 
+    #: Requests that read the store: held while writes are held for a migration (``WriteGate.readable``).
+    STORE_READS = frozenset({
+        Op.EXISTS, Op.GET_DATA, Op.GET_CHILDREN, Op.GET_CHILDREN2, Op.MULTI_READ, Op.GET_ALL_CHILDREN_NUMBER,
+        Op.SYNC,
+    })
+
     async def handle(self, session: ZkSession, op: int, request: Any) -> tuple[int, Body, int]:
         """Serve one request: (error code, body, zxid for the reply header)."""
         handler = self._table.get(op)
         if handler is None or request is None:
             return Err.UNIMPLEMENTED, b"", self.zxid.value
         try:
+            if op in self.STORE_READS:
+                await self.gate.readable()
             body = await handler(session, request)
         except asyncio.CancelledError:
             raise

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import grpc
 from aetcd import rpc
 
+from ..aio import wait_event
 from ..errors import MetadataStoreError, StoreUnavailable
 from ..notifications import SessionEvent
 from .connection import EtcdConnection, Metadata
@@ -91,8 +92,7 @@ class SessionLease:
         session_lost = False
         while not conn.closed:
             if self._connected:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(conn.poke.wait(), self.ttl / 3)
+                await wait_event(conn.poke, self.ttl / 3)
             else:
                 await asyncio.sleep(0.5)
             conn.poke.clear()
