@@ -133,7 +133,7 @@ async def test_a_participant_that_never_acknowledges_fails_the_migration(cluster
         await holder.close()
 
 
-async def eventually_status(cluster: Cluster, check: Any, within: float = 180.0) -> dict[str, Any]:
+async def eventually_status(cluster: Cluster, check: Any, within: float = 420.0) -> dict[str, Any]:
     found: dict[str, Any] = {}
 
     async def holds() -> bool:

@@ -1,14 +1,18 @@
 """A ZooKeeper client's write held by the agent's write gate waits, and its session lives on:
-pings are answered while the write is held, longer than the session timeout."""
+pings are answered while the write is held, longer than the session timeout. Reads wait too,
+and read where the gate opens."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
+from typing import Any
 
 from kazoo.client import KazooClient
 from kazoo.protocol.states import KazooState
 
+from metashift import MetadataStore
 from tests.harness import Gateways, eventually
 
 
@@ -42,6 +46,34 @@ async def test_held_write_waits_and_session_never_expires(gateways: Gateways, zk
         assert result[0].version == 1  # type: ignore[attr-defined]
         stat = await asyncio.to_thread(k.exists, "/held/eph")
         assert stat is not None and stat.ephemeralOwner == k.client_id[0]
+    finally:
+        await asyncio.to_thread(k.stop)
+        await asyncio.to_thread(k.close)
+
+
+async def test_held_read_is_answered_from_the_store_the_gate_opens_towards(
+    gateways: Gateways, zk_url: str, etcd_url: str, open_stores: Callable[..., Any]
+) -> None:
+    """A ZooKeeper client's read waits while the gate is closed for a freeze (the forwarded path
+    and the ordinary path alike), then reads where the gate opened: the target's value, never
+    the frozen source's."""
+    agent = await gateways.start(zk_url, {"zookeeper.listen": "127.0.0.1:0"})
+    target: MetadataStore = await open_stores(etcd_url)
+    await target.put("/r", b"target", expected_version=-1)
+    k = KazooClient(hosts=agent.zookeeper.address, timeout=10)
+    await asyncio.to_thread(k.start, 15)
+    try:
+        await asyncio.to_thread(k.create, "/r", b"source")
+        await agent.gate.close()
+        reads = [k.get_async("/r"), k.exists_async("/r"), k.get_children_async("/r")]
+        await asyncio.sleep(0.3)
+        assert not any(r.ready() for r in reads)
+        await agent.gate.open(towards=target)
+        value, stat = await asyncio.to_thread(reads[0].get, True, 30)
+        assert value == b"target" and stat.version == 0
+        assert (await asyncio.to_thread(reads[1].get, True, 30)) is not None
+        assert await asyncio.to_thread(reads[2].get, True, 30) == []
+        assert agent.gate.reads_held_total >= 1
     finally:
         await asyncio.to_thread(k.stop)
         await asyncio.to_thread(k.close)
