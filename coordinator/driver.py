@@ -84,7 +84,8 @@ class Coordinator:
         self.participants = ParticipantWatch(source)
         self.passes = Passes(
             source, self.tracker, source_url=source.url, target_url=url_for, open_target=open_target,
-            still_leader=self._check_leader, spark_master=spark_master, spark_delta_threshold=spark_delta_threshold,
+            still_leader=self._check_leader, leader_fence=self._fence, spark_master=spark_master,
+            spark_delta_threshold=spark_delta_threshold,
             outage_timeout=outage_timeout, freeze_outage_timeout=participant_timeout,
             rules=rules or Rules(),
         )
@@ -156,6 +157,14 @@ class Coordinator:
     async def _check_leader(self) -> None:
         if self._deposed or not await self.election.holds():
             raise Deposed()
+
+    def _fence(self) -> None:
+        """Before each write into the target: a leader whose lease ran out (paused, cut off) is
+        deposed for all it knows; it writes nothing more and stands for election again."""
+        if self._deposed or not self.election.fresh():
+            self._deposed = True
+            self._changed.set()
+            raise Deposed("the leader lease ran out: not writing into the target")
 
     # ---- leading --------------------------------------------------------------------------------
 

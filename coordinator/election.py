@@ -6,7 +6,9 @@ sees it unchanged for that long (by its own clock, ``migration.liveness``) delet
 compare-and-set on the version it saw) and takes its place: a dead coordinator is replaced in
 seconds, not after its store session times out. A leader whose node was taken over finds out at
 its next heartbeat or ``holds`` check; every phase move is a compare-and-set on the flag, which
-the new leader rewrites first, so a deposed leader can never move a phase.
+the new leader rewrites first, so a deposed leader can never move a phase. Its writes into the
+target are fenced by a lease (``fresh``): a leader paused past it (SIGSTOP, a stalled host) does
+not write on when it resumes, where the new leader (and, after the switch, the clients) write.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 
 from metashift.migration import paths
-from metashift.migration.liveness import BEATS_PER_TIMEOUT, Liveness
+from metashift.migration.liveness import BEATS_PER_TIMEOUT, LEASE_SHARE, Liveness
 from metashift.stores import BadVersion, MetadataStore, MetadataStoreError, NotFound, Notification
 from metashift.stores.aio import wait_event
 
@@ -37,6 +40,18 @@ class LeaderElection:
         self._beats = 0
         self._version = -1
         self._liveness = Liveness()
+        self.lease_until = 0.0
+        """Monotonic time until which this agent may write as the leader: ``LEASE_SHARE`` of the
+        timeout after it sent the last write of the leader node that succeeded. Candidates take
+        over only once the node went unchanged for the whole timeout by their own clocks, so a
+        leader paused (SIGSTOP) or cut off past its lease finds it out before writing again."""
+
+    def fresh(self) -> bool:
+        """This agent may still write as the leader (its lease on the leader node holds)."""
+        return time.monotonic() <= self.lease_until
+
+    def _renewed(self, sent: float) -> None:
+        self.lease_until = max(self.lease_until, sent + self.timeout * LEASE_SHARE)
 
     def _body(self) -> bytes:
         return json.dumps({"nodeId": self.node_id, "heartbeat": self._beats, "timeout": self.timeout}).encode()
@@ -64,9 +79,12 @@ class LeaderElection:
 
     async def _try_take(self) -> bool:
         self._beats = 0
+        self.lease_until = 0.0
+        sent = time.monotonic()
         try:
             stat = await self.store.put(paths.LEADER, self._body(), expected_version=-1, ephemeral=True)
             self._version = stat.version
+            self._renewed(sent)
             return True
         except BadVersion:  # someone holds it: perhaps our own session still does
             pass
@@ -75,7 +93,7 @@ class LeaderElection:
             return False  # gone meanwhile: try again at once next round
         if got[1].ephemeral and got[1].created_by_self:
             self._version = got[1].version
-            return True
+            return await self.beat()  # a write of the node: the lease counts from it
         holder, timeout = _holder(got[0])
         age = self._liveness.observe(paths.LEADER, got[1].version)
         if timeout is not None and age > timeout:
@@ -89,11 +107,13 @@ class LeaderElection:
     async def beat(self) -> bool:
         """One heartbeat of the leader node; False when it is no longer ours (taken over)."""
         self._beats += 1
+        sent = time.monotonic()
         try:
             stat = await self.store.put(paths.LEADER, self._body(), expected_version=self._version, ephemeral=True)
         except (BadVersion, NotFound):
             return await self.holds()
         self._version = stat.version
+        self._renewed(sent)
         return True
 
     async def holds(self) -> bool:

@@ -87,6 +87,7 @@ class Passes:
         target_url: Callable[[str], StoreURL],
         open_target: Callable[[str], Awaitable[Store]],
         still_leader: Callable[[], Awaitable[None]],
+        leader_fence: Callable[[], None] | None = None,
         spark_master: str | None,
         spark_delta_threshold: int,
         outage_timeout: float = 300.0,
@@ -99,6 +100,8 @@ class Passes:
         self._target_url = target_url
         self._open_target = open_target
         self._still_leader = still_leader
+        self._fence = leader_fence or (lambda: None)
+        """Raises once this coordinator may no longer write into the target (its leader lease ran out)."""
         self.spark_master = spark_master
         self.spark_delta_threshold = spark_delta_threshold
         self.outage_timeout = outage_timeout
@@ -259,7 +262,7 @@ class Passes:
         await self._still_leader()
         target = await self._open_target(flag.target_url)
         try:
-            report = await carry(self.source, target, changed, self.rules)
+            report = await carry(self.source, target, changed, self.rules, self._fence)
         finally:
             await target.close()
         merge_into(self.counters, report.counters)

@@ -4,7 +4,7 @@ delta is small. The judgement of a node is the bulk copy's own (``rules.judge``)
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from metashift.stores import (
@@ -62,12 +62,20 @@ def _depth(path: str) -> int:
     return path.count(paths.SEPARATOR)
 
 
-async def carry(source: Store, target: Store, changed: Collection[str], rules: Rules) -> DeltaReport:
+def _unfenced() -> None:
+    pass
+
+
+async def carry(
+    source: Store, target: Store, changed: Collection[str], rules: Rules, fence: Callable[[], None] = _unfenced
+) -> DeltaReport:
     """Make the target hold what the source holds now at each of ``changed``: restore what is
     missing or behind (parents first), delete what the source no longer has (children first),
     re-create what was deleted and created again in the source, then carry the counters whose
     children changed (``counters.carry``). Ephemerals are the agents' business and excluded
-    subtrees are left alone."""
+    subtrees are left alone. ``fence()`` is called right before every write to the target and
+    raises when the caller may no longer write there (a coordinator whose leader lease ran out:
+    what it read may be stale, and the target may already serve clients)."""
     report = DeltaReport()
     # the ids a ledger-id generator took meanwhile (made and deleted at once) are not read back,
     # one by one: their counter is carried below, in the same writes however many there were
@@ -92,16 +100,20 @@ async def carry(source: Store, target: Store, changed: Collection[str], rules: R
                     report.conflicts.append((path, "the target holds an ephemeral there"))
                     continue
                 # deleted and created again in the source: its version started over
+                fence()
                 await _delete_all(target, [path], report)
                 tgt = None
             current = None if tgt is None else tgt.version
             version = restore_version(src.version, current, keep)
             restores.append(Restore(path, src.value, version, -1 if current is None else current))
+        fence()
         results = await target.restore_many(restores)
         orphans = [r for r, res in zip(restores, results, strict=True) if isinstance(res, NotFound)]
         if orphans:  # a store that keeps parents (ZooKeeper) lacks one the source (etcd) never had
             for restore in orphans:
+                fence()
                 await _ensure_parents(target, restore.path, report, made)
+            fence()
             again = dict(zip((r.path for r in orphans), await target.restore_many(orphans), strict=True))
             results = [again.get(r.path, res) for r, res in zip(restores, results, strict=True)]
         for restore, result in zip(restores, results, strict=True):
@@ -110,8 +122,10 @@ async def carry(source: Store, target: Store, changed: Collection[str], rules: R
             else:
                 report.written += 1
                 report.write_ops += result
+    fence()
     await _delete_all(target, sorted(deletions, key=lambda p: (-_depth(p), p)), report)
     for path in counters_touched(changed, rules):
+        fence()  # a counter only ever goes up: a late step is harmless, yet none is made
         carried = await counters.carry(source, target, path, rules)
         counters.merge_into(report.counters, carried)
         report.write_ops += sum(c.writes for c in carried.values())

@@ -93,3 +93,28 @@ async def test_a_migration_with_a_participant_killed_keeps_every_history_lineari
     stale = _make_a_read_stale(ops)
     assert stale is not None, "no read to make stale"
     assert not check(stale).linearizable
+
+
+async def test_a_coordinator_paused_in_copying_writes_nothing_into_the_target_when_it_resumes() -> None:
+    """The chaos run's seed 26: the coordinator's agent stopped by SIGSTOP just as COPYING began,
+    for longer than ``participant_timeout``. A new leader carried the delta and completed, clients
+    wrote into the target; the old one then resumed its carry, read the target ahead of the frozen
+    source, and "restored" the source's old values over the clients' writes (registers read back
+    absent, or at version 1). Its leader lease had run out: it must write nothing more."""
+    plan = FaultPlan(seed=26, fault="stop-coordinator", phase=Phase.COPYING.value, delay=0.01, duration=8.0,
+                     victim=58)  # fmt: skip
+    options = Options(topics=20, brokers=2, bookies=1, clients_per_agent=1, hold_timeout=30.0, warmup=2.0,
+                      after=12.0)  # fmt: skip
+    sandbox = ChaosSandbox(options, plan)
+    try:
+        report = await sandbox.run()
+        row = sandbox.row()
+    finally:
+        await sandbox.cleanup()
+    assert row["fault_error"] == "" and row["victim"], row
+    assert report.phase == Phase.COMPLETED.value, (report.reason, row)
+    assert report.writes_lost == 0, report.lost
+    ops = sandbox.history.ops
+    assert sum(1 for o in ops if o.status == OK and o.f in WRITES) > 50
+    verdict = check(ops)
+    assert verdict.linearizable, verdict.describe()
