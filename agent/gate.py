@@ -397,6 +397,8 @@ class WriteGate:
                     raise
             await asyncio.wait([running])  # a release cancelled by close: let it wind down first
         if not self._held:
+            if self._state is not GateState.OPEN:  # said every time it opens: the freeze's end in the logs
+                log.info("write gate open towards %s; released 0 held write(s)", self.router.active_name)
             self._move(GateState.OPEN)
             self._changed()
             return 0

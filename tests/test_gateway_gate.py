@@ -429,3 +429,14 @@ async def test_opening_twice_still_releases_held_writes_one_after_another(
     stats = await asyncio.gather(*tasks)
     assert store.most == 1, "held writes released side by side"
     assert [s.version for s in stats] == list(range(6))
+
+
+async def test_the_gate_says_when_it_opens_even_with_nothing_held(agent: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """The freeze's end is read from the agents' logs (the sandbox's ``freeze_ms``): a gate that
+    reopens with no write held must say so too."""
+    caplog.set_level("INFO", logger="metashift.agent.gate")
+    await agent.gate.close()
+    assert await agent.gate.open() == 0
+    said = [r.getMessage() for r in caplog.records if r.name == "metashift.agent.gate"]
+    assert any(m.startswith("write gate closed") for m in said), said
+    assert any(m.startswith("write gate open towards source; released 0") for m in said), said
