@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from metashift.stores import MetadataStore, MetadataStoreError
+from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable
 from metashift.stores.aio import wait_event
 
 #: The sandbox's own subtree (counters and items); sequential ids go under ``/counters/<client>``.
@@ -23,6 +23,9 @@ PAUSE = 0.05
 #: Errors kept (as text) per client for the report.
 ERRORS_KEPT = 5
 
+
+#: How long a client keeps trying to open its session with its agent.
+CONNECT_SECONDS = 120.0
 
 @dataclass
 class WriteTiming:
@@ -45,9 +48,20 @@ class ClientLoop:
     _stop: asyncio.Event
 
     async def connect(self) -> None:
+        """Open its session, trying again while the agent does not answer, for at most
+        ``CONNECT_SECONDS`` (a first attempt's HTTP/2 handshake timed out on a machine at load 19,
+        although the agent served)."""
         from metashift.client import connect
 
-        self.client = await connect(self.address, name=self.name, timeout=30.0)
+        deadline = time.monotonic() + CONNECT_SECONDS
+        while True:
+            try:
+                self.client = await connect(self.address, name=self.name, timeout=30.0)
+                return
+            except StoreUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
 
     async def stop(self) -> None:
         """Finish the operation in progress, then stop."""
