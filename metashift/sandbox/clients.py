@@ -134,6 +134,10 @@ class SimClient(ClientLoop):
         started_wall, started = time.time(), time.monotonic()
         try:
             stat = await self.client.put(path, value, timeout=self.write_timeout, **kwargs)
+        except asyncio.CancelledError:
+            # abandoned in flight (its agent was killed): it may have reached the store all the same
+            self.maybe.setdefault(path, set()).add(value)
+            raise
         except MetadataStoreError as e:
             self.timings.append(WriteTiming(started_wall, time.monotonic() - started, False))
             if e.write_may_have_happened:
