@@ -9,6 +9,7 @@ read made stale, must not be."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 
@@ -58,16 +59,23 @@ def _make_a_read_stale(ops: list[Operation]) -> list[Operation] | None:
     return None
 
 
-async def test_a_migration_with_a_participant_killed_keeps_every_history_linearizable() -> None:
-    plan = FaultPlan.draw(7, fault="kill-agent", phase=Phase.SYNCING.value)
-    options = Options(topics=10, brokers=1, bookies=1, clients_per_agent=1, hold_timeout=30.0, warmup=2.0,
-                      after=3.0)  # fmt: skip
+async def _migrate(plan: FaultPlan, *, topics: int, brokers: int, after: float) -> tuple[ChaosSandbox, Any, dict]:
+    """One chaos-sandbox migration with ``plan``'s fault (one bookie, a client per agent); the
+    sandbox (its history), its report and its row, everything cleaned up."""
+    options = Options(topics=topics, brokers=brokers, bookies=1, clients_per_agent=1, hold_timeout=30.0,
+                      warmup=2.0, after=after)  # fmt: skip
     sandbox = ChaosSandbox(options, plan)
     try:
         report = await sandbox.run()
         row = sandbox.row()
     finally:
         await sandbox.cleanup()
+    return sandbox, report, row
+
+
+async def test_a_migration_with_a_participant_killed_keeps_every_history_linearizable() -> None:
+    plan = FaultPlan.draw(7, fault="kill-agent", phase=Phase.SYNCING.value)
+    sandbox, report, row = await _migrate(plan, topics=10, brokers=1, after=3.0)
     assert row["landed"] == Phase.SYNCING.value and row["victim"], row
     assert report.phase == Phase.COMPLETED.value, (report.reason, row)
     assert report.writes_lost == 0, report.lost
@@ -103,14 +111,7 @@ async def test_a_coordinator_paused_in_copying_writes_nothing_into_the_target_wh
     absent, or at version 1). Its leader lease had run out: it must write nothing more."""
     plan = FaultPlan(seed=26, fault="stop-coordinator", phase=Phase.COPYING.value, delay=0.01, duration=8.0,
                      victim=58)  # fmt: skip
-    options = Options(topics=20, brokers=2, bookies=1, clients_per_agent=1, hold_timeout=30.0, warmup=2.0,
-                      after=12.0)  # fmt: skip
-    sandbox = ChaosSandbox(options, plan)
-    try:
-        report = await sandbox.run()
-        row = sandbox.row()
-    finally:
-        await sandbox.cleanup()
+    sandbox, report, row = await _migrate(plan, topics=20, brokers=2, after=12.0)
     assert row["fault_error"] == "" and row["victim"], row
     assert report.phase == Phase.COMPLETED.value, (report.reason, row)
     assert report.writes_lost == 0, report.lost
