@@ -100,7 +100,7 @@ class Passes:
         self._target_url = target_url
         self._open_target = open_target
         self._still_leader = still_leader
-        self._fence = leader_fence or (lambda: None)
+        self._fence = leader_fence
         """Raises once this coordinator may no longer write into the target (its leader lease ran out)."""
         self.spark_master = spark_master
         self.spark_delta_threshold = spark_delta_threshold

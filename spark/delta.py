@@ -67,7 +67,7 @@ def _unfenced() -> None:
 
 
 async def carry(
-    source: Store, target: Store, changed: Collection[str], rules: Rules, fence: Callable[[], None] = _unfenced
+    source: Store, target: Store, changed: Collection[str], rules: Rules, fence: Callable[[], None] | None = None
 ) -> DeltaReport:
     """Make the target hold what the source holds now at each of ``changed``: restore what is
     missing or behind (parents first), delete what the source no longer has (children first),
@@ -76,6 +76,7 @@ async def carry(
     subtrees are left alone. ``fence()`` is called right before every write to the target and
     raises when the caller may no longer write there (a coordinator whose leader lease ran out:
     what it read may be stale, and the target may already serve clients)."""
+    fence = fence or _unfenced
     report = DeltaReport()
     # the ids a ledger-id generator took meanwhile (made and deleted at once) are not read back,
     # one by one: their counter is carried below, in the same writes however many there were

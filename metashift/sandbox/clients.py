@@ -27,6 +27,7 @@ ERRORS_KEPT = 5
 #: How long a client keeps trying to open its session with its agent.
 CONNECT_SECONDS = 120.0
 
+
 @dataclass
 class WriteTiming:
     """One write: when it started (wall clock, s), how long it took (s), and whether it was
