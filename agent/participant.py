@@ -9,9 +9,11 @@ It registers the agent under ``participants/`` in its home store (the store its 
   ephemeral of its clients with the same value and version, then acknowledge the epoch by a
   compare-and-set of its own record. Reads wait too (``WriteGate.readable``): the frozen source
   would answer stale once another agent released its writes into the target.
-- COMPLETED: the target becomes the home: register and beat there, leave the old home, then
-  route reads, writes and watches to the target and release the held writes there. A new
-  migration from there (the way back) finds the agent registered and following its flag.
+- COMPLETED, once released (``released`` is false while the coordinator carries what changed in
+  the source just before its COMPLETED write; writes stay held meanwhile): the target becomes the
+  home: register and beat there, leave the old home, then route reads, writes and watches to the
+  target and release the held writes there. A new migration from there (the way back) finds the
+  agent registered and following its flag.
 - FAILED: drop the target (its session takes the re-created ephemerals with it), route to the
   source and release the held writes there.
 
@@ -123,7 +125,7 @@ class Participant:
         self._listen()
         for _ in range(MAX_HOPS):
             state = await read_state(self.home.store)
-            if state.left_for is None:
+            if state.left_for is None or not (state.flag and state.flag.released):
                 break
             assert state.flag is not None
             # the cluster left this store: go where it went (a target that cannot be reached
@@ -132,7 +134,7 @@ class Participant:
         else:
             raise MetadataStoreError(f"more than {MAX_HOPS} completed migrations to follow from {self.source.url}")
         flag = state.current_flag
-        if flag is not None and flag.phase.frozen:
+        if flag is not None and flag.holds_writes:
             await self._freeze()
         await self.registration.ensure()
         self._arm_lease_timer()
@@ -248,8 +250,7 @@ class Participant:
             self._lapsed_at = None  # read after a heartbeat got through: act on what it says
             self._arm_lease_timer()
             self.gate.wake_readers()
-        if state.left_for is not None:
-            assert state.flag is not None
+        if state.left_for is not None and state.flag is not None and state.flag.released:
             self._seen(state.flag.phase, state.flag.epoch)
             await self._complete(state.flag)
             self._wake.set()  # and now the new home's flag
@@ -264,7 +265,7 @@ class Participant:
             if flag.phase is Phase.SYNCING:
                 if self._holding or self._target is not None:  # a freeze of an older epoch never ended here
                     await self._roll_back("a new migration started")
-            elif flag.phase.frozen:
+            elif flag.holds_writes:  # a COMPLETED not yet released too: its coordinator carries the last changes
                 await self._prepare(flag)
             elif flag.phase is Phase.FAILED:
                 if self._holding or self._target is not None:

@@ -149,6 +149,7 @@ class Status:
             "copy": self.copy,
             "elapsed_s": round(flag.elapsed_s, 3) if flag else 0.0,
             "target_cleaned": flag.target_cleaned if flag else False,
+            "released": flag.released if flag else True,
             "lives_on": state.left_for,
             "origin": {"epoch": origin.epoch, "source": origin.source_url} if origin else None,
         }

@@ -11,6 +11,11 @@ Each phase is resumed from the flag, so a new leader picks up where a dead one s
   changed since the last full pass (every standby follows the changes: ``ChangeTracker``); one
   that does not (it started late, its change stream broke) cannot trust a delta: FAILED, never
   an incomplete copy. A store silent for ``participant_timeout`` → FAILED.
+- COMPLETED, not yet released: the COMPLETED write is where the cluster switches, so what a
+  writer bypassing the agents wrote into the source between the last check and that write is
+  carried and checked now, while the agents still hold every write (``Passes.settle``); then the
+  flag is released and the agents go to the target. The outcome no longer changes: a store that
+  does not answer is waited for.
 - FAILED: remove what the migration put into the target, then mark the flag ``targetCleaned``.
 
 Every move is a compare-and-set on the flag as read; a leader that finds the flag moved under it
@@ -28,7 +33,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from metashift.migration import paths
-from metashift.migration.flag import FlagChanged, MigrationFlag, move, read_flag, write_flag
+from metashift.migration.flag import FlagChanged, MigrationFlag, move, read_flag, release, write_flag
 from metashift.migration.liveness import BEATS_PER_TIMEOUT
 from metashift.migration.origin import read_state, write_origin
 from metashift.migration.phase import Phase
@@ -170,7 +175,7 @@ class Coordinator:
 
     async def _lead(self) -> None:
         flag = await read_flag(self.source)
-        if flag is not None and flag.phase.in_progress and flag.coordinator != self.node_id:
+        if flag is not None and (flag.phase.in_progress or flag.holds_writes) and flag.coordinator != self.node_id:
             # fence: from this write on, a deposed leader's compare-and-set can only fail
             flag = await write_flag(self.source, dataclasses.replace(flag, coordinator=self.node_id), flag.version)
             log.info("taking over the migration (epoch %d) in %s", flag.epoch, flag.phase.value)
@@ -179,7 +184,9 @@ class Coordinator:
             state = await read_state(self.source)
             flag = state.current_flag
             try:
-                if flag is None or flag.phase is Phase.COMPLETED or (
+                if flag is not None and flag.phase is Phase.COMPLETED and not flag.released:
+                    await self._release(flag)
+                elif flag is None or flag.phase is Phase.COMPLETED or (
                     flag.phase is Phase.FAILED and flag.target_cleaned
                 ):
                     await self._wait_change()
@@ -261,8 +268,27 @@ class Coordinator:
         if result.failure is not None:
             await self._fail(flag, result.failure)
             return
-        await move(self.source, flag, Phase.COMPLETED, coordinator=self.node_id)
+        # not released yet: the agents hold every write until what changed just before is carried
+        await move(self.source, flag, Phase.COMPLETED, coordinator=self.node_id, released=False)
         log.info("migration epoch %d completed", flag.epoch)
+
+    async def _release(self, flag: MigrationFlag) -> None:
+        """COMPLETED, writes still held: carry what the source got before the COMPLETED write and
+        after the last check (``Passes.settle``), then release the agents to the target."""
+        while True:
+            try:
+                failure = await self.passes.settle(flag)
+                break
+            except (StoreUnavailable, Unreachable, TimeoutError) as e:
+                # the outcome is decided: only waiting is left
+                log.warning("COMPLETED, not released yet: %s; trying again", e)
+                await asyncio.sleep(POLL_SECONDS)
+                await self._check_leader()
+        if failure is not None:
+            log.error("migration epoch %d: after COMPLETED, %s", flag.epoch, failure)
+        await self._check_leader()
+        await release(self.source, flag, reason=failure)
+        log.info("migration epoch %d released: the agents serve from the target", flag.epoch)
 
     async def _fail(self, flag: MigrationFlag, reason: str) -> None:
         log.warning("migration epoch %d fails: %s", flag.epoch, reason)

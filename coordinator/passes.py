@@ -318,6 +318,46 @@ class Passes:
         self._report(flag, "verified", len(changed), len(changed), verified=True, force=True)
         return PassResult(None, self.passes)
 
+    # ---- COMPLETED, not yet released ----------------------------------------------------------
+
+    async def settle(self, flag: MigrationFlag) -> str | None:
+        """What the source got after the last check and before the COMPLETED write (a writer
+        bypassing the agents), carried and checked while the agents still hold every write: the
+        tracker's paths after a barrier, or, for a leader that did not follow the source since the
+        last pass, what a full pass finds different. Returns what could not be carried; a store
+        that does not answer raises (the outcome is decided: the caller waits)."""
+        if self.tracker.trusted:
+            await self.tracker.barrier(
+                paths.BARRIER, lambda: self.source.put(paths.BARRIER, str(now_ms()).encode()), BARRIER_SECONDS
+            )
+            changed = self._final_changed | set(self.tracker.take())
+        else:
+            log.warning("COMPLETED, not released: no trusted change stream here (%s); a full pass finds what differs",
+                        self.tracker.broken or "not followed since the last pass")
+            outcome = await self._full_pass(flag, "settling pass")
+            if outcome.error:
+                if outcome.unreachable:
+                    raise Unreachable(outcome.error)
+                return outcome.failure()
+            changed = {str(m.get("path")) for m in outcome.mismatches}
+        if not changed:
+            return None
+        log.warning("%d path(s) written in the source after the last check, before COMPLETED (bypassing the "
+                    "agents): carrying them", len(changed))
+        failure = await self._carry(flag, changed)
+        if failure is not None:
+            return failure
+        target = await self._open_target(flag.target_url)
+        try:
+            mismatches = await check(self.source, target, changed, self.rules)
+        finally:
+            await target.close()
+        self._final_changed.clear()
+        if mismatches:
+            path, detail = mismatches[0]
+            return f"verification of what was carried after COMPLETED: {path}: {detail}"
+        return None
+
     # ---- a full pass on Spark ------------------------------------------------------------------
 
     async def _full_pass(self, flag: MigrationFlag, stage: str) -> CopyOutcome:

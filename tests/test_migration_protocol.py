@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -56,6 +57,17 @@ def test_flag_json_is_pinned() -> None:
         Phase.PREPARATION, "etcd://127.0.0.1:2379", 3, coordinator="broker-1",
         started_at=1700000000000, phase_since=1700000000500, version=7,
     )
+
+
+def test_a_completed_flag_holds_writes_until_released() -> None:
+    copying = MigrationFlag(Phase.COPYING, "etcd://h:1", 2, started_at=1, phase_since=2)
+    held = copying.moved(Phase.COMPLETED, released=False)
+    assert b'"released":false' in held.to_json()
+    assert MigrationFlag.from_json(held.to_json()).released is False
+    assert held.holds_writes and copying.holds_writes
+    released = dataclasses.replace(held, released=True)
+    assert b"released" not in released.to_json() and not released.holds_writes
+    assert MigrationFlag.from_json(released.to_json()).released is True
 
 
 def test_pulsars_own_two_field_flag_is_read() -> None:

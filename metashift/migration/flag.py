@@ -7,7 +7,9 @@ start), ``reason`` (why it FAILED), ``coordinator`` (the node id of the leader t
 move), ``startedAt`` and ``phaseSince`` (milliseconds since the epoch), ``targetCleaned``
 (FAILED: what the copy wrote into the target has been removed) and ``dropped`` (the node ids of
 participants the coordinator stopped waiting for in PREPARATION: no heartbeat for their
-``participant_timeout``). A flag read from the store
+``participant_timeout``) and ``released`` (``false`` only in a COMPLETED flag whose coordinator is
+still carrying what changed in the source before its COMPLETED write: agents keep holding the
+writes until the key goes). A flag read from the store
 carries the store version it was read at; every move is a compare-and-set on that version, so a
 deposed coordinator, whose copy is stale, can never move a phase.
 """
@@ -58,6 +60,10 @@ class MigrationFlag:
     target_cleaned: bool = False
     dropped: tuple[str, ...] = ()
     """Participants the coordinator stopped waiting for (dead: no heartbeat in time)."""
+    released: bool = True
+    """False in a COMPLETED flag until the coordinator carried the source's last changes: the
+    COMPLETED write is where the cluster switches, and a writer bypassing the agents may have
+    written just before it, after the last check."""
     version: int = -1
     """The flag node's version when read; -1 for a flag not (yet) stored."""
 
@@ -76,6 +82,8 @@ class MigrationFlag:
         }
         if self.dropped:
             body["dropped"] = list(self.dropped)
+        if not self.released:
+            body["released"] = False
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -101,7 +109,7 @@ class MigrationFlag:
         for key, attr, kind in (
             ("reason", "reason", str), ("coordinator", "coordinator", str),
             ("startedAt", "started_at", int), ("phaseSince", "phase_since", int),
-            ("targetCleaned", "target_cleaned", bool),
+            ("targetCleaned", "target_cleaned", bool), ("released", "released", bool),
         ):
             value = body.get(key)
             if value is None:
@@ -120,20 +128,25 @@ class MigrationFlag:
 
     def moved(
         self, phase: Phase, *, coordinator: str | None = None, reason: str | None = None,
-        dropped: tuple[str, ...] | None = None,
+        dropped: tuple[str, ...] | None = None, released: bool = True,
     ) -> MigrationFlag:
         """This flag in ``phase`` (``IllegalTransition`` unless the table allows the move)."""
         check_transition(self.phase, phase)
         return dataclasses.replace(
             self, phase=phase, phase_since=now_ms(), reason=reason,
             coordinator=coordinator if coordinator is not None else self.coordinator,
-            target_cleaned=False, dropped=self.dropped if dropped is None else dropped,
+            target_cleaned=False, dropped=self.dropped if dropped is None else dropped, released=released,
         )
 
     def left(self, arrived_epoch: int) -> bool:
         """The cluster left this store for ``target_url`` and has not come back: COMPLETED, and no
         later migration completed into this store (``arrived_epoch``: its origin's epoch)."""
         return self.phase is Phase.COMPLETED and self.epoch > arrived_epoch
+
+    @property
+    def holds_writes(self) -> bool:
+        """Agents hold their node's writes: PREPARATION, COPYING, and a COMPLETED not yet released."""
+        return self.phase.frozen or (self.phase is Phase.COMPLETED and not self.released)
 
     @property
     def elapsed_s(self) -> float:
@@ -176,9 +189,17 @@ async def write_flag(store: MetadataStore, flag: MigrationFlag, read_at: int) ->
 
 async def move(
     store: MetadataStore, flag: MigrationFlag, phase: Phase, *, coordinator: str | None = None,
-    reason: str | None = None, dropped: tuple[str, ...] | None = None,
+    reason: str | None = None, dropped: tuple[str, ...] | None = None, released: bool = True,
 ) -> MigrationFlag:
     """Move ``flag`` (as read) to ``phase``: checked against the table, then a compare-and-set on
     the version it was read at."""
-    moved = flag.moved(phase, coordinator=coordinator, reason=reason, dropped=dropped)
+    moved = flag.moved(phase, coordinator=coordinator, reason=reason, dropped=dropped, released=released)
     return await write_flag(store, moved, flag.version)
+
+
+async def release(store: MetadataStore, flag: MigrationFlag, *, reason: str | None = None) -> MigrationFlag:
+    """Let the agents go to the target of a COMPLETED ``flag`` (as read): a compare-and-set that
+    drops ``released: false``; ``reason`` records what could not be carried, if anything."""
+    if flag.phase is not Phase.COMPLETED:
+        raise ValueError(f"only a COMPLETED flag is released, not {flag.phase.value}")
+    return await write_flag(store, dataclasses.replace(flag, released=True, reason=reason), flag.version)

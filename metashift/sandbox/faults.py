@@ -197,20 +197,33 @@ class FaultInjector:
 
     async def _bypass_write(self) -> None:
         """A register and a path of its own written straight into ZooKeeper: in SYNCING and
-        PREPARATION the coordinator must carry them; in COPYING the migration must fail."""
+        PREPARATION the coordinator must carry them; in COPYING it must carry them or fail. The
+        COMPLETED write is the switch: a write the source acknowledged after it is not the
+        cluster's. So a write counts as acknowledged only when the flag, read after the answer on
+        the same session (which reads in order), is not yet COMPLETED; otherwise it may have
+        come after the switch, and its outcome is unknown."""
         source = self.sandbox.source
         history: History = self.sandbox.history
         assert source is not None
         key = self.sandbox.register_keys[self.plan.victim % len(self.sandbox.register_keys)]
         op = history.invoke("bypass", key, WRITE, f"bypass:{self.plan.seed}".encode())
         try:
-            op.ok((await source.put(key, op.value or b"")).version)
+            version = (await source.put(key, op.value or b"")).version
+            if await self._switched():
+                op.unknown("acknowledged by the source after the switch, maybe")
+            else:
+                op.ok(version)
         except MetadataStoreError as e:
             op.failed(e)
         path, value = f"/sandbox/bypass/seed-{self.plan.seed}", b"written behind the agents' back"
         with contextlib.suppress(MetadataStoreError):
             await source.put(path, value)
-            self.bypass_acked[path] = value
+            if not await self._switched():
+                self.bypass_acked[path] = value
+
+    async def _switched(self) -> bool:
+        flag = await self._flag()
+        return flag is not None and flag.phase is Phase.COMPLETED
 
     async def _reverse(self) -> None:
         pass  # done by the sandbox after COMPLETED
