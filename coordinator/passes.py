@@ -19,34 +19,30 @@ import contextlib
 import functools
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms, read_flag
-from metashift.spark.counters import LEDGER_IDS, CounterCarry, merge_into
+from metashift.spark.counters import CounterCarry, merge_into
 from metashift.spark.delta import carry, check
 from metashift.spark.rules import Rules
-from metashift.stores import MetadataStoreError, NotFound, Store, StoreUnavailable, StoreURL
+from metashift.stores import NotFound, Store, StoreUnavailable, StoreURL
 from metashift.stores import paths as store_paths
 
 from .change_tracker import ChangeTracker
 from .copy_runner import CopyOutcome, CopyRunner
 from .outage import Reachability
+from .progress import ProgressNode, counters_shown
 
 log = logging.getLogger(__name__)
 
 #: How often a running copy is checked on (leadership, flag, freeze).
 POLL_SECONDS = 0.5
-#: Least time between two progress writes.
-PROGRESS_EVERY = 1.0
 #: Delta passes at most in SYNCING before the freeze (they stop earlier when the set stops shrinking).
 MAX_DELTA_PASSES = 5
 #: Full passes at most in SYNCING (each one after a break of the change stream).
 MAX_FULL_PASSES = 5
-#: Counters at most in the progress that ``status`` shows (``counters_total`` says how many there are).
-COUNTERS_SHOWN = 50
 #: Longest wait for the barrier's own notification.
 BARRIER_SECONDS = 15.0
 #: How often an unreachable store is probed again in SYNCING.
@@ -114,8 +110,7 @@ class Passes:
         self.passes = 0
         self.counters: dict[str, CounterCarry] = {}
         """What every pass of this migration did to each counter (``migrate status`` shows it)."""
-        self._last_progress = 0.0
-        self.progress: dict[str, object] = {}
+        self._progress = ProgressNode(source)
 
     # ---- SYNCING -------------------------------------------------------------------------------
 
@@ -399,28 +394,16 @@ class Passes:
 
     def _report(self, flag: MigrationFlag, stage: str, done: int, total: int, *, verified: bool = False,
                 force: bool = False) -> None:
-        if not force and time.monotonic() - self._last_progress < PROGRESS_EVERY:
-            return
-        self._last_progress = time.monotonic()
-        self.progress = {"epoch": flag.epoch, "stage": stage, "done": done, "total": total, "verified": verified,
-                         "passes": self.passes, "pending": len(self.tracker.pending), "updatedAt": now_ms(),
-                         "counters": self._counters_shown(), "counters_total": len(self.counters)}
-        body = json.dumps(self.progress).encode()
-        task = asyncio.get_running_loop().create_task(self._write(body))
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # observed; failures are logged below
+        self._progress.report(lambda: {
+            "epoch": flag.epoch, "stage": stage, "done": done, "total": total, "verified": verified,
+            "passes": self.passes, "pending": len(self.tracker.pending), "updatedAt": now_ms(),
+            "counters": counters_shown(self.counters), "counters_total": len(self.counters),
+        }, force=force)
 
-    def _counters_shown(self) -> dict[str, dict[str, object]]:
-        """The counters ``status`` shows: the ledger-id generators', then those that took the most
-        writes, at most ``COUNTERS_SHOWN`` (a pattern may match many nodes; the flag's store keeps
-        the progress node small)."""
-        ranked = sorted(self.counters.items(), key=lambda kv: (kv[1].scheme != LEDGER_IDS, -kv[1].writes, kv[0]))
-        return {p: c.to_dict() for p, c in sorted(ranked[:COUNTERS_SHOWN])}
-
-    async def _write(self, body: bytes) -> None:
-        try:
-            await self.source.put(paths.PROGRESS, body)
-        except MetadataStoreError as e:
-            log.debug("progress not written: %s", e)
+    @property
+    def progress(self) -> dict[str, object]:
+        """The progress last written (``migrate status`` reads it from the source)."""
+        return self._progress.shown
 
 
 def _under(path: str, roots: list[str]) -> bool:
