@@ -1,17 +1,28 @@
 """The coordinator's copy, in a process of its own: ``python -m metashift.coordinator.copy_job``.
 
 It reads ``{"source": URL, "target": URL, "master": M, "ledgers_roots": [...], "counters": [...]}``
-(URLs with their credentials; the counters' rules, ``copy_rules``) on standard input, so that no
-secret shows on a command line, runs the Spark copy with its verification, and writes JSON lines
-on standard output: ``{"event": "progress", ...}`` while it works, then one ``{"event":
-"report", ...}`` or ``{"event": "error", ...}``. The agent's event loop and memory stay out of
-Spark's way.
+(URLs with their credentials; the counters' rules, ``copy_rules``) as the first line of standard
+input, so that no secret shows on a command line, runs the Spark copy with its verification, and
+writes JSON lines on standard output: ``{"event": "progress", ...}`` while it works, then one
+``{"event": "report", ...}`` or ``{"event": "error", ...}``. The agent's event loop and memory stay
+out of Spark's way.
+
+A job that carries ``"lease_until"`` (the coordinator's leader lease, a ``time.monotonic()``
+deadline: one clock for every process of the host) lives only as long as that lease: further lines
+``{"lease_until": T}`` extend it, and once it runs out the job says so (``LeaseExpired``) and kills
+itself, Spark and Spark's workers. A coordinator that was paused (SIGSTOP, a stalled host) cannot
+extend it, so its copy stops writing into the target before another coordinator can take over,
+as the coordinator's own writes do (``LeaderElection.fresh``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,8 +65,71 @@ def copy_rules(ledgers_roots: Sequence[str] | None = None, counters: Sequence[st
     )
 
 
+#: How often the job looks at its lease.
+LEASE_POLL_SECONDS = 0.05
+#: A second look before the job ends itself: lines that waited in the pipe while the job itself was
+#: paused are read first (the coordinator's lease is 80 % of its timeout: the margin is seconds).
+LEASE_GRACE_SECONDS = 0.3
+
+
+class LeaseWatch:
+    """Kills the job's whole process tree once the coordinator's lease runs out."""
+
+    def __init__(self, lease_until: float) -> None:
+        self.lease_until = lease_until
+
+    def start(self) -> None:
+        threading.Thread(target=self._read, name="lease-lines", daemon=True).start()
+        threading.Thread(target=self._watch, name="lease-watch", daemon=True).start()
+
+    def _read(self) -> None:
+        for line in sys.stdin:  # until the coordinator closes the pipe (or dies: PDEATHSIG)
+            try:
+                self.lease_until = max(self.lease_until, float(json.loads(line)["lease_until"]))
+            except (ValueError, KeyError, TypeError):
+                continue
+
+    def _watch(self) -> None:
+        while True:
+            while time.monotonic() <= self.lease_until:
+                time.sleep(LEASE_POLL_SECONDS)
+            time.sleep(LEASE_GRACE_SECONDS)
+            if time.monotonic() > self.lease_until:
+                break
+        _emit({"event": "error", "kind": "LeaseExpired",
+               "message": "the coordinator's leader lease ran out: the copy stopped writing into the target"})
+        _kill_tree()
+
+
+def _kill_tree() -> None:
+    """SIGKILL every process below this one (Spark's JVM, and its Python workers, which live in a
+    process group of their own), then this one."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry))
+    below, todo = [], [os.getpid()]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            below.append(child)
+            todo.append(child)
+    for pid in below:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def main() -> int:
-    job = json.loads(sys.stdin.read())
+    job = json.loads(sys.stdin.readline())
+    if job.get("lease_until") is not None:
+        LeaseWatch(float(job["lease_until"])).start()
     progress = JsonLinesProgress()
     rules = copy_rules(job.get("ledgers_roots"), job.get("counters"))
     try:

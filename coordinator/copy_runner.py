@@ -24,6 +24,8 @@ UNREACHABLE_KINDS = frozenset({"StoreUnavailable", "WriteOutcomeUnknown"})
 #: The report is one JSON line that lists every mismatch of the verification (while writes flow,
 #: one per path changed during the pass): far above asyncio's 64 KiB default line.
 REPORT_LINE_LIMIT = 512 * 1024 * 1024
+#: How often the coordinator's leader lease is passed on to a running copy job.
+LEASE_FEED_SECONDS = 0.2
 
 
 @dataclass
@@ -72,10 +74,16 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child between 
 class CopyRunner:
     """One run of the copy job; ``kill`` ends it (and Spark with it)."""
 
-    def __init__(self, source_url: str, target_url: str, master: str | None, rules: Rules | None = None) -> None:
+    def __init__(
+        self, source_url: str, target_url: str, master: str | None, rules: Rules | None = None,
+        lease: Callable[[], float] | None = None,
+    ) -> None:
+        """``lease()``: the coordinator's leader lease (a ``time.monotonic()`` deadline), which the
+        job may not outlive (``copy_job.LeaseWatch``)."""
         self._job: dict[str, Any] = {"source": source_url, "target": target_url, "master": master}
         if rules is not None:  # the counters' rules (``copy_job.copy_rules``)
             self._job.update(ledgers_roots=list(rules.ledgers_roots), counters=list(rules.counters))
+        self._lease = lease
         self._proc: asyncio.subprocess.Process | None = None
 
     async def run(self, on_progress: ProgressListener) -> CopyOutcome:
@@ -90,9 +98,12 @@ class CopyRunner:
         )
         proc = self._proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-        proc.stdin.write(json.dumps(self._job).encode())
+        job = dict(self._job, lease_until=self._lease()) if self._lease is not None else self._job
+        proc.stdin.write(json.dumps(job).encode() + b"\n")
         await proc.stdin.drain()
-        proc.stdin.close()
+        if self._lease is None:
+            proc.stdin.close()
+        feeding = asyncio.get_running_loop().create_task(self._feed_lease(proc.stdin))
         stderr_tail: list[str] = []
 
         async def read_stderr() -> None:
@@ -126,10 +137,24 @@ class CopyRunner:
                 self.kill()
                 await proc.wait()
             stderr_task.cancel()
+            feeding.cancel()
         if outcome is None:
             detail = next((line for line in reversed(stderr_tail) if line.strip()), "")
             outcome = CopyOutcome(False, error=f"the copy process ended with status {code} ({detail[-300:]})")
         return outcome
+
+    async def _feed_lease(self, stdin: asyncio.StreamWriter) -> None:
+        """Pass the lease on while it is renewed (a paused coordinator passes nothing: the job's
+        deadline stands)."""
+        if self._lease is None:
+            return
+        try:
+            while True:
+                await asyncio.sleep(LEASE_FEED_SECONDS)
+                stdin.write(json.dumps({"lease_until": self._lease()}).encode() + b"\n")
+                await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            return  # the job ended
 
     def kill(self) -> None:
         proc = self._proc

@@ -89,7 +89,8 @@ class Coordinator:
         self.participants = ParticipantWatch(source)
         self.passes = Passes(
             source, self.tracker, source_url=source.url, target_url=url_for, open_target=open_target,
-            still_leader=self._check_leader, leader_fence=self._fence, spark_master=spark_master,
+            still_leader=self._check_leader, leader_fence=self._fence,
+            leader_lease=lambda: self.election.lease_until, spark_master=spark_master,
             spark_delta_threshold=spark_delta_threshold,
             outage_timeout=outage_timeout, freeze_outage_timeout=participant_timeout,
             rules=rules or Rules(),

@@ -84,6 +84,7 @@ class Passes:
         open_target: Callable[[str], Awaitable[Store]],
         still_leader: Callable[[], Awaitable[None]],
         leader_fence: Callable[[], None] | None = None,
+        leader_lease: Callable[[], float] | None = None,
         spark_master: str | None,
         spark_delta_threshold: int,
         outage_timeout: float = 300.0,
@@ -98,6 +99,8 @@ class Passes:
         self._still_leader = still_leader
         self._fence = leader_fence
         """Raises once this coordinator may no longer write into the target (its leader lease ran out)."""
+        self._lease = leader_lease
+        """The leader lease's end (``time.monotonic()``): a copy job may not outlive it."""
         self.spark_master = spark_master
         self.spark_delta_threshold = spark_delta_threshold
         self.outage_timeout = outage_timeout
@@ -360,7 +363,8 @@ class Passes:
         ``Abandoned`` when the flag moves or leadership goes; inside the freeze a change to
         the source ends it early with ``FreezeBroken``."""
         target_url = self._target_url(flag.target_url)
-        runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master, self.rules)
+        runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master, self.rules,
+                            lease=self._lease)
         log.info("%s: copying %s -> %s", stage, self.source_url, target_url)
         copying = asyncio.get_running_loop().create_task(
             runner.run(lambda s, d, t: self._report(flag, f"{stage}: {s}", d, t))
@@ -382,6 +386,8 @@ class Passes:
                     if self.reachability.down_for > bound:
                         raise Unreachable(f"{why} while the copy ran")
             outcome = copying.result()
+            if outcome.kind == "LeaseExpired":
+                raise Abandoned()  # this coordinator was paused or cut off: is it still the leader?
             merge_into(self.counters, {p: CounterCarry(**c) for p, c in (outcome.report.get("counters") or {}).items()})
             return outcome
         finally:
