@@ -10,6 +10,7 @@ follows it there. Removing it would send such an agent to serve from a half-made
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from metashift.migration import paths as migration_paths
 from metashift.stores import DeleteOp, MetadataStore, MetadataStoreError, NotFound
@@ -61,9 +62,11 @@ async def first_path(target: MetadataStore) -> str | None:
     return None
 
 
-async def empty_target(target: MetadataStore) -> int:
+async def empty_target(target: MetadataStore, fence: Callable[[], None] | None = None) -> int:
     """Delete every node of the target but the kept ones (and their parents), children first.
-    Returns how many were deleted."""
+    Returns how many were deleted. ``fence()`` runs before every batch and raises when the caller
+    may no longer write there (a coordinator whose leader lease ran out: a new migration may be
+    copying into that target by the time a paused one resumes)."""
     found = await target_paths(target)
     kept = [p for p in found if p in KEPT]
     by_depth: dict[int, list[str]] = {}
@@ -75,6 +78,8 @@ async def empty_target(target: MetadataStore) -> int:
         level = by_depth[depth]
         for start in range(0, len(level), _BATCH):
             chunk = level[start : start + _BATCH]
+            if fence is not None:
+                fence()
             for result in await target.batch([DeleteOp(p) for p in chunk]):
                 if isinstance(result, NotFound):
                     continue

@@ -303,7 +303,7 @@ class Coordinator:
             await self._wait_change(5.0)
             return
         try:
-            await empty_target(target)
+            await empty_target(target, self._fence)
         except MetadataStoreError as e:
             log.warning("removing the copy from the target failed (%s); trying again", e)
             await self._wait_change(5.0)

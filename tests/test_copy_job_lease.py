@@ -1,6 +1,7 @@
 """The coordinator's copy job lives only as long as the coordinator's leader lease: a paused
 coordinator cannot extend it, so its copy stops writing into the target (Spark and Spark's
-workers with it) before another coordinator can take over."""
+workers with it) before another coordinator can take over; and its emptying of a failed
+migration's target stops at the same fence."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ import time
 
 import pytest
 
+from metashift.coordinator.cleanup import empty_target, target_paths
 from metashift.coordinator.copy_runner import CopyRunner
+from metashift.coordinator.driver import Deposed
 from metashift.sample_tree import generate
 from metashift.stores import open_store
 from tests.harness import eventually
@@ -58,3 +61,25 @@ async def test_a_renewed_lease_lets_the_copy_finish(zk_url: str, etcd_url: str) 
     outcome = await runner.run(lambda stage, done, total: None)
     assert outcome.ok and outcome.kind == "", outcome
     assert (outcome.report.get("verify") or {}).get("ok") is True
+
+
+async def test_emptying_a_target_stops_at_the_fence(etcd_url: str) -> None:
+    """A coordinator paused while it emptied a failed migration's target deletes nothing more once
+    it resumes without its lease: a new migration may be copying there by then."""
+    target = await open_store(etcd_url)
+    try:
+        await generate(target, 2, seed=5, ephemerals=False)
+        before = await target_paths(target)
+        calls: list[int] = []
+
+        def deposed() -> None:
+            calls.append(1)
+            raise Deposed("the leader lease ran out: not writing into the target")
+
+        with pytest.raises(Deposed):
+            await empty_target(target, deposed)
+        assert calls == [1] and await target_paths(target) == before
+        assert await empty_target(target, lambda: None) == len(before)
+        assert await target_paths(target) == []
+    finally:
+        await target.close()
