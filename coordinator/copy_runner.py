@@ -138,6 +138,8 @@ class CopyRunner:
                 await proc.wait()
             stderr_task.cancel()
             feeding.cancel()
+            with contextlib.suppress(Exception):
+                proc.stdin.close()
         if outcome is None:
             detail = next((line for line in reversed(stderr_tail) if line.strip()), "")
             outcome = CopyOutcome(False, error=f"the copy process ended with status {code} ({detail[-300:]})")
