@@ -121,6 +121,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
+@pytest.mark.timeout(1500)  # two CLI runs of up to 600 s each on a loaded machine: a bound, not a speed
 def test_copy_and_verify_on_a_standalone_cluster(
     spark_cluster: SparkStandalone, zk_server: LocalZooKeeper, etcd_server: LocalEtcd, namespace: str
 ) -> None:

@@ -108,9 +108,12 @@ async def test_a_coordinator_paused_in_copying_writes_nothing_into_the_target_wh
     for longer than ``participant_timeout``. A new leader carried the delta and completed, clients
     wrote into the target; the old one then resumed its carry, read the target ahead of the frozen
     source, and "restored" the source's old values over the clients' writes (registers read back
-    absent, or at version 1). Its leader lease had run out: it must write nothing more."""
+    absent, or at version 1). Its leader lease had run out: it must write nothing more. The freeze's
+    delta goes through a Spark pass here, so that COPYING lasts seconds and the stop lands in it on
+    a machine however loaded (a store-layer COPYING lasts ~50 ms); the paused leader's Spark copy
+    must end with its lease too, and its carry after it is fenced as before."""
     plan = FaultPlan(seed=26, fault="stop-coordinator", phase=Phase.COPYING.value, delay=0.01, duration=8.0,
-                     victim=58)  # fmt: skip
+                     victim=58, spark_in_freeze=True)  # fmt: skip
     sandbox, report, row = await _migrate(plan, topics=20, brokers=2, after=12.0)
     assert row["fault_error"] == "" and row["victim"], row
     assert report.phase == Phase.COMPLETED.value, (report.reason, row)
