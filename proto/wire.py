@@ -73,7 +73,10 @@ _MESSAGE_LIMITS: list[tuple[str, Any]] = [
 CHANNEL_OPTIONS: list[tuple[str, Any]] = [
     *_MESSAGE_LIMITS,
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
+    # not a backoff, despite its name: the least time a connection attempt gets to finish its
+    # TCP and HTTP/2 handshake (gRPC's MIN_CONNECT_TIMEOUT). At 100 ms, attempts on a loaded
+    # machine failed with "connection attempt timed out before receiving SETTINGS frame"
+    ("grpc.min_reconnect_backoff_ms", 10_000),
     ("grpc.max_reconnect_backoff_ms", 1000),
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),

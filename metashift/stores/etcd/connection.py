@@ -28,7 +28,10 @@ _GRPC_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_send_message_length", 64 * 1024 * 1024),
     # reconnect fast after a server restart (gRPC's default backoff grows to 2 minutes)
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
+    # not a backoff, despite its name: the least time a connection attempt gets to finish its
+    # TCP and HTTP/2 handshake (gRPC's MIN_CONNECT_TIMEOUT). At 100 ms, attempts on a loaded
+    # machine failed with "connection attempt timed out before receiving SETTINGS frame"
+    ("grpc.min_reconnect_backoff_ms", 10_000),
     ("grpc.max_reconnect_backoff_ms", 1000),
     # detect dead connections under the long-lived watch stream (etcd allows pings every 5 s)
     ("grpc.keepalive_time_ms", 10_000),
@@ -37,6 +40,9 @@ _GRPC_OPTIONS: list[tuple[str, Any]] = [
 
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 
+
+#: Pause between two rounds of connection attempts while opening.
+RETRY_PAUSE_SECONDS = 0.25
 
 class EtcdConnection:
     """A channel to one of the URL's etcd hosts, its stubs and auth token; every RPC goes through
@@ -61,21 +67,27 @@ class EtcdConnection:
         self.on_failover: Callable[[], None] = lambda: None
 
     async def open(self, deadline: float) -> None:
-        """Connect to the first host that answers, by ``deadline`` (the loop's clock)."""
+        """Connect to the first host that answers, by ``deadline`` (the loop's clock). Hosts that
+        all refuse the connection fail it at once; a host that accepted it but did not finish the
+        HTTP/2 handshake in time (a loaded machine) is tried again while the deadline allows."""
         loop = asyncio.get_running_loop()
         hosts = self.url.hosts
         last: MetadataStoreError | None = None
-        for i in range(len(hosts)):
-            budget = max((deadline - loop.time()) / (len(hosts) - i), 0.5)
-            try:
-                channel, metadata = await self._open(i, budget)
-            except AuthFailed:
-                raise
-            except MetadataStoreError as e:
-                last = e
-                continue
-            self._install(i, channel, metadata)
-            return
+        while True:
+            for i in range(len(hosts)):
+                budget = max((deadline - loop.time()) / (len(hosts) - i), 0.5)
+                try:
+                    channel, metadata = await self._open(i, budget)
+                except AuthFailed:
+                    raise
+                except MetadataStoreError as e:
+                    last = e
+                    continue
+                self._install(i, channel, metadata)
+                return
+            if "Connection refused" in str(last) or loop.time() + RETRY_PAUSE_SECONDS >= deadline:
+                break
+            await asyncio.sleep(RETRY_PAUSE_SECONDS)
         assert last is not None
         raise StoreUnavailable(f"no etcd server answered at {self.url.host_string()} ({last})")
 

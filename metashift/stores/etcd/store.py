@@ -36,9 +36,10 @@ class EtcdStore(EtcdBulk, Store):
     @classmethod
     async def connect(cls, url: StoreURL, *, watch: bool = True) -> EtcdStore:
         """Connect to the first host of ``url`` that answers, grant the session lease and start
-        the watch and the keep-alive. ``StoreUnavailable`` within about ``url.call_timeout`` when
-        no host answers; ``AuthFailed`` when the credentials are refused. ``watch=False`` skips
-        the watch (no notifications), for bulk jobs that do not want every write streamed back."""
+        the watch and the keep-alive. ``StoreUnavailable`` at once when every host refuses the
+        connection, within about ``url.call_timeout`` when none answers; ``AuthFailed`` when the
+        credentials are refused. ``watch=False`` skips the watch (no notifications), for bulk jobs
+        that do not want every write streamed back."""
         if url.scheme != "etcd":
             raise InvalidStoreURL(f"not an etcd URL: {url}")
         store = cls(url)
