@@ -125,7 +125,7 @@ class Participant:
         self._listen()
         for _ in range(MAX_HOPS):
             state = await read_state(self.home.store)
-            if state.left_for is None or not (state.flag and state.flag.released):
+            if state.released_to is None:
                 break
             assert state.flag is not None
             # the cluster left this store: go where it went (a target that cannot be reached
@@ -250,7 +250,8 @@ class Participant:
             self._lapsed_at = None  # read after a heartbeat got through: act on what it says
             self._arm_lease_timer()
             self.gate.wake_readers()
-        if state.left_for is not None and state.flag is not None and state.flag.released:
+        if state.released_to is not None:
+            assert state.flag is not None
             self._seen(state.flag.phase, state.flag.epoch)
             await self._complete(state.flag)
             self._wake.set()  # and now the new home's flag

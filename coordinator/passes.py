@@ -273,15 +273,20 @@ class Passes:
 
     # ---- COPYING -------------------------------------------------------------------------------
 
+    async def _barrier(self) -> None:
+        """Every change written to the source before now has reached the tracker
+        (``ChangeTracker.barrier`` on the protocol's barrier node); ``TimeoutError`` otherwise."""
+        await self.tracker.barrier(
+            paths.BARRIER, lambda: self.source.put(paths.BARRIER, str(now_ms()).encode()), BARRIER_SECONDS
+        )
+
     async def final(self, flag: MigrationFlag) -> PassResult:
         """The freeze's last delta: barrier, carry, check, and the source still frozen."""
         if not self.tracker.trusted:
             why = self.tracker.broken or "this coordinator did not follow the source since the last full pass"
             return PassResult(f"the delta cannot be trusted inside the freeze: {why}", self.passes)
         try:
-            await self.tracker.barrier(
-                paths.BARRIER, lambda: self.source.put(paths.BARRIER, str(now_ms()).encode()), BARRIER_SECONDS
-            )
+            await self._barrier()
         except TimeoutError:
             return PassResult("the barrier write's notification did not come back: the change stream broke")
         # kept until carried and checked: a store that stops answering midway means trying again
@@ -325,9 +330,7 @@ class Passes:
         last pass, what a full pass finds different. Returns what could not be carried; a store
         that does not answer raises (the outcome is decided: the caller waits)."""
         if self.tracker.trusted:
-            await self.tracker.barrier(
-                paths.BARRIER, lambda: self.source.put(paths.BARRIER, str(now_ms()).encode()), BARRIER_SECONDS
-            )
+            await self._barrier()
             changed = self._final_changed | set(self.tracker.take())
         else:
             log.warning("COMPLETED, not released: no trusted change stream here (%s); a full pass finds what differs",

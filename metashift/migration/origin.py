@@ -75,6 +75,12 @@ class StoreState:
         return None
 
     @property
+    def released_to(self) -> str | None:
+        """Where agents go: ``left_for`` once its COMPLETED flag is released (until then its
+        coordinator carries the source's last changes and the agents hold their writes)."""
+        return self.left_for if self.flag is not None and self.flag.released else None
+
+    @property
     def current_flag(self) -> MigrationFlag | None:
         """The flag, unless it is history (a COMPLETED migration the cluster came back from)."""
         flag = self.flag
