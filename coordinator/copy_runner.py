@@ -101,9 +101,11 @@ class CopyRunner:
         job = dict(self._job, lease_until=self._lease()) if self._lease is not None else self._job
         proc.stdin.write(json.dumps(job).encode() + b"\n")
         await proc.stdin.drain()
+        feeding: asyncio.Task[None] | None = None
         if self._lease is None:
             proc.stdin.close()
-        feeding = asyncio.get_running_loop().create_task(self._feed_lease(proc.stdin))
+        else:
+            feeding = asyncio.get_running_loop().create_task(self._feed_lease(proc.stdin, self._lease))
         stderr_tail: list[str] = []
 
         async def read_stderr() -> None:
@@ -137,7 +139,8 @@ class CopyRunner:
                 self.kill()
                 await proc.wait()
             stderr_task.cancel()
-            feeding.cancel()
+            if feeding is not None:
+                feeding.cancel()
             with contextlib.suppress(Exception):
                 proc.stdin.close()
         if outcome is None:
@@ -145,15 +148,13 @@ class CopyRunner:
             outcome = CopyOutcome(False, error=f"the copy process ended with status {code} ({detail[-300:]})")
         return outcome
 
-    async def _feed_lease(self, stdin: asyncio.StreamWriter) -> None:
+    async def _feed_lease(self, stdin: asyncio.StreamWriter, lease: Callable[[], float]) -> None:
         """Pass the lease on while it is renewed (a paused coordinator passes nothing: the job's
         deadline stands)."""
-        if self._lease is None:
-            return
         try:
             while True:
                 await asyncio.sleep(LEASE_FEED_SECONDS)
-                stdin.write(json.dumps({"lease_until": self._lease()}).encode() + b"\n")
+                stdin.write(json.dumps({"lease_until": lease()}).encode() + b"\n")
                 await stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             return  # the job ended
