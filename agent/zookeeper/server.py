@@ -28,6 +28,7 @@ from metashift.agent.sessions import SessionRegistry
 from metashift.agent.zookeeper.forward import Forwarder
 from metashift.agent.zookeeper.four_letter import WORDS, ConnectionFacts, FrontFacts, LatencyStats, answer
 from metashift.agent.zookeeper.handlers import Handlers
+from metashift.agent.zookeeper.handlers.runs import RUN_MAX
 from metashift.agent.zookeeper.replies import Replies, Slot
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
@@ -266,24 +267,30 @@ class ZooKeeperServer:
     async def _work(
         self, session: ZkSession, conn: _Conn, queue: asyncio.Queue[tuple[wire.RequestHeader, Any, Slot] | None]
     ) -> None:
-        """Serve the requests of the ordinary path in order: a run of reads together, anything
-        else alone; each answer takes its place in the connection's line."""
+        """Serve the requests of the ordinary path in order: a run of reads together, a run of
+        writes the store can take in one round together (``WriteRuns``), anything else alone;
+        each answer takes its place in the connection's line."""
         reads = Handlers.READS
+        joins_run = self.handlers.joins_run
         while True:
             item = await queue.get()
             if item is None:
                 return
             batch = [item]
-            if item[0].type in reads:
-                while not queue.empty():
+            read_run = item[0].type in reads
+            write_run = not read_run and joins_run(item[0].type, item[1])
+            if read_run or write_run:
+                while not queue.empty() and (read_run or len(batch) < RUN_MAX):
                     peek = queue._queue[0]  # type: ignore[attr-defined]
-                    if peek is None or peek[0].type not in reads:
+                    if peek is None or not (peek[0].type in reads if read_run else joins_run(peek[0].type, peek[1])):
                         break
                     batch.append(queue.get_nowait())  # type: ignore[arg-type]
             if len(batch) == 1:
                 answers = [await self._one(session, item[0], item[1])]
-            else:
+            elif read_run:
                 answers = list(await asyncio.gather(*(self._one(session, b[0], b[1]) for b in batch)))
+            else:
+                answers = await self._run(session, batch)
             for (header, _request, slot), data in zip(batch, answers, strict=True):
                 if header.type == Op.CLOSE_SESSION:
                     slot.close_after = True
@@ -296,6 +303,15 @@ class ZooKeeperServer:
                 await conn.writer.drain()
             if item[0].type == Op.CLOSE_SESSION:
                 return
+
+    async def _run(self, session: ZkSession, batch: list[tuple[wire.RequestHeader, Any, Slot]]) -> list[bytes]:
+        started = time.monotonic()
+        answered = await self.handlers.handle_run(session, [(header.type, request) for header, request, _ in batch])
+        elapsed_ms = (time.monotonic() - started) * 1000
+        for _ in answered:
+            self._latency.observe(elapsed_ms)
+        return [wire.reply(header.xid, zxid, err, body)
+                for (header, _, _), (err, body, zxid) in zip(batch, answered, strict=True)]
 
     async def _one(self, session: ZkSession, header: wire.RequestHeader, request: Any) -> bytes:
         if header.type == Op.CLOSE_SESSION:

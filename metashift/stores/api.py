@@ -22,6 +22,7 @@ from .errors import BadVersion, InvalidPath, MetadataStoreError, NotFound, Value
 from .notifications import Notification, NotificationListener, SessionEvent, SessionListener
 from .ops import DeleteOp, ExistsOp, GetChildrenOp, GetOp, GetResult, Op, OpResult, PutOp
 from .stat import Stat
+from .tree_writes import TreeResult, TreeWrite
 from .urls import StoreURL
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,9 @@ class MetadataStore(ABC):
     #: own count of child creations). False: Pulsar's etcd names (the parent key's version,
     #: unpadded); a ZooKeeper-protocol server then takes its numbers from ``next_sequence``.
     zookeeper_sequential_names: bool = False
+    #: ``tree_writes`` carries several writes in one round (else it applies none and the caller
+    #: checks and writes them one by one).
+    tree_writes_in_one_round: bool = False
 
     def __init__(self, url: StoreURL) -> None:
         self.url = url
@@ -100,6 +104,14 @@ class MetadataStore(ABC):
                 raise
             return stat, len(await self.get_children(path))
         raise BadVersion(path, "the node kept changing")
+
+    async def tree_writes(self, ops: Sequence[TreeWrite]) -> list[TreeResult]:
+        """Apply ``ops`` in order with ZooKeeper's tree rules (``tree_writes`` module), in as few
+        rounds as the store can, each all or nothing: the results of the ops that applied, from
+        the first. Fewer results than ops: the next one's condition failed (or the store would
+        refuse it: a bad path, a value too large), and neither it nor any after it was written;
+        the caller learns why by running it alone. Here: none applied (no store-side conditions)."""
+        return []
 
     async def next_sequence(self, parent: str) -> int:
         """The next number of ``parent``'s sequence, taken, for ZooKeeper-style sequential names

@@ -14,6 +14,7 @@ from metashift.agent.sessions import SessionRegistry
 from metashift.agent.zookeeper.handlers.acl import AclRequests
 from metashift.agent.zookeeper.handlers.base import Body, ZkError, error_code
 from metashift.agent.zookeeper.handlers.multi import MultiRequests
+from metashift.agent.zookeeper.handlers.runs import WriteRuns
 from metashift.agent.zookeeper.handlers.watch_requests import WatchRequests
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
@@ -23,7 +24,7 @@ from metashift.stores.zookeeper.wire import Err, Op
 log = logging.getLogger(__name__)
 
 
-class Handlers(MultiRequests, WatchRequests, AclRequests):
+class Handlers(MultiRequests, WriteRuns, WatchRequests, AclRequests):
     """The ZooKeeper requests, on the agent's router, gate and session registry."""
 
     def __init__(

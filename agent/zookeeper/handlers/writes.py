@@ -33,8 +33,15 @@ from metashift.agent.zookeeper.stat import to_zstat
 from metashift.proto.errors import NoSession
 from metashift.stores import MetadataStore, Stat, paths
 from metashift.stores.errors import AlreadyExists, BadVersion, MetadataStoreError, NotFound
+from metashift.stores.tree_writes import CreateNode, DeleteNode
 from metashift.stores.zookeeper import wire
 from metashift.stores.zookeeper.wire import CreateMode, Err, Op, Writer, ZStat
+
+
+def create_body(op: int, path: str, zstat: ZStat) -> Body:
+    """The answer to a create (its path) or a create2 (its path and Stat)."""
+    writer = Writer().string(path)
+    return writer.bytes() if op == Op.CREATE else writer.stat(zstat).bytes()
 
 
 class WriteRequests(HandlerBase):
@@ -43,12 +50,12 @@ class WriteRequests(HandlerBase):
     # ---- create ---------------------------------------------------------------------------------
 
     async def _create(self, session: ZkSession, req: wire.CreateRequest) -> Body:
-        path, _ = await self._do_create(session, req, Op.CREATE)
-        return Writer().string(path).bytes()
+        path, zstat = await self._do_create(session, req)
+        return create_body(Op.CREATE, path, zstat)
 
     async def _create2(self, session: ZkSession, req: wire.CreateRequest) -> Body:
-        path, zstat = await self._do_create(session, req, Op.CREATE2)
-        return Writer().string(path).stat(zstat).bytes()
+        path, zstat = await self._do_create(session, req)
+        return create_body(Op.CREATE2, path, zstat)
 
     def _check_create(self, req: wire.CreateRequest) -> None:
         if req.flags not in range(7):
@@ -58,28 +65,43 @@ class WriteRequests(HandlerBase):
         check_path(req.path, CreateMode.sequential(req.flags))
         self._no_writes_in_zookeeper_root(req.path)
 
-    async def _do_create(self, session: ZkSession, req: wire.CreateRequest, op: int) -> tuple[str, ZStat]:
+    async def _do_create(self, session: ZkSession, req: wire.CreateRequest) -> tuple[str, ZStat]:
         self._check_create(req)
         ephemeral = CreateMode.ephemeral(req.flags)
         sequential = CreateMode.sequential(req.flags)
-        client = session.client
 
         async def apply(store: MetadataStore) -> Stat:
-            await self._check_parent(store, req.path)
-            stat = await self._put_new(store, req.path, req.data, ephemeral, sequential)
-            self.registry.record_put(client if ephemeral else None, req.data, ephemeral, stat)
-            if ephemeral and client.ended:  # the session ended while the create was in flight
-                self.registry.record_delete(stat.path)
-                try:
-                    await store.delete(stat.path, expected_version=stat.version)
-                except MetadataStoreError:
-                    pass
-                raise NoSession("the session ended while the create was in flight", stat.path)
-            return stat
+            stat = None
+            if store.tree_writes_in_one_round and not sequential:  # the checks and the put in one round
+                done = await store.tree_writes([CreateNode(req.path, req.data, ephemeral)])
+                stat = done[0] if done else None
+            if stat is None:  # checked here (and the reason of a refusal found)
+                await self._check_parent(store, req.path)
+                stat = await self._put_new(store, req.path, req.data, ephemeral, sequential)
+            assert isinstance(stat, Stat)
+            return await self._after_create(store, session, req.data, ephemeral, stat)
 
         stat = await self._write(apply)
-        zstat = to_zstat(stat, len(req.data), 0, session.id if ephemeral else 0)
-        return stat.path, zstat
+        return stat.path, self._created_zstat(session, stat, req.data)
+
+    async def _after_create(self, store: MetadataStore, session: ZkSession, data: bytes, ephemeral: bool,
+                            stat: Stat) -> Stat:
+        """A create's bookkeeping: its ephemeral recorded under the session's client, or deleted
+        again when the session ended while the create was in flight (``NoSession``)."""
+        client = session.client
+        self.registry.record_put(client if ephemeral else None, data, ephemeral, stat)
+        if ephemeral and client.ended:
+            self.registry.record_delete(stat.path)
+            try:
+                await store.delete(stat.path, expected_version=stat.version)
+            except MetadataStoreError:
+                pass
+            raise NoSession("the session ended while the create was in flight", stat.path)
+        return stat
+
+    @staticmethod
+    def _created_zstat(session: ZkSession, stat: Stat, data: bytes) -> ZStat:
+        return to_zstat(stat, len(data), 0, session.id if stat.ephemeral else 0)
 
     async def _check_parent(self, store: MetadataStore, path: str) -> None:
         parent = parent_of(path)
@@ -125,6 +147,11 @@ class WriteRequests(HandlerBase):
         self._no_writes_in_zookeeper_root(req.path)
 
         async def apply(store: MetadataStore) -> None:
+            if store.tree_writes_in_one_round:  # the checks and the delete in one round
+                expected = None if req.version == -1 else req.version
+                if await store.tree_writes([DeleteNode(req.path, expected)]):
+                    self.registry.record_delete(req.path)
+                    return
             await self._delete_checked(store, req.path, req.version)
 
         await self._write(apply)
@@ -157,7 +184,10 @@ class WriteRequests(HandlerBase):
             return await self._set_checked(store, req.path, req.data, req.version)
 
         stat, children = await self._write(apply)
-        return Writer().stat(to_zstat(stat, len(req.data), children, self._owner(stat.path))).bytes()
+        return self._set_body(stat, req.data, children)
+
+    def _set_body(self, stat: Stat, data: bytes, children: int) -> Body:
+        return Writer().stat(to_zstat(stat, len(data), children, self._owner(stat.path))).bytes()
 
     async def _set_checked(self, store: MetadataStore, path: str, data: bytes, version: int) -> tuple[Stat, int]:
         """setData: the new Stat and the node's number of children, in one round trip where the

@@ -61,7 +61,7 @@ def put_stat(path: str, put_response: Any, ephemeral: bool) -> Stat:
     return Stat(path, int(version), 0, 0, ephemeral=ephemeral, created_by_self=True)
 
 
-def _child_names(prefix: bytes, kvs: Any) -> list[str]:
+def child_names(prefix: bytes, kvs: Any) -> list[str]:
     """The sorted names of the children among the keys of a prefix range on ``prefix``."""
     names = set()
     for kv in kvs:
@@ -149,38 +149,8 @@ class EtcdOperations(BatchedStore):
         if listing.more:
             kids = await self.get_children(path)
         else:
-            kids = _child_names(prefix, listing.kvs)
+            kids = child_names(prefix, listing.kvs)
         return bytes(kvs[0].value), self._stat(path, kvs[0]), kids
-
-    async def set_data(self, path: str, value: bytes, expected_version: int | None = None) -> tuple[Stat, int]:
-        """ZooKeeper's setData in one txn: the key exists (and is at ``expected_version``), then a
-        put that keeps its lease (``ignore_lease``) and a keys-only range of its children."""
-        self._check_put(path, value, expected_version)
-        key = self._keys.key(path)
-        prefix = self._keys.children_prefix(path)
-        compares = [rpc.Compare(key=key, result=rpc.Compare.GREATER, target=rpc.Compare.CREATE, create_revision=0)]
-        if expected_version is not None:
-            compares.append(compare(key, expected_version))
-        txn = rpc.TxnRequest(
-            compare=compares,
-            success=[
-                rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=value, ignore_lease=True, prev_kv=True)),
-                rpc.RequestOp(request_range=rpc.RangeRequest(
-                    key=prefix, range_end=prefix_end(prefix), keys_only=True, limit=CHILDREN_PAGE)),
-            ],
-            failure=[rpc.RequestOp(request_range=rpc.RangeRequest(key=key, count_only=True))],
-        )
-        resp = await self._conn.txn(path, txn)
-        if not resp.succeeded:
-            if resp.responses[0].response_range.count == 0:
-                raise NotFound(path)
-            raise BadVersion(path)
-        prev = resp.responses[0].response_put.prev_kv
-        stat = Stat(path, int(prev.version), 0, 0, ephemeral=prev.lease != 0,
-                    created_by_self=prev.lease != 0 and prev.lease == self._lease.id)
-        listing = resp.responses[1].response_range
-        count = len(await self.get_children(path)) if listing.more else len(_child_names(prefix, listing.kvs))
-        return stat, count
 
     # ---- writes ---------------------------------------------------------------------------------
 

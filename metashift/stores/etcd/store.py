@@ -15,12 +15,13 @@ from .bulk import EtcdBulk
 from .connection import EtcdConnection
 from .keys import Keys
 from .lease import SessionLease
+from .tree_writes import EtcdTreeWrites
 from .watches import Watcher
 
 log = logging.getLogger(__name__)
 
 
-class EtcdStore(EtcdBulk, Store):
+class EtcdStore(EtcdTreeWrites, EtcdBulk, Store):
     """A ``MetadataStore`` and bulk store on etcd v3, with Pulsar's ``EtcdMetadataStore`` layout."""
 
     def __init__(self, url: StoreURL) -> None:
