@@ -39,6 +39,9 @@ from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import (
     DeleteOp,
+    ExistsOp,
+    GetChildrenOp,
+    GetOp,
     MetadataStore,
     Op,
     OpResult,
@@ -48,6 +51,7 @@ from metashift.stores import (
     StoreURL,
 )
 from metashift.stores.aio import cancel_and_wait
+from metashift.stores.coalescing import Coalescer
 from metashift.stores.errors import MetadataStoreError, StoreUnavailable
 from metashift.stores.notifications import NotificationListener
 from metashift.stores.ops import GetResult
@@ -123,6 +127,8 @@ class AgentClient(MetadataStore):
         self._watch_ready: asyncio.Future[None] | None = None
         self._closed_ack: asyncio.Event = asyncio.Event()
         self._closing = False
+        self.coalescer = Coalescer(self._unary, self._batch)
+        """Sends calls made side by side as one Batch call (its figures: ``batches_sent``, ``ops_in_batches``)."""
 
     # ---- opening and closing --------------------------------------------------------------------
 
@@ -335,28 +341,50 @@ class AgentClient(MetadataStore):
         except grpc.aio.AioRpcError as err:
             raise self._error(err, path, write=write) from None
 
+    # Calls without a deadline of their own (and not ephemeral puts, whose session check may fail
+    # a batch as a whole) made side by side go together as one Batch call (``Coalescer``).
+
+    def _coalesced(self, op: Op) -> bool:
+        return _call_timeout.get() is None and not (isinstance(op, PutOp) and op.ephemeral)
+
+    async def _via(self, op: Op) -> Any:
+        wire.check_path(op.path, isinstance(op, PutOp) and op.sequential)  # refused alone, unsent
+        return await (self.coalescer.run(op) if self._coalesced(op) else self._unary(op))
+
     async def _get(self, path: str) -> GetResult:
-        r = await self._call(self._rpc_get, pb.GetRequest(path=path), path)
-        return (r.value, wire.stat_from_pb(r.stat)) if r.found else None
+        return await self._via(GetOp(path))
 
     async def _get_children(self, path: str) -> list[str]:
-        r = await self._call(self._rpc_children, pb.GetChildrenRequest(path=path), path)
-        return list(r.children)
+        return await self._via(GetChildrenOp(path))
 
     async def _exists(self, path: str) -> bool:
-        r = await self._call(self._rpc_exists, pb.ExistsRequest(path=path), path)
-        return bool(r.exists)
+        return await self._via(ExistsOp(path))
 
     async def _put(
         self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
     ) -> Stat:
-        request = wire.put_to_pb(PutOp(path, value, expected_version, ephemeral, sequential))
-        r = await self._call(self._rpc_put, request, path, write=True, sequential=sequential)
-        return wire.stat_from_pb(r.stat)
+        return await self._via(PutOp(path, value, expected_version, ephemeral, sequential))
 
     async def _delete(self, path: str, expected_version: int | None) -> None:
-        request = wire.delete_to_pb(DeleteOp(path, expected_version))
-        await self._call(self._rpc_delete, request, path, write=True)
+        await self._via(DeleteOp(path, expected_version))
+
+    async def _unary(self, op: Op) -> OpResult:
+        """``op`` as its own call."""
+        path = op.path
+        if isinstance(op, GetOp):
+            r = await self._call(self._rpc_get, pb.GetRequest(path=path), path)
+            return (r.value, wire.stat_from_pb(r.stat)) if r.found else None
+        if isinstance(op, GetChildrenOp):
+            r = await self._call(self._rpc_children, pb.GetChildrenRequest(path=path), path)
+            return list(r.children)
+        if isinstance(op, ExistsOp):
+            r = await self._call(self._rpc_exists, pb.ExistsRequest(path=path), path)
+            return bool(r.exists)
+        if isinstance(op, PutOp):
+            r = await self._call(self._rpc_put, wire.put_to_pb(op), path, write=True, sequential=op.sequential)
+            return wire.stat_from_pb(r.stat)
+        await self._call(self._rpc_delete, wire.delete_to_pb(op), path, write=True)
+        return None
 
     async def _batch(self, ops: list[Op]) -> list[OpResult]:
         for op in ops:

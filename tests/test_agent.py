@@ -193,7 +193,8 @@ async def test_stop_drains_calls_in_flight(gateways: Gateways, zk_url: str, open
     direct = await open_stores(zk_url)
     agent = await gateways.start(zk_url, source=_SlowStore(direct, 0.5))
     client: AgentClient = await open_stores(agent.address, timeout=10)
-    writes = [asyncio.create_task(client.put(f"/inflight{i}", b"x")) for i in range(4)]
+    # four calls of their own (a deadline each: not coalesced into one Batch)
+    writes = [asyncio.create_task(client.put(f"/inflight{i}", b"x", timeout=10)) for i in range(4)]
     await eventually(lambda: agent.gate.in_flight == 4, 5, "writes in flight")
     await agent.stop(grace=5)
     stats = await asyncio.gather(*writes)  # every call in flight completed, none was cut

@@ -106,9 +106,10 @@ async def test_reads_held_in_the_freeze_are_answered_from_the_store_the_gate_ope
     await target.put("/r", b"target", expected_version=-1)
     await target.put("/r/child-t", b"", expected_version=-1)
     await agent.gate.close()
-    get, children, exists, many = (asyncio.create_task(client.get("/r")),
-                                   asyncio.create_task(client.get_children("/r")),
-                                   asyncio.create_task(client.exists("/r/child-t")),
+    # each its own call (a deadline of its own: not coalesced into one Batch with the others)
+    get, children, exists, many = (asyncio.create_task(client.get("/r", timeout=30)),
+                                   asyncio.create_task(client.get_children("/r", timeout=30)),
+                                   asyncio.create_task(client.exists("/r/child-t", timeout=30)),
                                    asyncio.create_task(client.batch([GetOp("/r")])))
     await asyncio.sleep(0.3)
     assert not any(r.done() for r in (get, children, exists, many))
@@ -202,7 +203,8 @@ async def test_close_drains_writes_in_flight_and_counts_them(
 ) -> None:
     agent = await gateways.start(zk_url, source=_SlowStore(direct, 0.3))
     client: AgentClient = await open_stores(agent.address)
-    in_flight = [asyncio.create_task(client.put(f"/drain{i}", b"x")) for i in range(5)]
+    # five calls of their own (a deadline each: not coalesced into one Batch)
+    in_flight = [asyncio.create_task(client.put(f"/drain{i}", b"x", timeout=30)) for i in range(5)]
     await _until(lambda: agent.gate.in_flight == 5)
     drained = await agent.gate.close()
     assert drained == 5

@@ -14,7 +14,7 @@ from aiozk import protocol
 from .. import errors, paths
 from ..batching import OP_OVERHEAD, pack
 from ..bulk import COUNTER_PROBE, BulkStore, NodeInfo, NodeRead, Restore, restore_by_puts
-from ..ops import GetOp
+from ..ops import GetOp, Op, OpResult
 from .counter_bumps import MULTI_SECONDS, BumpMulti, send_bumps
 from .errors import map_error
 from .fast_reads import OPCODE_GET_CHILDREN, OPCODE_GET_DATA, MultiReadRequest
@@ -70,6 +70,18 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
             return first + await self._reads(reads[len(first) :])
         got = await self._multi_reads(reads)
         return got if got is not None else await self._pipelined(reads)
+
+    # ---- a batch's gets go as the bulk reads do (``MetadataStore.batch``) ----------------------
+
+    def _batch_kind(self, op: Op) -> str | None:
+        return "reads" if isinstance(op, GetOp) else super()._batch_kind(op)
+
+    async def _send_batch(self, ops: list[Op]) -> list[OpResult] | None:
+        if not isinstance(ops[0], GetOp):
+            return await super()._send_batch(ops)
+        answers = await self._reads([(OPCODE_GET_DATA, op.path) for op in ops])
+        return [None if a is None else (a.data or b"", self._stat(op.path, a.stat))
+                for op, a in zip(ops, answers, strict=True)]
 
     def _request(self, opcode: int, path: str) -> Any:
         full = self._namespace.full(path)
