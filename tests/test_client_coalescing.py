@@ -26,7 +26,8 @@ async def test_calls_side_by_side_each_get_their_own_answer(
     direct: MetadataStore = await open_stores(url)
     await direct.put("/c", b"")
     await direct.put("/c/taken", b"old")
-    writes: list[Coroutine[Any, Any, Any]] = [client.put(f"/c/n{i}", bytes([i]), expected_version=-1) for i in range(40)]
+    writes: list[Coroutine[Any, Any, Any]] = [
+        client.put(f"/c/n{i}", bytes([i]), expected_version=-1) for i in range(40)]
     writes += [client.put("/c/taken", b"new", expected_version=-1),  # exists: AlreadyExists
                client.put("/c/taken", b"new", expected_version=7),  # at version 0: BadVersion
                client.delete("/c/missing")]  # NotFound
