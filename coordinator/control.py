@@ -178,7 +178,8 @@ async def status(source: MetadataStore) -> Status:
             body = None
         if isinstance(body, dict) and body.get("epoch") == epoch:
             copy = {k: body.get(k) for k in ("stage", "done", "total", "verified", "passes", "pending", "counters",
-                                          "counters_total")}
+                                          "counters_total", "timings")}
+            copy["timings"] = copy["timings"] or []
             if not copy.get("total"):
                 copy["total"] = None  # a pass that had not counted its nodes (or never will: it was stopped)
             copy["stopped"] = flag.phase is Phase.FAILED and not copy.get("verified")

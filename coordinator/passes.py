@@ -19,8 +19,10 @@ import contextlib
 import functools
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms, read_flag
@@ -33,7 +35,7 @@ from metashift.stores import paths as store_paths
 from .change_tracker import ChangeTracker
 from .copy_runner import CopyOutcome, CopyRunner
 from .outage import Reachability
-from .progress import ProgressNode, counters_shown
+from .progress import TIMINGS_SHOWN, ProgressNode, counters_shown, pass_timing
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,8 @@ class Passes:
         self.passes = 0
         self.counters: dict[str, CounterCarry] = {}
         """What every pass of this migration did to each counter (``migrate status`` shows it)."""
+        self.timings: list[dict[str, object]] = []
+        """How long each pass took, and each stage of a Spark pass (``migrate status`` shows it)."""
         self._progress = ProgressNode(source)
 
     # ---- SYNCING -------------------------------------------------------------------------------
@@ -146,7 +150,9 @@ class Passes:
         # every standby follows from here on too (``ChangeTracker``): it can finish the freeze
         await self.source.put(paths.PASS, json.dumps({"epoch": flag.epoch, "pass": self.passes + 1}).encode())
         self.passes += 1
+        began = time.monotonic()
         outcome = await self._full_pass(flag, f"pass {self.passes}")
+        self._timed("full", time.monotonic() - began, report=outcome.report)
         if outcome.error and (outcome.unreachable or await self.reachability.probe(flag.target_url)):
             raise Unreachable(outcome.error)
         if self.tracker.broken is not None:
@@ -238,7 +244,9 @@ class Passes:
             changed = self.tracker.take()
             if not changed:
                 return None
+            began = time.monotonic()
             failure = await self._carry(flag, set(changed))
+            self._timed("delta", time.monotonic() - began, paths=len(changed))
             if failure is not None:
                 return failure
             await self.source.put(paths.CARRIED, marker)
@@ -292,6 +300,7 @@ class Passes:
         # kept until carried and checked: a store that stops answering midway means trying again
         self._final_changed |= set(self.tracker.take())
         changed = set(self._final_changed)
+        began = time.monotonic()
         if len(changed) >= self.spark_delta_threshold:
             try:
                 outcome = await self._full_pass(flag, "final pass")
@@ -318,6 +327,7 @@ class Passes:
         if violation is not None:
             return PassResult(violation, self.passes)
         self._final_changed.clear()
+        self._timed("final", time.monotonic() - began, paths=len(changed))
         self._report(flag, "verified", len(changed), len(changed), verified=True, force=True)
         return PassResult(None, self.passes)
 
@@ -407,7 +417,12 @@ class Passes:
             "epoch": flag.epoch, "stage": stage, "done": done, "total": total, "verified": verified,
             "passes": self.passes, "pending": len(self.tracker.pending), "updatedAt": now_ms(),
             "counters": counters_shown(self.counters), "counters_total": len(self.counters),
+            "timings": self.timings[-TIMINGS_SHOWN:],
         }, force=force)
+
+    def _timed(self, kind: str, seconds: float, *, paths: int | None = None,
+               report: dict[str, Any] | None = None) -> None:
+        self.timings.append(pass_timing(kind, self.passes, seconds, paths=paths, report=report))
 
     @property
     def progress(self) -> dict[str, object]:

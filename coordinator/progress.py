@@ -8,6 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from metashift.migration import paths
 from metashift.spark.counters import LEDGER_IDS, CounterCarry
@@ -19,6 +20,8 @@ log = logging.getLogger(__name__)
 PROGRESS_EVERY = 1.0
 #: Counters at most in the progress that ``status`` shows (``counters_total`` says how many there are).
 COUNTERS_SHOWN = 50
+#: Passes whose times the progress shows (the latest).
+TIMINGS_SHOWN = 20
 
 
 class ProgressNode:
@@ -52,3 +55,38 @@ def counters_shown(counters: dict[str, CounterCarry]) -> dict[str, dict[str, obj
     progress node small)."""
     ranked = sorted(counters.items(), key=lambda kv: (kv[1].scheme != LEDGER_IDS, -kv[1].writes, kv[0]))
     return {p: c.to_dict() for p, c in sorted(ranked[:COUNTERS_SHOWN])}
+
+
+def pass_timing(kind: str, number: int, seconds: float, *, paths: int | None = None,
+                report: dict[str, Any] | None = None) -> dict[str, object]:
+    """One pass's times as ``status`` shows them: its kind (``full``, ``delta``, ``final``), its
+    wall time and, for a Spark pass, the stages of its copy job (``start``: the job's process and
+    Spark's context until ready, then listing the tree, copying, compaction, verification)."""
+    timing: dict[str, object] = {"pass": number, "kind": kind, "seconds": round(seconds, 3)}
+    if paths is not None:
+        timing["paths"] = paths
+    if report:
+        job = float(report.get("seconds") or 0.0)
+        verify = report.get("verify") or {}
+        timeline = report.get("timeline") or {}
+        stages = {
+            "process": max(seconds - job, 0.0),
+            "spark_ready": float(timeline.get("spark_ready") or 0.0),
+            "listing": float(report.get("listing_seconds") or 0.0),
+            "copy": float(report.get("copy_seconds") or 0.0),
+            "compaction": float(report.get("compaction_seconds") or 0.0),
+            "verify": float(verify.get("seconds") or 0.0),
+        }
+        timing["stages"] = {k: round(v, 3) for k, v in stages.items()}
+    return timing
+
+
+def timing_text(timing: dict[str, Any]) -> str:
+    """One pass's time: ``pass 1 full 41.2s (process 6.1, spark_ready 9.0, ...)``."""
+    text = f"pass {timing.get('pass')} {timing.get('kind'):<5} {float(timing.get('seconds') or 0):.1f}s"
+    if timing.get("paths") is not None:
+        text += f", {timing['paths']} path(s)"
+    stages = timing.get("stages") or {}
+    if stages:
+        text += " (" + ", ".join(f"{k} {float(v):.1f}" for k, v in stages.items()) + ")"
+    return text

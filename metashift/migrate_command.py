@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from metashift.coordinator import cleanup, control
+from metashift.coordinator.progress import timing_text
 from metashift.migration.phase import Phase
 from metashift.stores import open_store
 
@@ -170,6 +171,8 @@ def _text(status: dict[str, Any]) -> str:
     if status["copy"]:
         c = status["copy"]
         lines.append(f"copy         {_copy_text(c)}")
+        for t in c.get("timings") or []:
+            lines.append(f"  {timing_text(t)}")
         for path, counter in sorted((c.get("counters") or {}).items()):
             lines.append(f"  counter    {path}: {counter.get('carried')}, next id {counter.get('source')} in the "
                          f"source, {counter.get('target')} in the target ({counter.get('writes')} writes)")

@@ -55,6 +55,13 @@ async def test_full_migration_zk_to_etcd_loses_no_acknowledged_write(cluster: Cl
     status = await cluster.wait_phase(Phase.COMPLETED, Phase.FAILED)
     assert status["phase"] == "COMPLETED", status
     assert status["copy"]["verified"] is True and status["copy"]["passes"] >= 1
+    # the time of each pass, and of each stage of the Spark pass: a full pass, then the freeze's last delta
+    timings = status["copy"]["timings"]
+    full = [t for t in timings if t["kind"] == "full"]
+    assert full and full[0]["pass"] == 1 and full[0]["seconds"] > 0, timings
+    assert set(full[0]["stages"]) == {"process", "spark_ready", "listing", "copy", "compaction", "verify"}
+    assert full[0]["stages"]["copy"] > 0 and full[0]["stages"]["verify"] > 0, timings
+    assert timings[-1]["kind"] == "final" and timings[-1]["paths"] >= 0, timings
     # every agent acknowledged; after COMPLETED they leave the source and register where they now
     # serve (the way back starts there), so the source may already list none of them
     assert all(p["acknowledged"] for p in status["participants"]) and len(status["participants"]) in (0, 5)

@@ -8,6 +8,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from metashift.coordinator.progress import timing_text
+
 from .clients import SimClient, WriteTiming
 
 
@@ -94,6 +96,8 @@ class SandboxReport:
     """From the first write gate closed to the last one reopened, over every agent (their logs)."""
     passes: int = 0
     """Full copy passes the coordinator ran while writes flowed (SYNCING)."""
+    pass_timings: list[dict[str, Any]] = field(default_factory=list)
+    """How long each pass took, and each stage of a Spark pass (the coordinator's progress)."""
     coordinator_verified: bool = False
     tree_verified: bool | None = None
     tree_check: dict[str, Any] = field(default_factory=dict)
@@ -145,6 +149,7 @@ class SandboxReport:
             "write_ms": self.write_ms,
             "freeze_ms": self.freeze_ms,
             "passes": self.passes,
+            "pass_timings": self.pass_timings,
             "lives_on": self.lives_on,
             "killed_agent": self.killed_agent,
             "seconds": round(self.seconds, 3),
@@ -178,6 +183,7 @@ class SandboxReport:
         freeze = "-" if self.freeze_ms is None else f"{self.freeze_ms:.0f} ms"
         lines.append(f"  freeze         {freeze} (first gate closed to last reopened), after {self.passes} full "
                      "pass(es) while writes flowed")
+        lines += [f"    {timing_text(t)}" for t in self.pass_timings]
         lines += [
             f"  write hold     p50 {h.get('p50', 0):.0f} ms, p99 {h.get('p99', 0):.0f} ms, max {h.get('max', 0):.0f} ms"
             f" ({h.get('count', 0)} writes held through the freeze)",

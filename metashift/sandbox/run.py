@@ -243,6 +243,7 @@ class Sandbox:
         copy = status.get("copy") or {}
         r.coordinator_verified = phase == Phase.COMPLETED.value and bool(copy.get("verified"))
         r.passes = int(copy.get("passes") or 0)
+        r.pass_timings = list(copy.get("timings") or [])
         r.copied_nodes = int(copy.get("total") or 0)
         say(f"migration {phase}" + (f": {r.reason}" if r.reason else ""))
         end = since.get(phase, time.time())
