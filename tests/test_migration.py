@@ -284,7 +284,7 @@ async def test_a_write_that_bypasses_the_agents_during_copying_fails_the_migrati
     await cluster.wait_phase(Phase.COPYING)
     await source.put("/admin/bypass", b"written behind the agents' back")
     status = await _finish_and_check(cluster, Phase.FAILED)
-    assert "/admin/bypass" in status["reason"]
+    assert "/admin/bypass" in status["reason"] and "bypassing the agents" in status["reason"], status["reason"]
 
 
 async def test_the_target_down_during_copying_fails_cleanly(gateways: Gateways, zk_url: str,
