@@ -62,9 +62,9 @@ async def test_full_migration_zk_to_etcd_loses_no_acknowledged_write(cluster: Cl
     assert set(full[0]["stages"]) == {"process", "spark_ready", "listing", "copy", "compaction", "verify"}
     assert full[0]["stages"]["copy"] > 0 and full[0]["stages"]["verify"] > 0, timings
     assert timings[-1]["kind"] == "final" and timings[-1]["paths"] >= 0, timings
-    # every agent acknowledged; after COMPLETED they leave the source and register where they now
-    # serve (the way back starts there), so the source may already list none of them
-    assert all(p["acknowledged"] for p in status["participants"]) and len(status["participants"]) in (0, 5)
+    # every agent acknowledged; after COMPLETED they leave the source one by one and register where
+    # they now serve (the way back starts there), so the source may list any number of them
+    assert all(p["acknowledged"] for p in status["participants"]) and len(status["participants"]) <= 5
     await eventually(cluster.all_on_target, what="agents serve from the target")
     for agent in cluster.agents.values():  # the agent's own view, in its metrics
         registry = agent.metrics.registry
