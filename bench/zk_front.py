@@ -10,13 +10,16 @@ Starts a local ZooKeeper and etcd and two ``metashift agent`` processes serving 
   ``create_revision == 0`` then Put + prev_kv), from asyncio (the floor of the next row);
 - ``agent -> etcd``: kazoo against the agent in front of etcd.
 
+The client is ``bench/zk_pipelined.py`` (asyncio, the project's codec: every request written at
+once, no thread), or kazoo with ``--client kazoo`` (its thread and queue cap it at a few thousand
+calls a second here, whatever the server, so its rows measure kazoo as much as the server).
 For getData, setData and create of 1 KB values: throughput with ``--inflight`` calls pipelined on
 one session, p50/p99 latency one call at a time, and the agent process's CPU per call (us, every
 thread's ``schedstat`` before and after the pipelined run: the least noisy figure on a shared
 machine); the agents' resident memory. ``--repeat N`` runs it all N times and prints the spread
 of the ratios. ``--json``: JSON.
 
-    .venv/bin/python bench/zk_front.py [--ops 3000] [--inflight 64] [--repeat 3]
+    .venv/bin/python bench/zk_front.py [--ops 3000] [--inflight 64] [--repeat 3] [--client kazoo]
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from bench.floors import (
     spread,
     start_agent,
 )
+from bench.zk_pipelined import PipelinedZk
 from metashift.local_servers import LocalEtcd, LocalZooKeeper, free_port
 
 OPS = ["get", "set", "create"]
@@ -143,15 +147,49 @@ async def _etcd_row(endpoint: str, base: str, ops: int, inflight: int) -> dict[s
         await etcd.close()
 
 
-def _run(n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, Agent], ops: int, inflight: int) -> Table:
+async def _pipelined_row(port: int, base: str, ops: int, inflight: int, agent: Agent | None) -> dict[str, Figures]:
+    """The row of one server with the pipelined client (``zk_pipelined``): ``inflight`` calls in
+    flight on one session, as many as kazoo's run sends."""
+    zk = await PipelinedZk.connect("127.0.0.1", port)
+    try:
+        await zk.create(base, b"")
+        await zk.create(f"{base}/node", VALUE)
+        await asyncio.gather(*(zk.create(f"{base}/r{i}", VALUE) for i in range(ops)))
+        serial = {"get": lambda i: zk.get(f"{base}/node"), "set": lambda i: zk.set(f"{base}/node", VALUE),
+                  "create": lambda i: zk.create(f"{base}/c{i}", VALUE)}
+        pipelined = {"get": lambda i: zk.get(f"{base}/r{i}"), "set": lambda i: zk.set(f"{base}/r{i}", VALUE),
+                     "create": lambda i: zk.create(f"{base}/p{i}", VALUE)}
+        row: dict[str, Figures] = {}
+        for op in OPS:
+            s = latency_figures(await async_serial(serial[op], max(ops // 3, 200)))
+            before = agent.cpu_ns() if agent else 0
+            per_s, lat = await async_concurrent(pipelined[op], ops, inflight)
+            cpu = (agent.cpu_ns() - before) / ops / 1000 if agent else None
+            p = latency_figures(lat)
+            row[op] = Figures(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"],
+                              round(cpu, 1) if cpu is not None else None)
+        return row
+    finally:
+        await zk.close()
+
+
+def _run(n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, Agent], ops: int, inflight: int,
+         client: str) -> Table:
     base = f"/bench{n}"
     table = Table(OPS, floors={"agent -> zookeeper": "zookeeper direct", "agent -> etcd": "etcd raw (Pulsar txns)"})
-    table.rows["zookeeper direct"] = _kazoo_row(f"127.0.0.1:{zk.port}", base, ops, inflight, None)
+
+    def row(port: int | None, agent: Agent | None) -> dict[str, Figures]:
+        assert port is not None
+        if client == "kazoo":
+            return _kazoo_row(f"127.0.0.1:{port}", base, ops, inflight, agent)
+        return asyncio.run(_pipelined_row(port, base, ops, inflight, agent))
+
+    table.rows["zookeeper direct"] = row(zk.port, None)
     a = agents["zk"]
-    table.rows["agent -> zookeeper"] = _kazoo_row(f"127.0.0.1:{a.zk_port}", base, ops, inflight, a)
+    table.rows["agent -> zookeeper"] = row(a.zk_port, a)
     table.rows["etcd raw (Pulsar txns)"] = asyncio.run(_etcd_row(etcd.endpoint, base, ops, inflight))
     a = agents["etcd"]
-    table.rows["agent -> etcd"] = _kazoo_row(f"127.0.0.1:{a.zk_port}", base, ops, inflight, a)
+    table.rows["agent -> etcd"] = row(a.zk_port, a)
     table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
     return table
 
@@ -161,6 +199,9 @@ def main() -> int:
     parser.add_argument("--ops", type=int, default=3000, help="calls per pipelined run (default 3000)")
     parser.add_argument("--inflight", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=1, help="runs of the whole table (default 1)")
+    parser.add_argument("--client", choices=["pipelined", "kazoo"], default="pipelined",
+                        help="the ZooKeeper client of the rows (default: bench/zk_pipelined.py; kazoo tops out "
+                             "at a few thousand calls a second here, whatever the server)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="ms-zkbench-")
@@ -173,11 +214,11 @@ def main() -> int:
         agents["zk"] = start_agent(zk.url + "/via-agent", workdir, "agent-zk", zk_port=free_port())
         agents["etcd"] = start_agent(etcd.url + "/via-agent", workdir, "agent-etcd", zk_port=free_port())
         for n in range(args.repeat):
-            tables.append(_run(n, zk, etcd, agents, args.ops, args.inflight))
+            tables.append(_run(n, zk, etcd, agents, args.ops, args.inflight, args.client))
             if not args.json:
                 print(tables[-1].render(
-                    f"run {n + 1}: ZooKeeper protocol (kazoo), 1 KB values, {args.ops} calls per pipelined run, "
-                    f"load {os.getloadavg()[0]:.1f}", args.inflight))
+                    f"run {n + 1}: ZooKeeper protocol ({args.client} client), 1 KB values, {args.ops} calls "
+                    f"per pipelined run, load {os.getloadavg()[0]:.1f}", args.inflight))
                 print(flush=True)
     finally:
         for agent in agents.values():
