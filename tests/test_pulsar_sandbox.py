@@ -31,7 +31,8 @@ SANDBOX_FIELDS = {
     "phase", "reason", "epoch", "coordinator", "ok", "verified", "coordinator_verified", "tree_verified",
     "tree_check", "topics", "brokers", "bookies", "clients", "nodes", "copied_nodes", "phases",
     "writes_acknowledged", "writes_lost", "lost", "writes_failed", "failures", "ephemerals", "ephemerals_carried",
-    "ephemerals_missing", "write_hold_ms", "write_ms", "freeze_ms", "passes", "lives_on", "killed_agent", "seconds",
+    "ephemerals_missing", "write_hold_ms", "write_ms", "freeze_ms", "passes", "pass_timings", "lives_on",
+    "killed_agent", "seconds",
 }  # fmt: skip
 PULSAR_FIELDS = {
     "pulsar_version", "messages_published", "messages_acknowledged", "messages_received", "messages_lost",

@@ -43,6 +43,7 @@ def test_sandbox_migrates_with_agents_as_processes_and_loses_no_write() -> None:
     assert set(report["write_hold_ms"]) >= {"p50", "p99", "max"}
     assert {"SYNCING", "PREPARATION", "COPYING"} <= set(report["phases"])
     assert report["freeze_ms"] is not None and report["freeze_ms"] > 0 and report["passes"] >= 1
+    assert [t["kind"] for t in report["pass_timings"]][:1] == ["full"] and report["pass_timings"][0]["stages"]
     assert code == 0, stderr[-3000:]
     # the agents were separate processes
     assert len(re.findall(r"(?:broker|bookie)-\d \(pid \d+\)", stderr)) == 5, stderr

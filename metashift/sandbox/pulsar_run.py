@@ -86,6 +86,7 @@ class PulsarSandbox:
         copy = status.get("copy") or {}
         r.coordinator_verified = r.phase == "COMPLETED" and bool(copy.get("verified"))
         r.passes = int(copy.get("passes") or 0)
+        r.pass_timings = list(copy.get("timings") or [])
         r.copied_nodes = int(copy.get("total") or 0)
         r.lives_on = "etcd (target)" if r.phase == "COMPLETED" else "ZooKeeper (source)"
         if r.phase == "COMPLETED":
