@@ -8,6 +8,7 @@ it ends. ``start()`` returns only once the server really serves.
 from __future__ import annotations
 
 import atexit
+import http.client
 import json
 import os
 import shutil
@@ -49,6 +50,40 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+#: Starts of a server whose chosen port another process took in the meantime.
+_PORT_ATTEMPTS = 3
+
+
+class _PortTaken(Exception):
+    """The port chosen for a server is another process's."""
+
+
+def _listener_pids(port: int, ours: int | None = None) -> set[int]:
+    """The processes listening on TCP ``port`` (Linux ``/proc``), among ``ours`` only when given
+    (cheaper). Without ``/proc``: ``{ours}`` (nothing better to go on)."""
+    inodes: set[str] = set()
+    try:
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            with open(table) as f:
+                for line in f.read().splitlines()[1:]:
+                    fields = line.split()
+                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
+                        inodes.add(f"socket:[{fields[9]}]")
+    except OSError:
+        return set() if ours is None else {ours}
+    pids = [ours] if ours is not None else [int(p) for p in os.listdir("/proc") if p.isdigit()]
+    found: set[int] = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                    found.add(pid)
+                    break
+        except OSError:
+            continue
+    return found
+
+
 class _LocalServer:
     name = "server"
 
@@ -56,6 +91,8 @@ class _LocalServer:
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix=f"metashift-{self.name}-"))
         self.port = port or free_port()
+        self._ports_chosen = port is None  # ours to choose again while the server never served
+        self._served = False
         self.process: subprocess.Popen[bytes] | None = None
         _live.add(self)
 
@@ -81,6 +118,21 @@ class _LocalServer:
         """
         if self.running:
             return
+        for attempt in range(_PORT_ATTEMPTS):
+            try:
+                self._start_once(timeout)
+                self._served = True
+                return
+            except _PortTaken:
+                if not self._ports_chosen or self._served or attempt == _PORT_ATTEMPTS - 1:
+                    raise ServerStartError(f"{self.name}: port {self.port} is another process's") from None
+                self._choose_ports()
+
+    def _choose_ports(self) -> None:
+        """New free ports, after another process took one of ours between its choice and our bind."""
+        self.port = free_port()
+
+    def _start_once(self, timeout: float) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = self._command()
         if shutil.which(command[0]) is None:
@@ -94,11 +146,17 @@ class _LocalServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                log_tail = self.log_path.read_text(errors="replace")[-3000:]
+                if self._ports_chosen and ("already in use" in log_tail.lower()
+                                           or _listener_pids(self.port) - {self.process.pid}):
+                    raise _PortTaken()  # another process took a port of ours before we could bind it
                 raise ServerStartError(
                     f"{self.name} exited with {self.process.returncode}; log {self.log_path}:\n"
                     + self.log_path.read_text(errors="replace")[-3000:]
                 )
-            if self._ready():
+            # answering is not enough: the port must be our process's (a free port chosen by one
+            # test can be taken by another's server, or an agent's ZooKeeper front, before ours binds)
+            if self._ready() and self.process.pid in _listener_pids(self.port, self.process.pid):
                 return
             time.sleep(0.05)
         self.stop()
@@ -250,6 +308,10 @@ class LocalEtcd(_LocalServer):
         self.max_request_bytes = max_request_bytes
         self.extra_args = list(extra_args or [])
 
+    def _choose_ports(self) -> None:
+        super()._choose_ports()
+        self.peer_port = free_port()
+
     @property
     def url(self) -> str:
         if self.tls is None:
@@ -292,7 +354,7 @@ class LocalEtcd(_LocalServer):
         try:
             with urllib.request.urlopen(f"{self.endpoint}/health", timeout=1, context=context) as r:
                 return bool(json.load(r).get("health") == "true")
-        except (OSError, ValueError):
+        except (OSError, ValueError, http.client.HTTPException):  # not up, or not etcd answering
             return False
 
 
