@@ -285,12 +285,12 @@ class ZooKeeperServer:
                     if peek is None or not (peek[0].type in reads if read_run else joins_run(peek[0].type, peek[1])):
                         break
                     batch.append(queue.get_nowait())  # type: ignore[arg-type]
-            if len(batch) == 1:
-                answers = [await self._one(session, item[0], item[1])]
-            elif read_run:
-                answers = list(await asyncio.gather(*(self._one(session, b[0], b[1]) for b in batch)))
-            else:
+            if write_run:  # a lone write too: its checks and its write in one round
                 answers = await self._run(session, batch)
+            elif len(batch) == 1:
+                answers = [await self._one(session, item[0], item[1])]
+            else:
+                answers = list(await asyncio.gather(*(self._one(session, b[0], b[1]) for b in batch)))
             for (header, _request, slot), data in zip(batch, answers, strict=True):
                 if header.type == Op.CLOSE_SESSION:
                     slot.close_after = True

@@ -1,5 +1,6 @@
 """Runs of writes: a session's consecutive creates, setData and deletes in one round to a store
-that checks ZooKeeper's tree rules itself (``MetadataStore.tree_writes``; etcd: one txn).
+that checks ZooKeeper's tree rules itself (``MetadataStore.tree_writes``; etcd: one txn), a lone
+one too (a run of one: its checks and its write in one round).
 
 A session's writes must apply in the order sent, so without this they go one at a time, each a
 round trip or two; a client that pipelines (Pulsar's managed ledgers, kazoo's ``*_async``) waits
@@ -11,6 +12,7 @@ the single request."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -54,12 +56,15 @@ class WriteRuns(WriteRequests):
         i = 0
         while i < len(requests):
             ops = self._run_from(requests, i)
-            if len(ops) < 2:
+            # alone: refused before the store, not a tree write, or a lone setData (the single
+            # path is one round already, and names its failure without a second one)
+            if not ops or (len(ops) == 1 and isinstance(ops[0], SetNode)):
                 answers.append(await self.handle(session, *requests[i]))
                 i += 1
                 continue
             done = await self._serve_run(session, requests[i : i + len(ops)], ops)
-            self.writes_in_runs += len(done)
+            if len(ops) > 1:
+                self.writes_in_runs += len(done)
             answers.extend(done)
             i += len(done)
             if len(done) < len(ops):  # the round stopped at this one: alone, it finds out why
@@ -105,10 +110,17 @@ class WriteRuns(WriteRequests):
 
         try:
             answered = await self.gate.run(apply)
+        except asyncio.CancelledError:
+            raise
         except (MetadataStoreError, ZkError, ValueError, TypeError) as err:
-            code = error_code(err)  # the gate held past its bound, or the outcome is unknown: every write's
-            log.warning("zookeeper run of %d writes failed: %s", len(ops), err)
+            # the gate held past its bound, or the outcome is unknown: every write's answer (as ``handle``)
+            code = error_code(err)
+            if code in (Err.SYSTEMERROR, Err.CONNECTIONLOSS):
+                log.warning("zookeeper run of %d writes failed: %s", len(ops), err)
             return [(code, b"", self.zxid.value)] * len(ops)
+        except Exception:
+            log.exception("zookeeper run of %d writes failed unexpectedly", len(ops))
+            return [(Err.SYSTEMERROR, b"", self.zxid.value)] * len(ops)
         return [(code, body, self.zxid.bump()) for code, body in answered]
 
     async def _after(self, store: MetadataStore, session: ZkSession, op: int, req: Any,

@@ -5,6 +5,9 @@ node with children is ``NOTEMPTY``; setData of a missing node is ``NONODE`` (a s
 would create it). Every write runs through the agent's write gate (``WriteGate.run``: while a
 migration holds writes it waits, then goes to whichever store the router points at), and its
 ephemerals are recorded in the ``SessionRegistry`` under the ZooKeeper session's client session.
+On a store that checks these rules itself (etcd: txn compares), the front first sends a create,
+setData or delete with its checks in one round (``handlers/runs.py``); it comes here when that
+round's checks failed, to find out which, or for what a round cannot carry.
 
 Sequential names are ZooKeeper's (ten digits): on a ZooKeeper store they are ZooKeeper's own; on
 etcd the counter is the parent key's version (Pulsar's layout, bumped by a compare-and-set that
@@ -33,7 +36,6 @@ from metashift.agent.zookeeper.stat import to_zstat
 from metashift.proto.errors import NoSession
 from metashift.stores import MetadataStore, Stat, paths
 from metashift.stores.errors import AlreadyExists, BadVersion, MetadataStoreError, NotFound
-from metashift.stores.tree_writes import CreateNode, DeleteNode
 from metashift.stores.zookeeper import wire
 from metashift.stores.zookeeper.wire import CreateMode, Err, Op, Writer, ZStat
 
@@ -71,14 +73,8 @@ class WriteRequests(HandlerBase):
         sequential = CreateMode.sequential(req.flags)
 
         async def apply(store: MetadataStore) -> Stat:
-            stat = None
-            if store.tree_writes_in_one_round and not sequential:  # the checks and the put in one round
-                done = await store.tree_writes([CreateNode(req.path, req.data, ephemeral)])
-                stat = done[0] if done else None
-            if stat is None:  # checked here (and the reason of a refusal found)
-                await self._check_parent(store, req.path)
-                stat = await self._put_new(store, req.path, req.data, ephemeral, sequential)
-            assert isinstance(stat, Stat)
+            await self._check_parent(store, req.path)
+            stat = await self._put_new(store, req.path, req.data, ephemeral, sequential)
             return await self._after_create(store, session, req.data, ephemeral, stat)
 
         stat = await self._write(apply)
@@ -147,11 +143,6 @@ class WriteRequests(HandlerBase):
         self._no_writes_in_zookeeper_root(req.path)
 
         async def apply(store: MetadataStore) -> None:
-            if store.tree_writes_in_one_round:  # the checks and the delete in one round
-                expected = None if req.version == -1 else req.version
-                if await store.tree_writes([DeleteNode(req.path, expected)]):
-                    self.registry.record_delete(req.path)
-                    return
             await self._delete_checked(store, req.path, req.version)
 
         await self._write(apply)
