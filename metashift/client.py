@@ -326,11 +326,7 @@ class AgentClient(MetadataStore):
         message = f"metashift agent at {self.target}: {code.name}: {err.details()}"
         return wire.error_from_status(code, message, path, write=write)
 
-    async def _call(
-        self, rpc: Any, request: Any, path: str | None, *, write: bool = False, sequential: bool = False
-    ) -> Any:
-        if path is not None:
-            wire.check_path(path, sequential)  # a path over the agent's limit is refused here, unsent
+    async def _call(self, rpc: Any, request: Any, path: str | None, *, write: bool = False) -> Any:
         # one deadline for the whole call: waiting for the watch uses up part of it
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout()
@@ -348,7 +344,8 @@ class AgentClient(MetadataStore):
         return _call_timeout.get() is None and not (isinstance(op, PutOp) and op.ephemeral)
 
     async def _via(self, op: Op) -> Any:
-        wire.check_path(op.path, isinstance(op, PutOp) and op.sequential)  # refused alone, unsent
+        # a path over the agent's limit is refused here, alone and unsent (not failing a batch)
+        wire.check_path(op.path, isinstance(op, PutOp) and op.sequential)
         return await (self.coalescer.run(op) if self._coalesced(op) else self._unary(op))
 
     async def _get(self, path: str) -> GetResult:
@@ -381,7 +378,7 @@ class AgentClient(MetadataStore):
             r = await self._call(self._rpc_exists, pb.ExistsRequest(path=path), path)
             return bool(r.exists)
         if isinstance(op, PutOp):
-            r = await self._call(self._rpc_put, wire.put_to_pb(op), path, write=True, sequential=op.sequential)
+            r = await self._call(self._rpc_put, wire.put_to_pb(op), path, write=True)
             return wire.stat_from_pb(r.stat)
         await self._call(self._rpc_delete, wire.delete_to_pb(op), path, write=True)
         return None

@@ -36,7 +36,7 @@ class Coalescer:
         self._send_batch = send_batch
         self._pending: list[tuple[Op, asyncio.Future[OpResult]]] = []
         self._scheduled = False
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()  # held: the loop keeps only weak references
         self.batches_sent = 0
         self.ops_in_batches = 0
 
@@ -83,8 +83,3 @@ class Coalescer:
                     future.set_exception(result)
                 else:
                     future.set_result(result)
-
-    async def close(self) -> None:
-        """Wait for the batches in flight (their callers get their answers)."""
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
