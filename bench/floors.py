@@ -118,6 +118,14 @@ class Figures:
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
+    @classmethod
+    def of(cls, serial: list[float], per_s: float, latencies: list[float], cpu_ns: int | None, calls: int) -> Figures:
+        """From a one-at-a-time run's latencies, a concurrent run's rate and latencies, and the
+        agent's CPU (ns) over the concurrent run's ``calls`` (None: no agent on the path)."""
+        s, p = latency_figures(serial), latency_figures(latencies)
+        cpu = None if cpu_ns is None else round(cpu_ns / calls / 1000, 1)
+        return cls(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"], cpu)
+
 
 @dataclass
 class Table:

@@ -49,7 +49,6 @@ from bench.floors import (
     Table,
     async_concurrent,
     async_serial,
-    latency_figures,
     spread,
     start_agent,
 )
@@ -67,13 +66,10 @@ async def _row(calls: dict[str, tuple[Call, Call]], setup: Callable[[], Awaitabl
     for op in OPS:
         serial, concurrent = calls[op]
         await async_concurrent(concurrent, min(200, ops), 4)  # warm-up (its creates use the first names)
-        s = latency_figures(await async_serial(serial, max(ops // 3, 200)))
+        lone = await async_serial(serial, max(ops // 3, 200))
         before = agent.cpu_ns() if agent else 0
         per_s, lat = await async_concurrent(lambda i: concurrent(i + ops), ops, concurrency)  # noqa: B023
-        cpu = (agent.cpu_ns() - before) / ops / 1000 if agent else None
-        p = latency_figures(lat)
-        row[op] = Figures(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"],
-                          round(cpu, 1) if cpu is not None else None)
+        row[op] = Figures.of(lone, per_s, lat, agent.cpu_ns() - before if agent else None, ops)
     return row
 
 

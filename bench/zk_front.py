@@ -51,7 +51,6 @@ from bench.floors import (
     Table,
     async_concurrent,
     async_serial,
-    latency_figures,
     spread,
     start_agent,
 )
@@ -108,13 +107,10 @@ def _kazoo_row(hosts: str, base: str, ops: int, inflight: int, agent: Agent | No
         }
         row: dict[str, Figures] = {}
         for op in OPS:
-            s = latency_figures(_serial(serial[op], max(ops // 3, 200)))
+            lone = _serial(serial[op], max(ops // 3, 200))
             before = agent.cpu_ns() if agent else 0
             per_s, lat = _pipelined(pipelined[op], ops, inflight)
-            cpu = (agent.cpu_ns() - before) / ops / 1000 if agent else None
-            p = latency_figures(lat)
-            row[op] = Figures(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"],
-                              round(cpu, 1) if cpu is not None else None)
+            row[op] = Figures.of(lone, per_s, lat, agent.cpu_ns() - before if agent else None, ops)
         return row
     finally:
         k.stop()
@@ -138,10 +134,9 @@ async def _etcd_row(endpoint: str, base: str, ops: int, inflight: int) -> dict[s
         }
         row: dict[str, Figures] = {}
         for op in OPS:
-            s = latency_figures(await async_serial(serial[op], max(ops // 3, 200)))
+            lone = await async_serial(serial[op], max(ops // 3, 200))
             per_s, lat = await async_concurrent(concurrent[op], ops, inflight)
-            p = latency_figures(lat)
-            row[op] = Figures(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"])
+            row[op] = Figures.of(lone, per_s, lat, None, ops)
         return row
     finally:
         await etcd.close()
@@ -161,13 +156,10 @@ async def _pipelined_row(port: int, base: str, ops: int, inflight: int, agent: A
                      "create": lambda i: zk.create(f"{base}/p{i}", VALUE)}
         row: dict[str, Figures] = {}
         for op in OPS:
-            s = latency_figures(await async_serial(serial[op], max(ops // 3, 200)))
+            lone = await async_serial(serial[op], max(ops // 3, 200))
             before = agent.cpu_ns() if agent else 0
             per_s, lat = await async_concurrent(pipelined[op], ops, inflight)
-            cpu = (agent.cpu_ns() - before) / ops / 1000 if agent else None
-            p = latency_figures(lat)
-            row[op] = Figures(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"],
-                              round(cpu, 1) if cpu is not None else None)
+            row[op] = Figures.of(lone, per_s, lat, agent.cpu_ns() - before if agent else None, ops)
         return row
     finally:
         await zk.close()

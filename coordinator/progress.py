@@ -60,8 +60,9 @@ def counters_shown(counters: dict[str, CounterCarry]) -> dict[str, dict[str, obj
 def pass_timing(kind: str, number: int, seconds: float, *, paths: int | None = None,
                 report: dict[str, Any] | None = None) -> dict[str, object]:
     """One pass's times as ``status`` shows them: its kind (``full``, ``delta``, ``final``), its
-    wall time and, for a Spark pass, the stages of its copy job (``start``: the job's process and
-    Spark's context until ready, then listing the tree, copying, compaction, verification)."""
+    wall time and, for a Spark pass, the stages of its copy job (``process``: the wall time outside
+    the job's own report; ``spark_ready``: Spark's context up, started beside the listing; then
+    listing the tree, copying, compaction, verification)."""
     timing: dict[str, object] = {"pass": number, "kind": kind, "seconds": round(seconds, 3)}
     if paths is not None:
         timing["paths"] = paths

@@ -150,10 +150,8 @@ class _LocalServer:
                 if self._ports_chosen and ("already in use" in log_tail.lower()
                                            or _listener_pids(self.port) - {self.process.pid}):
                     raise _PortTaken()  # another process took a port of ours before we could bind it
-                raise ServerStartError(
-                    f"{self.name} exited with {self.process.returncode}; log {self.log_path}:\n"
-                    + self.log_path.read_text(errors="replace")[-3000:]
-                )
+                raise ServerStartError(f"{self.name} exited with {self.process.returncode}; log {self.log_path}:\n"
+                                       + log_tail)
             # answering is not enough: the port must be our process's (a free port chosen by one
             # test can be taken by another's server, or an agent's ZooKeeper front, before ours binds)
             if self._ready() and self.process.pid in _listener_pids(self.port, self.process.pid):
