@@ -4,6 +4,7 @@ delta is small. The judgement of a node is the bulk copy's own (``rules.judge``)
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -54,7 +55,8 @@ def side_of(result: OpResult) -> Side | None:
 
 async def _read(source: Store, target: Store, chunk: list[str]) -> list[tuple[str, Side | None, Side | None]]:
     ops = [GetOp(p) for p in chunk]
-    got_source, got_target = await source.batch(ops), await target.batch(ops)
+    # both stores at once: a delta's time is its round trips
+    got_source, got_target = await asyncio.gather(source.batch(ops), target.batch(ops))
     return [(p, side_of(s), side_of(t)) for p, s, t in zip(chunk, got_source, got_target, strict=True)]
 
 

@@ -155,3 +155,50 @@ def test_reader_refuses_impossible_lengths() -> None:
         Reader(struct.pack("!i", 1000) + b"abc").buffer()
     with pytest.raises(wire.DecodeError):
         Reader(struct.pack("!i", 10**9)).strings()
+
+
+def _aiozk_stat(stat: object) -> tuple[int, ...]:
+    names = ("created_zxid", "last_modified_zxid", "created", "modified", "version", "child_version",
+             "acl_version", "ephemeral_owner", "data_length", "num_children", "last_modified_children")
+    return tuple(getattr(stat, n) for n in names)
+
+
+def test_store_answers_parsed_as_aiozk_parses_them() -> None:
+    """The store's struct parsers of write answers, exists and notifications (``fast_writes``)
+    read the fields aiozk's generic parts read from the same bytes."""
+    from aiozk import protocol
+
+    from metashift.stores.zookeeper import fast_writes
+
+    body = Writer().stat(STAT).bytes()
+    for opcode in (Op.SET_DATA, Op.EXISTS):
+        ours = fast_writes.answer(opcode, body, 0)
+        theirs = protocol.response_xref[opcode].deserialize(body)
+        assert _aiozk_stat(ours.stat) == _aiozk_stat(theirs.stat) == tuple(STAT.__dict__.values())
+    body = Writer().string("/p0000000001").stat(STAT).bytes()
+    ours = fast_writes.answer(Op.CREATE2, body, 0)
+    theirs = protocol.response_xref[Op.CREATE2].deserialize(body)
+    assert ours.path == theirs.path == "/p0000000001"
+    assert _aiozk_stat(ours.stat) == _aiozk_stat(theirs.stat)
+    deleted = fast_writes.answer(Op.DELETE, b"", 0)
+    assert deleted and deleted.stat is None  # true: aiozk's session sends a false answer again
+    assert fast_writes.answer(Op.GET_ACL, b"", 0) is None  # not parsed here: aiozk's parts do it
+
+    multi = wire.encode_multi([
+        MultiResult(Op.CREATE, 0, "/x"), MultiResult(Op.CREATE2, 0, ("/y1", STAT)), MultiResult(Op.DELETE),
+        MultiResult(Op.SET_DATA, 0, STAT), MultiResult(Op.CHECK),
+    ])
+    ours, theirs = fast_writes.answer(Op.MULTI, multi, 0), protocol.TransactionResponse.deserialize(multi)
+    assert [getattr(r, "path", None) for r in ours.responses] == [getattr(r, "path", None) for r in theirs.responses]
+    assert _aiozk_stat(ours.responses[1].stat) == _aiozk_stat(theirs.responses[1].stat)
+    assert _aiozk_stat(ours.responses[3].stat) == _aiozk_stat(theirs.responses[3].stat)
+    failed = wire.encode_multi([MultiResult(Op.ERROR, Err.OK), MultiResult(Op.ERROR, Err.BADVERSION)])
+    ours, theirs = fast_writes.answer(Op.MULTI, failed, 0), protocol.TransactionResponse.deserialize(failed)
+    assert [type(r) for r in ours.responses] == [type(r) for r in theirs.responses]
+    assert type(ours.responses[1]).__name__ == "BadVersion"
+
+    raw = wire.watch_event(wire.EventType.NODE_DATA_CHANGED, "/changed/é")
+    ours_event = fast_writes.watch_event(raw, 4 + 16)
+    theirs_event = protocol.WatchEvent.deserialize(raw[4 + 16 :])
+    assert (ours_event.type, ours_event.state, ours_event.path) == (theirs_event.type, theirs_event.state,
+                                                                     theirs_event.path) == (3, 3, "/changed/é")

@@ -12,22 +12,22 @@ aiozk's own serialization and parsing cost it ~15 us per step, more than the ser
 from __future__ import annotations
 
 import asyncio
-import struct
 from typing import Any
 
 from aiozk import protocol
 
-from .fast_reads import SIZE
+from .wire.constants import Op
+from .wire.jute import HEADER as _REQUEST_HEADER
+from .wire.jute import INT as SIZE
+from .wire.jute import MULTI_HEADER as _MULTI_HEADER
 
 #: The opcode that marks a ``BumpMulti`` in the connection's table of requests in flight, so that
 #: its answer takes ``bump_error``'s path; the wire carries ZooKeeper's own ``multi`` (14).
-OPCODE_BUMPS = -14
-_OPCODE_MULTI = 14
-_OPCODE_CREATE = 1
-_OPCODE_DELETE = 2
-_OPCODE_ERROR = -1
-_REQUEST_HEADER = struct.Struct("!ii")
-_MULTI_HEADER = struct.Struct("!i?i")
+OPCODE_BUMPS = -Op.MULTI
+_OPCODE_MULTI = Op.MULTI
+_OPCODE_CREATE = Op.CREATE
+_OPCODE_DELETE = Op.DELETE
+_OPCODE_ERROR = Op.ERROR
 #: (create, delete) pairs per multi (512 operations, ~25 KB): measured, 64 pairs reach 54k steps/s, 256 pairs
 #: 73k (the server's work per request is shared by more steps), 1024 no more.
 PAIRS_PER_MULTI = 256

@@ -208,7 +208,7 @@ class ZooKeeperOperations(BatchedStore):
         for op, answer in zip(ops, answers, strict=True):
             if isinstance(op, DeleteOp):
                 out.append(None)
-            elif hasattr(answer, "stat"):
+            elif getattr(answer, "stat", None) is not None:
                 out.append(self._stat(op.path, answer.stat))
             else:
                 # Inside a multi the server answers a create without its Stat (like Pulsar, which

@@ -33,6 +33,7 @@ from aiozk.retry import RetryPolicy as AiozkRetryPolicy
 from aiozk.session import Session
 from aiozk.states import SessionStateMachine, States
 
+from . import fast_writes
 from .counter_bumps import OPCODE_BUMPS, bump_error
 from .fast_reads import (
     OPCODE_GET_CHILDREN,
@@ -178,7 +179,8 @@ class ZKConnection(Connection):
         """aiozk's, reading header and payload at once (one timer, none when the bytes are
         already buffered: pipelined answers usually are), with getData, getChildren and
         multiRead answers parsed by ``struct`` instead of aiozk's generic parts (the hot spot of
-        bulk reads; ``fast_reads``), and counter bumps only scanned for a failure (``counter_bumps``)."""
+        bulk reads; ``fast_reads``), writes' answers and notifications likewise (``fast_writes``), and
+        counter bumps only scanned for a failure (``counter_bumps``)."""
         if initial_connect or self.pending_specials[protocol.CLOSE_XID]:
             return await super().read_response(initial_connect)
         reader = self.reader
@@ -202,7 +204,7 @@ class ZKConnection(Connection):
             self.opcode_xref.pop(xid)
             return xid, zxid, zk_exc.get_response_error(error_code)
         if xid == protocol.WATCH_XID:
-            return xid, zxid, protocol.WatchEvent.deserialize(raw[REPLY_HEADER.size :])
+            return xid, zxid, fast_writes.watch_event(raw, REPLY_HEADER.size)
         opcode = self.opcode_xref.pop(xid)
         if opcode == OPCODE_GET_DATA:
             return xid, zxid, get_data_response(raw, REPLY_HEADER.size)[0]
@@ -215,6 +217,12 @@ class ZKConnection(Connection):
                 return xid, zxid, multi_read_response(raw, REPLY_HEADER.size)
             except (struct.error, ValueError, UnicodeDecodeError) as e:  # not what ZooKeeper 3.6+ answers
                 return xid, zxid, zk_exc.UnfinishedRead(f"malformed multiRead answer: {e}")
+        try:
+            parsed = fast_writes.answer(opcode, raw, REPLY_HEADER.size)
+        except (struct.error, ValueError, UnicodeDecodeError) as e:
+            return xid, zxid, zk_exc.UnfinishedRead(f"malformed answer to opcode {opcode}: {e}")
+        if parsed is not None:
+            return xid, zxid, parsed
         return xid, zxid, protocol.response_xref[opcode].deserialize(raw[REPLY_HEADER.size :])
 
     async def _read(self, size: int = -1) -> bytes:
@@ -434,8 +442,7 @@ class ZKSession(Session):
     # -- watch events, without touching aiozk's per-path callback table --
 
     def event_dispatch(self, event: Any) -> None:
-        if event.type in (#: Types of ZooKeeper watch events.
-EV_CREATED, EV_DELETED, EV_DATA_CHANGED, EV_CHILDREN_CHANGED):
+        if event.type in (EV_CREATED, EV_DELETED, EV_DATA_CHANGED, EV_CHILDREN_CHANGED):
             self._on_watch_event(event)
         elif event.state in (protocol.WatchEvent.SESSION_EXPIRED, protocol.WatchEvent.AUTH_FAILED):
             log.warning("ZooKeeper state event %s; reconnecting", event.state)
