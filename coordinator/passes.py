@@ -113,6 +113,8 @@ class Passes:
         """The freeze's last delta, taken from the tracker, not yet carried and checked."""
         self.rules = rules or Rules()
         self.passes = 0
+        self._rounds = 0
+        """Delta rounds carried in this migration (each round's markers name it)."""
         self.counters: dict[str, CounterCarry] = {}
         """What every pass of this migration did to each counter (``migrate status`` shows it)."""
         self.timings: list[dict[str, object]] = []
@@ -150,9 +152,10 @@ class Passes:
         # every standby follows from here on too (``ChangeTracker``): it can finish the freeze
         await self.source.put(paths.PASS, json.dumps({"epoch": flag.epoch, "pass": self.passes + 1}).encode())
         self.passes += 1
-        began = time.monotonic()
-        outcome = await self._full_pass(flag, f"pass {self.passes}")
-        self._timed("full", time.monotonic() - began, report=outcome.report)
+        began, at = time.monotonic(), len(self.timings)
+        outcome, early = await self._full_pass(flag, f"pass {self.passes}", early_delta=True)
+        # in the order the passes began: the first delta round ran beside this pass's verification
+        self._timed("full", time.monotonic() - began, report=outcome.report, at=at)
         if outcome.error and (outcome.unreachable or await self.reachability.probe(flag.target_url)):
             raise Unreachable(outcome.error)
         if self.tracker.broken is not None:
@@ -169,6 +172,8 @@ class Passes:
             # pass meets some, so this must not cost another full pass.
             if (failure := await self._carry(flag, await self._subtrees(outcome.conflicts))) is not None:
                 return PassResult(failure, self.passes)
+        if early is not None:
+            return PassResult(early, self.passes)
         if not outcome.ok and not outcome.report.get("verify"):
             return PassResult(outcome.failure(), self.passes)
         # the copy never deletes: what only the target has, the source deleted after an earlier
@@ -232,28 +237,38 @@ class Passes:
 
     async def _deltas(self, flag: MigrationFlag) -> str | None:
         previous: int | None = None
-        for round_ in range(MAX_DELTA_PASSES):
-            # standbys forget what this round carries (``ChangeTracker``): mark where it begins
-            marker = json.dumps({"epoch": flag.epoch, "pass": self.passes, "round": round_}).encode()
-            try:
-                await self.tracker.barrier(
-                    paths.CARRYING, functools.partial(self.source.put, paths.CARRYING, marker), BARRIER_SECONDS
-                )
-            except TimeoutError:
-                return None  # the stream broke: the caller sees it and runs another full pass
-            changed = self.tracker.take()
-            if not changed:
-                return None
-            began = time.monotonic()
-            failure = await self._carry(flag, set(changed))
-            self._timed("delta", time.monotonic() - began, paths=len(changed))
+        for _ in range(MAX_DELTA_PASSES):
+            carried, failure = await self._delta_round(flag)
             if failure is not None:
                 return failure
-            await self.source.put(paths.CARRIED, marker)
-            if previous is not None and len(changed) >= previous:
+            if carried is None:
+                return None
+            if previous is not None and carried >= previous:
                 return None  # not shrinking: the freeze carries the rest
-            previous = len(changed)
+            previous = carried
         return None
+
+    async def _delta_round(self, flag: MigrationFlag) -> tuple[int | None, str | None]:
+        """Carry what changed since the last round: (how many paths, or None when none changed or
+        the stream broke; the failure, if any)."""
+        self._rounds += 1
+        # standbys forget what this round carries (``ChangeTracker``): mark where it begins
+        marker = json.dumps({"epoch": flag.epoch, "pass": self.passes, "round": self._rounds}).encode()
+        try:
+            await self.tracker.barrier(
+                paths.CARRYING, functools.partial(self.source.put, paths.CARRYING, marker), BARRIER_SECONDS
+            )
+        except TimeoutError:
+            return None, None  # the stream broke: the caller sees it and runs another full pass
+        changed = self.tracker.take()
+        if not changed:
+            return None, None
+        began = time.monotonic()
+        failure = await self._carry(flag, set(changed))
+        self._timed("delta", time.monotonic() - began, paths=len(changed))
+        if failure is None:
+            await self.source.put(paths.CARRIED, marker)
+        return len(changed), failure
 
     async def _subtrees(self, roots: list[str]) -> set[str]:
         """``roots`` and every node the source holds below them (a conflict's subtree)."""
@@ -303,7 +318,7 @@ class Passes:
         began = time.monotonic()
         if len(changed) >= self.spark_delta_threshold:
             try:
-                outcome = await self._full_pass(flag, "final pass")
+                outcome, _ = await self._full_pass(flag, "final pass")
             except FreezeBroken as e:
                 return PassResult(str(e), self.passes)
             if outcome.error and outcome.unreachable:
@@ -346,7 +361,7 @@ class Passes:
         else:
             log.warning("COMPLETED, not released: no trusted change stream here (%s); a full pass finds what differs",
                         self.tracker.broken or "not followed since the last pass")
-            outcome = await self._full_pass(flag, "settling pass")
+            outcome, _ = await self._full_pass(flag, "settling pass")
             if outcome.error:
                 if outcome.unreachable:
                     raise Unreachable(outcome.error)
@@ -372,17 +387,30 @@ class Passes:
 
     # ---- a full pass on Spark ------------------------------------------------------------------
 
-    async def _full_pass(self, flag: MigrationFlag, stage: str) -> CopyOutcome:
+    async def _full_pass(
+        self, flag: MigrationFlag, stage: str, *, early_delta: bool = False
+    ) -> tuple[CopyOutcome, str | None]:
         """The Spark copy with its verification, in a child process, watched while it runs:
         ``Abandoned`` when the flag moves or leadership goes; inside the freeze a change to
-        the source ends it early with ``FreezeBroken``."""
+        the source ends it early with ``FreezeBroken``. With ``early_delta``, the first delta
+        round runs beside the verification, once the copy's writes are done (the verification
+        expects mismatches on the paths that changed: the round carries exactly those); then
+        its failure comes second."""
         target_url = self._target_url(flag.target_url)
         runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master, self.rules,
                             lease=self._lease)
         log.info("%s: copying %s -> %s", stage, self.source_url, target_url)
-        copying = asyncio.get_running_loop().create_task(
-            runner.run(lambda s, d, t: self._report(flag, f"{stage}: {s}", d, t))
-        )
+        copied = asyncio.Event()
+        stages: set[str] = set()
+
+        def on_progress(s: str, d: int, t: int) -> None:
+            if "copying" in stages and s != "copying":
+                copied.set()  # the job lists and verifies now: no copy write is left in flight
+            stages.add(s)
+            self._report(flag, f"{stage}: {s}", d, t)
+
+        copying = asyncio.get_running_loop().create_task(runner.run(on_progress))
+        early: asyncio.Task[tuple[int | None, str | None]] | None = None
         try:
             while not copying.done():
                 await asyncio.wait([copying], timeout=POLL_SECONDS)
@@ -399,16 +427,23 @@ class Passes:
                 if (why := await self.reachability.probe(flag.target_url)) is not None:
                     if self.reachability.down_for > bound:
                         raise Unreachable(f"{why} while the copy ran")
+                if early_delta and early is None and copied.is_set() and not flag.phase.frozen:
+                    early = asyncio.get_running_loop().create_task(self._delta_round(flag))
             outcome = copying.result()
             if outcome.kind == "LeaseExpired":
                 raise Abandoned()  # this coordinator was paused or cut off: is it still the leader?
             merge_into(self.counters, {p: CounterCarry(**c) for p, c in (outcome.report.get("counters") or {}).items()})
-            return outcome
+            return outcome, (await early)[1] if early is not None else None
         finally:
             if not copying.done():
                 runner.kill()
                 with contextlib.suppress(BaseException):
                     await copying
+            if early is not None and not early.done():
+                # its writes are fenced by the leader lease; let them end before the driver
+                # decides (a cleanup of the target must not race a carry)
+                with contextlib.suppress(BaseException):
+                    await early
 
     # ---- progress ------------------------------------------------------------------------------
 
@@ -422,8 +457,9 @@ class Passes:
         }, force=force)
 
     def _timed(self, kind: str, seconds: float, *, paths: int | None = None,
-               report: dict[str, Any] | None = None) -> None:
-        self.timings.append(pass_timing(kind, self.passes, seconds, paths=paths, report=report))
+               report: dict[str, Any] | None = None, at: int | None = None) -> None:
+        timing = pass_timing(kind, self.passes, seconds, paths=paths, report=report)
+        self.timings.insert(len(self.timings) if at is None else at, timing)
 
     @property
     def progress(self) -> dict[str, object]:
