@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import logging
 import time
@@ -27,13 +26,14 @@ from typing import Any
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms, read_flag
 from metashift.spark.counters import CounterCarry, merge_into
-from metashift.spark.delta import carry, check
+from metashift.spark.delta import check
 from metashift.spark.rules import Rules
-from metashift.stores import NotFound, Store, StoreUnavailable, StoreURL
+from metashift.stores import Store, StoreUnavailable, StoreURL
 from metashift.stores import paths as store_paths
 
 from .change_tracker import ChangeTracker
 from .copy_runner import CopyOutcome, CopyRunner
+from .delta_rounds import BARRIER_SECONDS, DeltaRounds
 from .outage import Reachability
 from .progress import TIMINGS_SHOWN, ProgressNode, counters_shown, pass_timing
 
@@ -41,12 +41,8 @@ log = logging.getLogger(__name__)
 
 #: How often a running copy is checked on (leadership, flag, freeze).
 POLL_SECONDS = 0.5
-#: Delta passes at most in SYNCING before the freeze (they stop earlier when the set stops shrinking).
-MAX_DELTA_PASSES = 5
 #: Full passes at most in SYNCING (each one after a break of the change stream).
 MAX_FULL_PASSES = 5
-#: Longest wait for the barrier's own notification.
-BARRIER_SECONDS = 15.0
 #: How often an unreachable store is probed again in SYNCING.
 OUTAGE_POLL_SECONDS = 1.0
 #: Full passes in a row that failed on a store that answered again at once, before the migration fails.
@@ -73,7 +69,7 @@ class PassResult:
     passes: int = 0
 
 
-class Passes:
+class Passes(DeltaRounds):
     """The copy work of one coordinator: full passes on Spark, delta passes on the store layer."""
 
     def __init__(
@@ -234,65 +230,6 @@ class Passes:
         if mismatch.get("kind") == "counter":  # a counter moves with its children
             return any(store_paths.parent(p) == path for p in self.tracker.since_pass)
         return False
-
-    async def _deltas(self, flag: MigrationFlag) -> str | None:
-        previous: int | None = None
-        for _ in range(MAX_DELTA_PASSES):
-            carried, failure = await self._delta_round(flag)
-            if failure is not None:
-                return failure
-            if carried is None:
-                return None
-            if previous is not None and carried >= previous:
-                return None  # not shrinking: the freeze carries the rest
-            previous = carried
-        return None
-
-    async def _delta_round(self, flag: MigrationFlag) -> tuple[int | None, str | None]:
-        """Carry what changed since the last round: (how many paths, or None when none changed or
-        the stream broke; the failure, if any)."""
-        self._rounds += 1
-        # standbys forget what this round carries (``ChangeTracker``): mark where it begins
-        marker = json.dumps({"epoch": flag.epoch, "pass": self.passes, "round": self._rounds}).encode()
-        try:
-            await self.tracker.barrier(
-                paths.CARRYING, functools.partial(self.source.put, paths.CARRYING, marker), BARRIER_SECONDS
-            )
-        except TimeoutError:
-            return None, None  # the stream broke: the caller sees it and runs another full pass
-        changed = self.tracker.take()
-        if not changed:
-            return None, None
-        began = time.monotonic()
-        failure = await self._carry(flag, set(changed))
-        self._timed("delta", time.monotonic() - began, paths=len(changed))
-        if failure is None:
-            await self.source.put(paths.CARRIED, marker)
-        return len(changed), failure
-
-    async def _subtrees(self, roots: list[str]) -> set[str]:
-        """``roots`` and every node the source holds below them (a conflict's subtree)."""
-        found = set(roots)
-        for root in roots:
-            with contextlib.suppress(NotFound):  # deleted again since: the carry deletes it
-                async for page in self.source.walk(root):
-                    found.update(node.path for node in page)
-        return found
-
-    async def _carry(self, flag: MigrationFlag, changed: set[str]) -> str | None:
-        await self._still_leader()
-        target = await self._open_target(flag.target_url)
-        try:
-            report = await carry(self.source, target, changed, self.rules, self._fence)
-        finally:
-            await target.close()
-        merge_into(self.counters, report.counters)
-        self._report(flag, "delta", report.paths, report.paths, force=True)
-        log.info("carried %d changed path(s): %d written, %d deleted", report.paths, report.written, report.deleted)
-        if report.conflicts:
-            path, why = report.conflicts[0]
-            return f"cannot carry {path} over: {why}"
-        return None
 
     # ---- COPYING -------------------------------------------------------------------------------
 
