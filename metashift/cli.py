@@ -59,7 +59,7 @@ async def _sandbox(args: argparse.Namespace) -> int:
         Options(
             topics=args.topics, brokers=args.brokers, bookies=args.bookies, clients_per_agent=args.clients,
             json=args.json, kill_agent_at=args.kill_agent_at, kill_agent=args.kill_agent, keep=args.keep,
-            spark_master=args.spark_master,
+            spark_master=args.spark_master, beside_copy=args.beside_copy,
             pulsar=args.pulsar, abort_first=args.abort_first,
         )
     )
@@ -81,6 +81,9 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--spark-master", metavar="M", help="Spark master of the coordinator's copy (default local[*])")
     p.add_argument("--keep", action="store_true", help="keep the work directory (agent logs and configs)")
+    p.add_argument("--beside-copy", action="store_true",
+                   help="then time `metashift copy --verify` of the same tree into a fresh etcd, alone, and report "
+                   "the migration's time (start to COMPLETED) against it (migration_vs_copy)")
     p.add_argument("--pulsar", action="store_true",
                    help="a real Apache Pulsar cluster (the release `make setup` fetched: a bookie, two brokers, "
                    "producers and consumers) instead of simulated clients; then Pulsar restarted on etcd directly")

@@ -33,7 +33,7 @@ def _run_json(*extra: str) -> tuple[int, dict[str, Any], str]:
 
 
 def test_sandbox_migrates_with_agents_as_processes_and_loses_no_write() -> None:
-    code, report, stderr = _run_json()
+    code, report, stderr = _run_json("--beside-copy")
     assert report["phase"] == "COMPLETED", (report, stderr[-3000:])
     assert report["verified"] is True and report["tree_verified"] is True, report
     assert report["writes_lost"] == 0, report["lost"]
@@ -44,6 +44,11 @@ def test_sandbox_migrates_with_agents_as_processes_and_loses_no_write() -> None:
     assert {"SYNCING", "PREPARATION", "COPYING"} <= set(report["phases"])
     assert report["freeze_ms"] is not None and report["freeze_ms"] > 0 and report["passes"] >= 1
     assert [t["kind"] for t in report["pass_timings"]][:1] == ["full"] and report["pass_timings"][0]["stages"]
+    # --beside-copy: copy --verify of the same tree (and what the clients wrote) alone, against the migration
+    assert report["copy_verify_nodes"] >= report["nodes"] and report["copy_verify_seconds"] > 0, report
+    migration = sum(report["phases"][p] for p in ("SYNCING", "PREPARATION", "COPYING"))
+    assert report["migration_seconds"] == pytest.approx(migration, abs=0.01), report
+    assert report["migration_vs_copy"] == pytest.approx(migration / report["copy_verify_seconds"], abs=0.01), report
     assert code == 0, stderr[-3000:]
     # the agents were separate processes
     assert len(re.findall(r"(?:broker|bookie)-\d \(pid \d+\)", stderr)) == 5, stderr

@@ -106,6 +106,8 @@ class SandboxReport:
     killed_agent: str | None = None
     pulsar: Any = None
     """``sandbox --pulsar``: the ``PulsarFigures`` of the real cluster (its JSON fields are added)."""
+    beside_copy: dict[str, Any] = field(default_factory=dict)
+    """``--beside-copy``: the migration's time beside ``copy --verify`` of the same tree (``beside_copy``)."""
     seconds: float = 0.0
     work_dir: str = ""
 
@@ -153,6 +155,7 @@ class SandboxReport:
             "lives_on": self.lives_on,
             "killed_agent": self.killed_agent,
             "seconds": round(self.seconds, 3),
+            **self.beside_copy,
             **(self.pulsar.json_fields() if self.pulsar is not None else {}),
         }
 
@@ -207,5 +210,11 @@ class SandboxReport:
             f"({self.copied_nodes} nodes copied); tree: {tree_line}",
         ]
         lines += [f"    {m}" for m in tree.get("shown", [])[:10]]
+        if self.beside_copy:
+            b = self.beside_copy
+            ratio = b.get("migration_vs_copy")
+            lines.append(f"  beside copy    migration {b['migration_seconds']:.1f}s (start to COMPLETED), "
+                         f"copy --verify of the same tree {b['copy_verify_seconds']:.1f}s: "
+                         + (f"{ratio:.2f}x" if ratio is not None else b.get("copy_verify_error", "no ratio")))
         lines.append(f"  took           {self.seconds:.1f}s")
         return "\n".join(lines)

@@ -32,6 +32,7 @@ from metashift.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, g
 from metashift.stores import MetadataStore, MetadataStoreError, Notification, open_store
 
 from .agents import AgentProcess, AgentStartError, die_with_parent, start_agents, stop_agents
+from .beside_copy import copy_beside
 from .clients import WRITER_ROOT, SimClient, carried, missing
 from .report import SandboxReport, freeze_window, percentiles, split_timings
 
@@ -65,6 +66,8 @@ class Options:
     """Keep the work directory (logs, configs) instead of removing it."""
     pulsar: bool = False
     """A real Pulsar cluster (bookie, brokers, producers, consumers) instead of simulated clients."""
+    beside_copy: bool = False
+    """After the migration: ``metashift copy --verify`` of the same tree, timed beside it (``beside_copy``)."""
     abort_first: bool = False
     """With ``pulsar``: a first migration aborted mid-way (FAILED, Pulsar carries on on ZooKeeper),
     then the migration."""
@@ -127,6 +130,8 @@ class Sandbox:
         self._lap("after")
         await self._check(frozen)
         self._lap("check")
+        if self.options.beside_copy:
+            await self._copy_beside()
         self.report.seconds = time.monotonic() - self._started
         return self.report
 
@@ -337,6 +342,15 @@ class Sandbox:
             r.phases["switch"] = max(0.0, last - frozen[1])
         if completed:
             await self._verify_tree()
+
+    async def _copy_beside(self) -> None:
+        """``metashift copy --verify`` of the source into a fresh etcd, alone on the machine."""
+        assert self.zk is not None and self.work_dir is not None
+        await stop_agents(self.agents)
+        say("metashift copy --verify of the same tree into a fresh etcd, alone, for comparison ...")
+        beside = await copy_beside(self.zk.url, self.work_dir, self.procs)
+        self.report.beside_copy = beside.fields(self.report.phases)
+        self._lap("copy --verify")
 
     def _lives_on(self) -> tuple[str, str]:
         """Where the cluster lives at the end: its store's URL, and how the report names it."""

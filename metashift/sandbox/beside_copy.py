@@ -1,0 +1,76 @@
+"""``sandbox --beside-copy``: the whole migration beside ``metashift copy --verify`` of the same
+tree on the same machine, in one run.
+
+After the migration and its checks, with the agents and clients stopped (nothing else of the
+sandbox runs), ``metashift copy --verify`` copies the source ZooKeeper into a fresh, empty etcd, as
+a user runs it (its own process: interpreter, Spark, copy, verification). Its wall time is the
+floor the migration is measured against: from ``migrate start`` to COMPLETED (SYNCING,
+PREPARATION and COPYING) the migration copied the same tree while clients wrote through five
+agents on the same cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from metashift.local_servers import LocalEtcd
+
+from .agents import die_with_parent
+
+#: The phases from ``migrate start`` to COMPLETED.
+MIGRATION_PHASES = ("SYNCING", "PREPARATION", "COPYING")
+
+
+@dataclass
+class BesideCopy:
+    """``metashift copy --verify`` of the migrated tree into a fresh etcd: its wall time and report."""
+
+    seconds: float
+    nodes: int
+    ok: bool
+    error: str = ""
+
+    def fields(self, phases: dict[str, float]) -> dict[str, Any]:
+        """The report's fields: both times and their ratio (None when the copy did not pass)."""
+        migration = sum(phases.get(p, 0.0) for p in MIGRATION_PHASES)
+        return {
+            "migration_seconds": round(migration, 3),
+            "copy_verify_seconds": round(self.seconds, 3),
+            "copy_verify_nodes": self.nodes,
+            "migration_vs_copy": round(migration / self.seconds, 2) if self.ok and self.seconds > 0 else None,
+            **({"copy_verify_error": self.error} if self.error else {}),
+        }
+
+
+async def copy_beside(source_url: str, work_dir: Path, procs: list[asyncio.subprocess.Process]) -> BesideCopy:
+    """Run ``metashift copy --verify`` from ``source_url`` into a new etcd under ``work_dir``
+    (started and removed here); ``procs`` gets the child process (the sandbox's cleanup kills it)."""
+    etcd = LocalEtcd(work_dir / "etcd-beside-copy")
+    etcd.start()
+    try:
+        command = [sys.executable, "-m", "metashift.cli", "copy", "--source", source_url, "--target", etcd.url,
+                   "--verify", "--json", "--no-progress"]  # fmt: skip
+        began = time.monotonic()
+        proc = await asyncio.create_subprocess_exec(
+            *die_with_parent(command), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            stdin=asyncio.subprocess.DEVNULL,
+        )
+        procs.append(proc)
+        out, err = await proc.communicate()
+        seconds = time.monotonic() - began
+        try:
+            body = json.loads(out)
+        except ValueError:
+            last = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+            return BesideCopy(seconds, 0, False, f"copy --verify exited {proc.returncode}: {last}")
+        verify = body.get("verify") or {}
+        ok = proc.returncode == 0 and bool(verify.get("ok"))
+        return BesideCopy(seconds, int(body.get("nodes") or 0), ok, "" if ok else "copy --verify did not pass")
+    finally:
+        etcd.cleanup()
