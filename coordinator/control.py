@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from metashift.migration import paths
-from metashift.migration.flag import FlagChanged, MigrationFlag, move, new_flag, write_flag
+from metashift.migration.flag import FlagChanged, MigrationFlag, move, new_flag, now_ms, write_flag
 from metashift.migration.origin import StoreState, read_state
 from metashift.migration.participants import list_participants
 from metashift.migration.phase import Phase
@@ -21,6 +21,9 @@ from .election import LeaderElection
 
 #: How long ``start`` waits for the coordinator to remove a failed migration's copy.
 CLEAN_WAIT = 60.0
+#: How long ``--clean-target`` waits for agents to leave a store the cluster migrated away from
+#: (each leaves once it has moved home: a heartbeat period or so after COMPLETED).
+LEAVE_WAIT = 30.0
 
 
 class MigrationRefused(MetadataStoreError):
@@ -100,11 +103,25 @@ async def check_cleanable(target: MetadataStore) -> None:
             "not removing anything there"
         )
     agents = await list_participants(target)
+    deadline = time.monotonic() + LEAVE_WAIT  # whatever the clock of the host that wrote the flag says
+    while agents and _leaving(state) and time.monotonic() < deadline:
+        # the cluster left this store moments ago (its flag says COMPLETED): its agents leave it
+        # one by one as they move home; a way back started at once must not find them still there
+        await asyncio.sleep(0.2)
+        state = await read_state(target)
+        agents = await list_participants(target)
     if agents:
         names = ", ".join(sorted({a.node_id for a in agents}))
         raise MigrationRefused(
             f"agents are registered in the target {target.url} ({names}): a cluster lives there; not removing anything"
         )
+
+
+def _leaving(state: StoreState) -> bool:
+    """The cluster left this store less than ``LEAVE_WAIT`` ago: agents still registered there may
+    be on their way out."""
+    flag = state.flag
+    return state.left_for is not None and flag is not None and now_ms() - flag.phase_since < LEAVE_WAIT * 1000
 
 
 async def abort(source: MetadataStore) -> MigrationFlag:

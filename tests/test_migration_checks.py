@@ -177,3 +177,32 @@ async def test_the_write_gate_acknowledges_writes_only_under_its_lease(zk_url: s
     await asyncio.wait_for(held, 10)
     got = await store.get("/leased")
     assert got is not None and got[0] == b"3"
+
+
+async def test_clean_target_waits_for_agents_leaving_a_store_the_cluster_just_left(
+    zk_url: str, etcd_url: str, open_stores: Any
+) -> None:
+    """A way back started the moment the migration completed: the old source still lists agents
+    that are moving home (each leaves once it has). ``--clean-target`` waits for them, instead of
+    calling the store a live cluster's (seen in a chaos run: seed 723, "reverse")."""
+    from metashift.migration.flag import now_ms
+
+    source: MetadataStore = await open_stores(zk_url)
+    target: MetadataStore = await open_stores(etcd_url)
+    await _register(source)
+    await target.put("/admin/policies/t", b"old")
+    await write_flag(target, MigrationFlag(Phase.COMPLETED, zk_url, 4, phase_since=now_ms()), -1)
+    leaving: MetadataStore = await open_stores(etcd_url)  # an agent's session there, not yet gone
+    await _register(leaving, "broker-1")
+    await source.put(paths.ORIGIN, Origin(4, etcd_url).to_json())
+
+    async def leave_soon() -> None:
+        await asyncio.sleep(1.0)
+        for name in await leaving.get_children(paths.PARTICIPANTS):
+            await leaving.delete(f"{paths.PARTICIPANTS}/{name}")
+
+    left = asyncio.get_running_loop().create_task(leave_soon())
+    flag = await control.start(source, etcd_url, clean_target=True)
+    await left
+    assert flag.epoch == 5 and flag.phase is Phase.SYNCING
+    assert await target.get("/admin/policies/t") is None
