@@ -46,6 +46,7 @@ def test_sandbox_migrates_with_agents_as_processes_and_loses_no_write() -> None:
     assert [t["kind"] for t in report["pass_timings"]][:1] == ["full"] and report["pass_timings"][0]["stages"]
     # --beside-copy: copy --verify of the same tree (and what the clients wrote) alone, against the migration
     assert report["copy_verify_nodes"] >= report["nodes"] and report["copy_verify_seconds"] > 0, report
+    assert report["copy_verify_stages"]["copy"] > 0 and report["copy_verify_stages"]["verify"] > 0, report
     migration = sum(report["phases"][p] for p in ("SYNCING", "PREPARATION", "COPYING"))
     assert report["migration_seconds"] == pytest.approx(migration, abs=0.01), report
     assert report["migration_vs_copy"] == pytest.approx(migration / report["copy_verify_seconds"], abs=0.01), report

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metashift.coordinator.progress import pass_timing
 from metashift.local_servers import LocalEtcd
 
 from .agents import die_with_parent
@@ -35,6 +36,8 @@ class BesideCopy:
     nodes: int
     ok: bool
     error: str = ""
+    stages: dict[str, float] | None = None
+    """The copy's own stages, named as a full pass's (``pass_timing``): set beside its stages."""
 
     def fields(self, phases: dict[str, float]) -> dict[str, Any]:
         """The report's fields: both times and their ratio (None when the copy did not pass)."""
@@ -44,6 +47,7 @@ class BesideCopy:
             "copy_verify_seconds": round(self.seconds, 3),
             "copy_verify_nodes": self.nodes,
             "migration_vs_copy": round(migration / self.seconds, 2) if self.ok and self.seconds > 0 else None,
+            "copy_verify_stages": self.stages or {},
             **({"copy_verify_error": self.error} if self.error else {}),
         }
 
@@ -71,6 +75,8 @@ async def copy_beside(source_url: str, work_dir: Path, procs: list[asyncio.subpr
             return BesideCopy(seconds, 0, False, f"copy --verify exited {proc.returncode}: {last}")
         verify = body.get("verify") or {}
         ok = proc.returncode == 0 and bool(verify.get("ok"))
-        return BesideCopy(seconds, int(body.get("nodes") or 0), ok, "" if ok else "copy --verify did not pass")
+        stages = pass_timing("full", 1, seconds, report=body).get("stages")
+        return BesideCopy(seconds, int(body.get("nodes") or 0), ok, "" if ok else "copy --verify did not pass",
+                          stages if isinstance(stages, dict) else None)
     finally:
         etcd.cleanup()

@@ -216,5 +216,8 @@ class SandboxReport:
             lines.append(f"  beside copy    migration {b['migration_seconds']:.1f}s (start to COMPLETED), "
                          f"copy --verify of the same tree {b['copy_verify_seconds']:.1f}s: "
                          + (f"{ratio:.2f}x" if ratio is not None else b.get("copy_verify_error", "no ratio")))
+            if b.get("copy_verify_stages"):
+                lines.append("    copy --verify alone (" + ", ".join(
+                    f"{k} {float(v):.1f}" for k, v in b["copy_verify_stages"].items()) + ")")
         lines.append(f"  took           {self.seconds:.1f}s")
         return "\n".join(lines)
