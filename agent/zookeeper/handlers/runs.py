@@ -12,7 +12,6 @@ the single request."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -110,8 +109,6 @@ class WriteRuns(WriteRequests):
 
         try:
             answered = await self.gate.run(apply)
-        except asyncio.CancelledError:
-            raise
         except (MetadataStoreError, ZkError, ValueError, TypeError) as err:
             # the gate held past its bound, or the outcome is unknown: every write's answer (as ``handle``)
             code = error_code(err)

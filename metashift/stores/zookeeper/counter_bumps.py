@@ -24,10 +24,6 @@ from .wire.jute import MULTI_HEADER as _MULTI_HEADER
 #: The opcode that marks a ``BumpMulti`` in the connection's table of requests in flight, so that
 #: its answer takes ``bump_error``'s path; the wire carries ZooKeeper's own ``multi`` (14).
 OPCODE_BUMPS = -Op.MULTI
-_OPCODE_MULTI = Op.MULTI
-_OPCODE_CREATE = Op.CREATE
-_OPCODE_DELETE = Op.DELETE
-_OPCODE_ERROR = Op.ERROR
 #: (create, delete) pairs per multi (512 operations, ~25 KB): measured, 64 pairs reach 54k steps/s, 256 pairs
 #: 73k (the server's work per request is shared by more steps), 1024 no more.
 PAIRS_PER_MULTI = 256
@@ -58,7 +54,7 @@ class BumpMulti:
         self._body = multi.serialize(0)[_REQUEST_HEADER.size :]
 
     def serialize(self, xid: int | None = None) -> bytes:
-        return _REQUEST_HEADER.pack(xid or 0, _OPCODE_MULTI) + self._body
+        return _REQUEST_HEADER.pack(xid or 0, Op.MULTI) + self._body
 
 
 def bump_error(raw: bytes, at: int) -> int:
@@ -69,13 +65,13 @@ def bump_error(raw: bytes, at: int) -> int:
         at += _MULTI_HEADER.size
         if done:
             return 0
-        if opcode == _OPCODE_CREATE:  # the created path
+        if opcode == Op.CREATE:  # the created path
             (n,) = SIZE.unpack_from(raw, at)
             at += 4 + max(n, 0)
-        elif opcode == _OPCODE_ERROR:
+        elif opcode == Op.ERROR:
             (code,) = SIZE.unpack_from(raw, at)
             return code or error or -1
-        elif opcode != _OPCODE_DELETE:
+        elif opcode != Op.DELETE:
             return -1  # not an answer to our multi
 
 

@@ -30,9 +30,6 @@ class FastAnswer:
     def __init__(self, path: str | None, stat: FastStat | None) -> None:
         self.path, self.stat = path, stat
 
-    def __bool__(self) -> bool:
-        return True
-
 
 class FastMulti:
     """A multi's answer: one ``FastAnswer`` or aiozk exception per operation, in order."""
@@ -41,9 +38,6 @@ class FastMulti:
 
     def __init__(self, responses: list[Any]) -> None:
         self.responses = responses
-
-    def __bool__(self) -> bool:
-        return True
 
 
 class FastWatchEvent:
