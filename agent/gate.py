@@ -376,7 +376,7 @@ class WriteGate:
         """Route to ``towards`` (default: stay on the active store), then release the held writes
         there in arrival order; returns how many were released in order."""
         if towards is not None:
-            self.router.switch(towards)
+            await self.router.switch_watching(towards)
         while True:
             if self.shutting_down:  # nothing is held any more; writes flow but never wait
                 self._move(GateState.STOPPING)

@@ -69,42 +69,49 @@ def _decoder(message: Any) -> Callable[[bytes], Any]:
 
 
 class NotificationHub:
-    """Fans the active store's notifications out to the Watch streams."""
+    """Fans the active store's notifications out to the Watch streams: each stream listens to the
+    active store on its own prefix, so a store with no stream open watches nothing for them."""
 
     def __init__(self, router: Router) -> None:
-        self._queues: dict[asyncio.Queue[WatchItem], str] = {}
-        self._remove = router.active.add_listener(self._publish)
+        self._router = router
+        self._queues: dict[asyncio.Queue[WatchItem], tuple[str, Callable[[], None]]] = {}
         router.on_switch(self._switched)
 
     def _switched(self, old: MetadataStore, new: MetadataStore) -> None:
-        self._remove()
-        self._remove = new.add_listener(self._publish)
+        for queue, (prefix, remove) in list(self._queues.items()):
+            remove()
+            self._queues[queue] = (prefix, self._listen(new, queue, prefix))
 
-    def _publish(self, notification: Notification) -> None:
-        for queue, prefix in list(self._queues.items()):
-            if prefix and not paths.is_under(notification.path, prefix):
-                continue
+    def _listen(self, store: MetadataStore, queue: asyncio.Queue[WatchItem], prefix: str) -> Callable[[], None]:
+        def publish(notification: Notification) -> None:
             if queue.qsize() >= WATCH_QUEUE_LIMIT:
                 # too slow a reader: end its stream with an error (it has missed notifications
                 # and must re-read what it caches) rather than let the queue grow forever
+                self.unsubscribe(queue)
                 queue.put_nowait(WATCH_OVERFLOW)
-                self._queues.pop(queue, None)
-                continue
+                return
             queue.put_nowait(notification)
+
+        return store.add_listener(publish, under=prefix)
 
     def subscribe(self, prefix: str) -> asyncio.Queue[WatchItem]:
         queue: asyncio.Queue[WatchItem] = asyncio.Queue()
-        self._queues[queue] = "" if prefix == paths.SEPARATOR else prefix
+        self._queues[queue] = (prefix, self._listen(self._router.active, queue, prefix))
         return queue
 
+    async def ready(self) -> None:
+        """The active store watches every stream's prefix (its server confirmed it)."""
+        await self._router.active.watch_ready()
+
     def unsubscribe(self, queue: asyncio.Queue[WatchItem]) -> None:
-        self._queues.pop(queue, None)
+        entry = self._queues.pop(queue, None)
+        if entry is not None:
+            entry[1]()
 
     def close(self) -> None:
         for queue in list(self._queues):
+            self.unsubscribe(queue)
             queue.put_nowait(None)
-        self._queues.clear()
-        self._remove()
 
     def __len__(self) -> int:
         return len(self._queues)
@@ -424,6 +431,7 @@ class Gateway:
         queue = self.hub.subscribe(prefix)
         self.metrics.watchers.set(len(self.hub))
         try:
+            await self.hub.ready()  # ready means: every change from now on is sent
             await context.write(pb.WatchResponse(ready=True))
             while True:
                 notification = await queue.get()

@@ -160,7 +160,10 @@ class Participant:
 
     def _listen(self) -> None:
         store = self.home.store
-        self._removers = [store.add_listener(self._on_notification), store.add_session_listener(self._on_session_event)]
+        self._removers = [
+            store.add_listener(self._on_notification, under=paths.ROOT),  # the flag and its own record
+            store.add_session_listener(self._on_session_event),
+        ]
 
     def _unlisten(self) -> None:
         for remove in self._removers:

@@ -9,11 +9,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from metashift.stores import MetadataStore
+from metashift.stores import MetadataStore, Notification
 
 log = logging.getLogger(__name__)
 
 SwitchListener = Callable[[MetadataStore, MetadataStore], None]
+
+
+def _ignore(notification: Notification) -> None:
+    """A listener that only keeps a watch up."""
 
 
 class Router:
@@ -39,6 +43,17 @@ class Router:
         log.info("routing to %s (%s)", self.active_name, store.url)
         for listener in list(self._listeners):
             listener(old, store)
+
+    async def switch_watching(self, store: MetadataStore) -> None:
+        """``switch`` to ``store`` once it watches the subtrees the active store watches for its
+        listeners (which the switch moves to it), so that they miss no change made after it."""
+        holds = [store.add_listener(_ignore, under=p) for p in self.active.watched] if store is not self.active else []
+        try:
+            await store.watch_ready()
+            self.switch(store)
+        finally:
+            for release in holds:
+                release()
 
     def on_switch(self, listener: SwitchListener) -> None:
         self._listeners.append(listener)

@@ -7,12 +7,19 @@ writer that bypasses the agents. A break in the stream (connection lost, session
 watch resumed after compaction, which the store reports as ConnectionLost) means changes may
 have been missed: the delta is no longer trusted.
 
-Every coordinator candidate follows the changes, leader or not. A standby starts again from each
-``pass`` marker the leader writes as a full pass begins (after its own tracker started, before
-the copy reads anything), and forgets what changed before a ``carrying`` marker once the leader
-writes ``carried`` (the changes of that round are in the target): so a standby that takes over
-inside the freeze knows every path that changed since the leader last carried, and carries and
-checks those, instead of failing.
+Following the whole tree costs an event for every write of the cluster, so a tracker listens
+to the whole tree only while it needs to; otherwise only to the migration's own subtree (the
+markers below). The leader follows from the start of each full pass. A standby candidate starts
+following when the leader's first round of changes begins (its ``carrying`` marker: the full
+pass's bulk copy is over, so the standbys are not sent the cluster's writes while the copy
+needs the machine), and is anchored at the first round it saw begin after the store confirmed
+its watch: once the leader writes ``carried``, every change before that round's ``carrying``
+is in the target, and the standby knows every one after. It also starts again from each
+``pass`` marker it sees while following. So a standby that takes over inside the freeze knows
+every path that changed since the leader last carried, and carries and checks those; one that is
+not anchored (it started late, or the leader went to the freeze before a round it saw) makes the
+freeze's last pass a full one. Once no migration is in progress (``idle``) a tracker listens
+to the migration's subtree only again.
 """
 
 from __future__ import annotations
@@ -47,26 +54,57 @@ class ChangeTracker:
         self._changed_at: dict[str, int] = {}
         """Path -> the sequence number of its last change (a standby's, to forget carried rounds)."""
         self._carrying: int | None = None
+        self._wide = False
+        self._watch_confirmed = False
+        """The store confirmed the whole tree's watch (since the last start of following)."""
+        self._generation = 0
 
     @property
     def active(self) -> bool:
-        return bool(self._removers)
+        """Following the whole tree (not only the migration's subtree)."""
+        return self._wide
 
     @property
     def trusted(self) -> bool:
         """Following since the last full pass began without a break."""
         return self.active and self.anchored and self.broken is None
 
+    @property
+    def generation(self) -> int:
+        """Counts the starts of following: ``idle`` given an older one does nothing."""
+        return self._generation
+
     def start(self) -> None:
-        """Lead: follow from now on, forgetting what was collected (a new full pass begins)."""
+        """Lead: follow from now on, forgetting what was collected (a new full pass begins).
+        ``ready`` waits until the store confirmed the watch."""
         self.standby = False
+        self._generation += 1  # an ``idle`` decided on an older reading of the flag does nothing
         self._restart()
-        self._activate()
+        self._listen(wide=True)
+
+    async def ready(self) -> None:
+        """The store's server confirmed the watch of the whole tree: no later change is missed."""
+        await self.source.watch_ready()
 
     def follow(self) -> None:
-        """Stand by: follow, starting again at each ``pass`` marker of the leader."""
+        """Stand by: listen to the migration's markers, and follow the whole tree from the
+        leader's first round of changes on (the module's doc)."""
         self.standby = True
-        self._activate()
+        if not self._removers:
+            self._listen(wide=False)
+
+    def idle(self, generation: int) -> None:
+        """No migration is in progress (as read after ``generation`` was taken): listen to the
+        migration's subtree only, forgetting what was collected. Nothing when following began
+        again since."""
+        if generation != self._generation or not self._wide:
+            return
+        self.pending.clear()
+        self.since_pass.clear()
+        self._changed_at.clear()
+        self._carrying = None
+        self.anchored = False
+        self._listen(wide=False)
 
     def _restart(self) -> None:
         self.pending.clear()
@@ -84,19 +122,36 @@ class ChangeTracker:
         for path in [p for p, seq in self._changed_at.items() if seq <= mark]:
             self.pending.pop(path, None)
             del self._changed_at[path]
+        if self._watch_confirmed:
+            self.anchored = True  # followed since before that round began: knows every change since
 
-    def _activate(self) -> None:
-        if not self.active:
-            self.anchored = False
-            self._removers = [
-                self.source.add_listener(self._on_change),
-                self.source.add_session_listener(self._on_session_event),
-            ]
+    def _listen(self, *, wide: bool) -> None:
+        """Listen to the whole tree (``wide``) or to the migration's subtree only."""
+        if self._removers and wide == self._wide:
+            return
+        for remove in self._removers:
+            remove()
+        self._wide = wide
+        self._watch_confirmed = False
+        if wide:
+            self._generation += 1
+            self.broken = None
+            asyncio.get_running_loop().create_task(self._confirm(self._generation))
+        self._removers = [
+            self.source.add_listener(self._on_change, under="/" if wide else paths.ROOT),
+            self.source.add_session_listener(self._on_session_event),
+        ]
+
+    async def _confirm(self, generation: int) -> None:
+        await self.source.watch_ready()
+        if generation == self._generation and self._wide:
+            self._watch_confirmed = True
 
     def stop(self) -> None:
         for remove in self._removers:
             remove()
         self._removers = []
+        self._wide = False
         self.anchored = False
 
     def take(self) -> dict[str, NotificationType]:
@@ -118,9 +173,11 @@ class ChangeTracker:
             if barrier is not None:
                 barrier.set()
             if self.standby and n.type is not NotificationType.DELETED:
-                if n.path == paths.PASS:
+                if n.path == paths.CARRYING and not self._wide:
+                    self._listen(wide=True)  # the leader's rounds began: follow, anchor at the next
+                elif n.path == paths.PASS and self._watch_confirmed:
                     self._restart()  # the leader's full pass begins: what changed before, it copies
-                elif n.path == paths.CARRYING:
+                elif n.path == paths.CARRYING and self._watch_confirmed:
                     self._carrying = self._seq
                 elif n.path == paths.CARRIED:
                     self._carried()

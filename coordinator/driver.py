@@ -104,7 +104,7 @@ class Coordinator:
     async def run(self) -> None:
         """Follow the changes and the heartbeats; campaign, lead until deposed, campaign again;
         until cancelled."""
-        remove = self.source.add_listener(self._on_notification)
+        remove = self.source.add_listener(self._on_notification, under=paths.ROOT)
         self.tracker.follow()
         observer = asyncio.get_running_loop().create_task(self._observe(), name="participant-watch")
         try:
@@ -134,10 +134,15 @@ class Coordinator:
                 await asyncio.shield(self.passes.reachability.close())
 
     async def _observe(self) -> None:
-        """Note the participants' heartbeats all along, so that a new leader knows who died."""
+        """Note the participants' heartbeats all along, so that a new leader knows who died; and
+        once no migration is in progress, stop following the whole source (``ChangeTracker``)."""
         while True:
             with contextlib.suppress(MetadataStoreError):
                 await self.participants.observe()
+                generation = self.tracker.generation
+                flag = await read_flag(self.source)
+                if flag is None or not (flag.phase.in_progress or flag.holds_writes):
+                    self.tracker.idle(generation)
             await asyncio.sleep(self.participant_timeout / BEATS_PER_TIMEOUT)
 
     async def _beat(self) -> None:

@@ -63,7 +63,7 @@ class LeaderElection:
             if n.path == paths.LEADER:
                 changed.set()
 
-        remove = self.store.add_listener(on_change)
+        remove = self.store.add_listener(on_change, under=paths.ROOT)
         try:
             while True:
                 changed.clear()

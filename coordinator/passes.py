@@ -144,6 +144,7 @@ class Passes(DeltaRounds):
         """One full pass and the delta passes after it: the result, or ``None`` for another full
         pass. ``Unreachable`` (or a store's ``StoreUnavailable``) when a store did not answer."""
         self.tracker.start()  # before the bulk copy: nothing that changes during it is missed
+        await self.tracker.ready()
         self._final_changed.clear()
         # every standby follows from here on too (``ChangeTracker``): it can finish the freeze
         await self.source.put(paths.PASS, json.dumps({"epoch": flag.epoch, "pass": self.passes + 1}).encode())
@@ -242,24 +243,35 @@ class Passes(DeltaRounds):
 
     async def final(self, flag: MigrationFlag) -> PassResult:
         """The freeze's last delta: barrier, carry, check, and the source still frozen."""
-        if not self.tracker.trusted:
-            why = self.tracker.broken or "this coordinator did not follow the source since the last full pass"
-            return PassResult(f"the delta cannot be trusted inside the freeze: {why}", self.passes)
-        try:
-            await self._barrier()
-        except TimeoutError:
-            return PassResult("the barrier write's notification did not come back: the change stream broke")
+        if self.tracker.broken is not None:
+            return PassResult(f"the delta cannot be trusted inside the freeze: {self.tracker.broken}", self.passes)
+        # a coordinator that took over without following the source since a round it saw begin
+        # (``ChangeTracker``) does not know what changed: its last pass is a full one
+        whole = not self.tracker.trusted
+        if whole:
+            log.warning("this coordinator did not follow the source since the last round of changes: the "
+                        "freeze's last pass is a full one")
+            self.tracker.start()  # from here on, a write into the frozen source is a violation
+            await self.tracker.ready()
+        else:
+            try:
+                await self._barrier()
+            except TimeoutError:
+                return PassResult("the barrier write's notification did not come back: the change stream broke")
         # kept until carried and checked: a store that stops answering midway means trying again
         self._final_changed |= set(self.tracker.take())
         changed = set(self._final_changed)
         began = time.monotonic()
-        if len(changed) >= self.spark_delta_threshold:
+        if whole or len(changed) >= self.spark_delta_threshold:
             try:
                 outcome, _ = await self._full_pass(flag, "final pass")
             except FreezeBroken as e:
                 return PassResult(str(e), self.passes)
             if outcome.error and outcome.unreachable:
                 raise Unreachable(outcome.error)
+            if whole:  # what differs is what changed: carried (deletions too) and checked below
+                changed |= {str(m.get("path")) for m in outcome.mismatches}
+                self._final_changed |= changed
             # the copy never deletes: what was deleted in the source still differs, and is carried next
             unexpected = [m for m in outcome.mismatches if str(m.get("path")) not in changed]
             if outcome.error or unexpected:

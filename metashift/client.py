@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -53,7 +53,6 @@ from metashift.stores import (
 from metashift.stores.aio import cancel_and_wait
 from metashift.stores.coalescing import Coalescer
 from metashift.stores.errors import MetadataStoreError, StoreUnavailable
-from metashift.stores.notifications import NotificationListener
 from metashift.stores.ops import GetResult
 
 log = logging.getLogger(__name__)
@@ -264,14 +263,16 @@ class AgentClient(MetadataStore):
 
     # ---- notifications --------------------------------------------------------------------------
 
-    def add_listener(self, listener: NotificationListener) -> Callable[[], None]:
-        """As ``MetadataStore.add_listener``; the first listener opens the agent's Watch stream, and
-        the next call waits until the agent has registered it, so no change is missed."""
-        remove = super().add_listener(listener)
-        if self._watch_task is None and not self._closing:
+    def _watch_scope_changed(self, added: frozenset[str], removed: frozenset[str]) -> None:
+        """The first listener opens the agent's Watch stream (of the whole tree, kept open), and the
+        next call waits until the agent has registered it, so no change is missed."""
+        if added and self._watch_task is None and not self._closing:
             self._watch_ready = asyncio.get_running_loop().create_future()
             self._watch_task = asyncio.create_task(self._watch_loop())
-        return remove
+
+    async def watch_ready(self) -> None:
+        if self._watch_ready is not None:
+            await asyncio.shield(self._watch_ready)
 
     async def _watch_loop(self) -> None:
         delay = 0.05

@@ -176,6 +176,45 @@ async def test_notifications(store: MetadataStore, store_url: str, open_stores: 
     await _await_notification(seen, NotificationType.DELETED, "/watched/child")
 
 
+async def test_listeners_hear_only_their_subtree_and_the_store_watches_only_that(
+    store: MetadataStore, store_url: str, open_stores: Callable[..., Any]
+) -> None:
+    scoped: asyncio.Queue[Notification] = asyncio.Queue()
+    store.add_listener(scoped.put_nowait, under="/scoped")
+    await store.watch_ready()
+    writer = await open_stores(store_url)
+    await writer.put("/other", b"x", expected_version=-1)
+    await writer.put("/scoped", b"", expected_version=-1)
+    await writer.put("/scoped/child", b"1", expected_version=-1)
+    await _await_notification(scoped, NotificationType.CREATED, "/scoped/child")
+    got = set()
+    while not scoped.empty():
+        got.add(scoped.get_nowait().path)
+    assert got <= {"/scoped", "/scoped/child"}, got  # nothing from outside its subtree
+    everything: asyncio.Queue[Notification] = asyncio.Queue()
+    remove = store.add_listener(everything.put_nowait)
+    await store.watch_ready()
+    await writer.put("/other", b"y")
+    await _await_notification(everything, NotificationType.MODIFIED, "/other")
+    assert store.watched == {"/"}
+    _drain(everything)
+    remove()
+    assert store.watched == {"/scoped"}
+    await writer.put("/scoped/child", b"2")
+    await _await_notification(scoped, NotificationType.MODIFIED, "/scoped/child")
+    await writer.put("/other", b"z")
+    await writer.put("/scoped/child", b"3")
+    await _await_notification(scoped, NotificationType.MODIFIED, "/scoped/child")
+    assert everything.empty()  # removed: a store delivers in order, so it would have had these by now
+
+
+def _drain(queue: asyncio.Queue[Notification]) -> list[Notification]:
+    out = []
+    while not queue.empty():
+        out.append(queue.get_nowait())
+    return out
+
+
 async def _await_notification(queue: asyncio.Queue[Notification], kind: NotificationType, path: str) -> None:
     """Wait (bounded, so a missing notification fails the test instead of hanging it)."""
     async def find() -> None:

@@ -113,6 +113,8 @@ class Forwarder:
         watch = r.bool()
         if not _valid(path):
             return False
+        if watch:
+            self.watches.want()  # before the read reaches the store: no change after it is missed
 
         def done(err: int | None, body: bytes | BaseException) -> None:
             if err is None:

@@ -10,7 +10,7 @@ so watches carry on across a migration.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from metashift.agent.router import Router
 from metashift.agent.zookeeper.session import ZkSession
@@ -23,19 +23,42 @@ KINDS = (DATA, EXIST, CHILD, PERSISTENT, RECURSIVE)
 
 
 class Watches:
-    """Every session's watches, indexed by kind and path."""
+    """Every session's watches, indexed by kind and path.
+
+    The active store is listened to (its whole tree) from the first request that sets a watch,
+    asked for before that request reaches the store so that no change after its answer is missed,
+    until no session holds a watch: a front whose clients set none costs the store no events.
+    """
 
     def __init__(self, router: Router) -> None:
         self._by_kind: dict[str, dict[str, set[ZkSession]]] = {k: defaultdict(set) for k in KINDS}
-        self._remove = router.active.add_listener(self._notified)
+        self._router = router
+        self._remove: Callable[[], None] | None = None
         router.on_switch(self._switched)
 
+    def want(self) -> None:
+        """A request about to set a watch: listen to the active store from now on."""
+        if self._remove is None:
+            self._remove = self._router.active.add_listener(self._notified)
+
+    async def ready(self) -> None:
+        """The active store's server confirmed the watch (for requests that answer at once)."""
+        await self._router.active.watch_ready()
+
     def _switched(self, old: MetadataStore, new: MetadataStore) -> None:
-        self._remove()
-        self._remove = new.add_listener(self._notified)
+        if self._remove is not None:
+            self._remove()
+            self._remove = new.add_listener(self._notified)
+
+    def _unwant_if_idle(self) -> None:
+        if self._remove is not None and not any(self._by_kind.values()):
+            self._remove()
+            self._remove = None
 
     def close(self) -> None:
-        self._remove()
+        if self._remove is not None:
+            self._remove()
+            self._remove = None
 
     # ---- registration ---------------------------------------------------------------------------
 
@@ -72,6 +95,7 @@ class Watches:
                 holders.discard(session)
                 if not holders:
                     del table[path]
+        self._unwant_if_idle()
 
     def count(self) -> int:
         return sum(len(h) for table in self._by_kind.values() for h in table.values())

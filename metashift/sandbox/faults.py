@@ -110,7 +110,7 @@ class FaultInjector:
         source = self.sandbox.source
         assert source is not None
         moved = asyncio.Event()
-        remove = source.add_listener(lambda n: moved.set() if n.path == paths.FLAG else None)
+        remove = source.add_listener(lambda n: moved.set() if n.path == paths.FLAG else None, under=paths.ROOT)
         try:
             while True:
                 moved.clear()

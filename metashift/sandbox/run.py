@@ -224,7 +224,7 @@ class Sandbox:
         since: dict[str, float] = {Phase.SYNCING.value: flag.started_at / 1000.0}
         last_line = ""
         last_shown = 0.0
-        remove = source.add_listener(self._on_flag) if o.kill_agent_at else None
+        remove = source.add_listener(self._on_flag, under=paths.ROOT) if o.kill_agent_at else None
         while True:
             status = (await control.status(source)).to_dict()
             now_flag = await read_flag(source)

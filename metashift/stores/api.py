@@ -19,6 +19,7 @@ from typing import Any
 
 from . import paths
 from .errors import BadVersion, InvalidPath, MetadataStoreError, NotFound, ValueTooLarge
+from .listeners import Listeners
 from .notifications import Notification, NotificationListener, SessionEvent, SessionListener
 from .ops import DeleteOp, ExistsOp, GetChildrenOp, GetOp, GetResult, Op, OpResult, PutOp
 from .stat import Stat
@@ -58,7 +59,7 @@ class MetadataStore(ABC):
 
     def __init__(self, url: StoreURL) -> None:
         self.url = url
-        self._listeners: list[NotificationListener] = []
+        self._listeners = Listeners(self._watch_scope_changed)
         self._session_listeners: list[SessionListener] = []
 
     # ---- reads ----------------------------------------------------------------------------------
@@ -202,10 +203,28 @@ class MetadataStore(ABC):
 
     # ---- notifications --------------------------------------------------------------------------
 
-    def add_listener(self, listener: NotificationListener) -> Callable[[], None]:
-        """Call ``listener`` for every change the store sees; returns a function that removes it."""
-        self._listeners.append(listener)
-        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+    def add_listener(self, listener: NotificationListener, under: str = paths.SEPARATOR) -> Callable[[], None]:
+        """Call ``listener`` for every change at or below ``under``; returns a function that
+        removes it. The store watches only the subtrees its listeners ask for (``listeners``), from
+        now on: a ZooKeeper store asks its server before it sends any later request, so a read
+        made after this call is followed by every later change; an etcd store's watch starts at the
+        last revision it saw. ``watch_ready`` waits until the server confirmed the watch."""
+        return self._listeners.add(listener, under)
+
+    @property
+    def watched(self) -> frozenset[str]:
+        """The subtrees the store watches for its listeners (none below another)."""
+        return self._listeners.roots
+
+    async def watch_ready(self) -> None:
+        """Return once the server confirmed the watch of every subtree listened to (at once for a
+        store that is not connected: its session events tell the listeners to read again)."""
+        return None
+
+    def _watch_scope_changed(self, added: frozenset[str], removed: frozenset[str]) -> None:
+        """Start watching the subtrees ``added``, stop watching those ``removed`` (a store without
+        notifications does nothing)."""
+        return None
 
     def add_session_listener(self, listener: SessionListener) -> Callable[[], None]:
         self._session_listeners.append(listener)
@@ -214,11 +233,7 @@ class MetadataStore(ABC):
         )
 
     def _notify(self, notification: Notification) -> None:
-        for listener in list(self._listeners):
-            try:
-                listener(notification)
-            except Exception:  # a listener's bug must not stop the store's event loop
-                log.exception("notification listener failed for %s", notification)
+        self._listeners.notify(notification)
 
     def _session_event(self, event: SessionEvent) -> None:
         log.info("%s session event: %s", self.url, event.value)

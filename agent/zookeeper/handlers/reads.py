@@ -20,6 +20,8 @@ class ReadRequests(HandlerBase):
 
     async def _exists(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
         check_path(req.path)
+        if req.watch:
+            self.watches.want()
         node = await self._node(req.path)
         if req.watch:
             self.watches.add(DATA if node is not None else EXIST, req.path, session)
@@ -29,6 +31,8 @@ class ReadRequests(HandlerBase):
 
     async def _get_data(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
         check_path(req.path)
+        if req.watch:
+            self.watches.want()
         node = await self._node(req.path)
         if node is None:
             raise ZkError(Err.NONODE)
@@ -38,6 +42,8 @@ class ReadRequests(HandlerBase):
 
     async def _children(self, session: ZkSession, req: wire.PathWatchRequest) -> tuple[list[str], ZStat]:
         check_path(req.path)
+        if req.watch:
+            self.watches.want()
         node = await self._node(req.path)
         if node is None:
             raise ZkError(Err.NONODE)

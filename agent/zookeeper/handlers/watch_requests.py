@@ -22,6 +22,9 @@ class WatchRequests(HandlerBase):
         already holds fires now (exist: the node is there; data, child: the node is gone)."""
         groups = ((DATA, req.data), (EXIST, req.exist), (CHILD, req.child),
                   (PERSISTENT, req.persistent), (RECURSIVE, req.persistent_recursive))
+        if any(wanted for _, wanted in groups):
+            self.watches.want()
+            await self.watches.ready()
         for kind, wanted in groups:
             for path in wanted:
                 if kind in (DATA, EXIST, CHILD):
@@ -49,6 +52,8 @@ class WatchRequests(HandlerBase):
 
     async def _add_watch(self, session: ZkSession, req: wire.AddWatchRequest) -> Body:
         check_path(req.path)
+        self.watches.want()
+        await self.watches.ready()  # answered once every later change will be seen
         if req.mode == AddWatchMode.PERSISTENT:
             self.watches.add(PERSISTENT, req.path, session)
         elif req.mode == AddWatchMode.PERSISTENT_RECURSIVE:

@@ -60,6 +60,9 @@ class EtcdConnection:
         self.watch: Any = None
         self.metadata: Metadata = None
         self.closed = False
+        #: The highest revision an answer's header showed: a watch started after it misses
+        #: nothing that changed after any answer this connection had.
+        self.revision = 0
         #: Set when a call finds the server unavailable or the lease gone: the keep-alive loop
         #: checks at once instead of at its next tick.
         self.poke = asyncio.Event()
@@ -192,7 +195,7 @@ class EtcdConnection:
             raise StoreUnavailable("store is closed", path)
         for attempt in range(2):
             try:
-                return await fn(self.metadata)
+                response = await fn(self.metadata)
             except grpc.aio.AioRpcError as e:
                 if (
                     attempt == 0
@@ -204,6 +207,10 @@ class EtcdConnection:
                     self.metadata = await self._authenticate(self.channel, self.timeout)
                     continue
                 raise self._translate(e, path) from None
+            header = getattr(response, "header", None)
+            if header is not None and header.revision > self.revision:
+                self.revision = header.revision
+            return response
         raise AssertionError("unreachable")
 
     async def range(self, path: str | None, req: Any) -> Any:

@@ -7,7 +7,7 @@ import asyncio
 import logging
 
 from ..aio import cancel_and_wait
-from ..errors import InvalidStoreURL, StoreFull, StoreUnavailable
+from ..errors import InvalidStoreURL, StoreFull
 from ..notifications import SessionEvent
 from ..store import Store
 from ..urls import StoreURL
@@ -29,18 +29,19 @@ class EtcdStore(EtcdTreeWrites, EtcdBulk, Store):
         self._keys = Keys(url.root)
         self._conn = EtcdConnection(url, self._keys)
         self._lease = SessionLease(self._conn, self._session_event)
-        self._watcher = Watcher(self._conn, self._notify, self._missed_changes)
-        self._conn.on_failover = self._watcher.restart
+        self._watchers: dict[str, tuple[Watcher, asyncio.Task[None]]] = {}
+        """The watch of each subtree listened to (``listeners``), and the task that keeps it."""
+        self._conn.on_failover = self._restart_watches
         self._tasks: list[asyncio.Task[None]] = []
         self._watch_enabled = True
 
     @classmethod
     async def connect(cls, url: StoreURL, *, watch: bool = True) -> EtcdStore:
         """Connect to the first host of ``url`` that answers, grant the session lease and start
-        the watch and the keep-alive. ``StoreUnavailable`` at once when every host refuses the
-        connection, within about ``url.call_timeout`` when none answers; ``AuthFailed`` when the
-        credentials are refused. ``watch=False`` skips the watch (no notifications), for bulk jobs
-        that do not want every write streamed back."""
+        the keep-alive (a watch starts with the first listener of its subtree). ``StoreUnavailable``
+        at once when every host refuses the connection, within about ``url.call_timeout`` when
+        none answers; ``AuthFailed`` when the credentials are refused. ``watch=False``: no watch
+        ever (no notifications), for bulk jobs that do not want every write streamed back."""
         if url.scheme != "etcd":
             raise InvalidStoreURL(f"not an etcd URL: {url}")
         store = cls(url)
@@ -64,13 +65,33 @@ class EtcdStore(EtcdTreeWrites, EtcdBulk, Store):
             # A bulk reader (a verification) needs no lease, and an etcd out of space still serves
             # reads; ephemeral puts are refused until the keep-alive loop gets a lease.
             log.warning("%s: no session lease (etcd is out of space); reads only", self.url)
-        if self._watch_enabled:
-            self._tasks.append(asyncio.create_task(self._watcher.loop(), name=f"etcd-watch {self.url}"))
-            try:
-                await asyncio.wait_for(self._watcher.ready.wait(), max(deadline - loop.time(), 1.0))
-            except TimeoutError:
-                raise StoreUnavailable(f"etcd at {self.url.host_string()} did not set up the watch") from None
         self._tasks.append(asyncio.create_task(self._lease.keepalive_loop(), name=f"etcd-keepalive {self.url}"))
+
+    # ---- watches ------------------------------------------------------------------------------
+
+    def _watch_scope_changed(self, added: frozenset[str], removed: frozenset[str]) -> None:
+        if not self._watch_enabled or self._conn.closed:
+            return
+        for root in removed:
+            if (gone := self._watchers.pop(root, None)) is not None:
+                gone[1].cancel()
+        for root in added:
+            watcher = Watcher(self._conn, root, self._notify, self._missed_changes)
+            task = asyncio.get_running_loop().create_task(watcher.loop(), name=f"etcd-watch {self.url} {root}")
+            self._watchers[root] = (watcher, task)
+
+    def _restart_watches(self) -> None:
+        for watcher, _ in self._watchers.values():
+            watcher.restart()
+
+    async def watch_ready(self) -> None:
+        waits = [asyncio.ensure_future(w.ready.wait()) for w, _ in self._watchers.values() if not w.ready.is_set()]
+        if waits:
+            try:
+                await asyncio.wait(waits, timeout=self._conn.timeout)
+            finally:
+                for wait in waits:
+                    wait.cancel()
 
     def _missed_changes(self) -> None:
         """The watch resumed after a compaction: listeners lost changes, which is what a lost
@@ -87,8 +108,9 @@ class EtcdStore(EtcdTreeWrites, EtcdBulk, Store):
         if self._conn.closed:
             return
         self._conn.closed = True
-        await cancel_and_wait(self._tasks, str(self.url))
+        await cancel_and_wait([*self._tasks, *(task for _, task in self._watchers.values())], str(self.url))
         self._tasks.clear()
+        self._watchers.clear()
         if revoke:
             await self._lease.revoke_on_close()
         self._lease.id = 0

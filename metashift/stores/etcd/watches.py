@@ -1,4 +1,5 @@
-"""etcd notifications: one watch on the store's whole prefix, resumed after the last revision
+"""etcd notifications: a watch on each subtree the store's listeners ask for (a key and the range
+of the keys below it), from the last revision the connection saw, resumed after the last revision
 seen whenever the stream breaks (server restart, failover), so no event is lost unless compacted.
 Created (kv.version == 1) / Modified / Deleted, plus ChildrenChanged of the parent on create and
 delete (Pulsar's ``handleWatchResponse``)."""
@@ -22,20 +23,22 @@ log = logging.getLogger(__name__)
 
 
 class Watcher:
-    """The watch stream of one store, turning etcd events into notifications."""
+    """The watch stream of one subtree of a store, turning etcd events into notifications."""
 
     def __init__(
-        self, conn: EtcdConnection, notify: Callable[[Notification], None],
+        self, conn: EtcdConnection, root: str, notify: Callable[[Notification], None],
         missed: Callable[[], None] | None = None,
     ) -> None:
         self._conn = conn
+        self.root = root
         self._notify = notify
         self._missed = missed
         """Told when the watch resumed after a compaction: changes in between were missed."""
         #: Set once the server confirmed the watch.
         self.ready = asyncio.Event()
         self._call: Any = None
-        self._next_rev = 0
+        # after the last revision this connection saw: a change after any answer it had is sent
+        self._next_rev = conn.revision + 1 if conn.revision else 0
 
     def restart(self) -> None:
         """Break the stream: the loop opens it again (on the connection's current host)."""
@@ -45,8 +48,9 @@ class Watcher:
     async def loop(self) -> None:
         """Keep the watch open until the connection closes."""
         conn = self._conn
-        start = conn.keys.key(paths.SEPARATOR)
-        end = prefix_end(conn.keys.children_prefix(paths.SEPARATOR))
+        start = conn.keys.key(self.root)
+        # the node's own key and every key below it (at the store's root: all of its keys)
+        end = prefix_end(conn.keys.children_prefix(self.root))
         while not conn.closed:
             call = None
             try:

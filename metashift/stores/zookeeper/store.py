@@ -21,7 +21,7 @@ from .forward import Done, Pending, RawRequest, Rechroot, acl_vector
 from .operations import DEFAULT_MAX_VALUE_SIZE
 from .protocol import ZKSession, discard
 from .session import SessionEvents
-from .watches import add_watch, notifications
+from .watches import add_watch_request, notifications, remove_watch_request, watch_refused
 from .wire.constants import Op
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,8 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
         self.max_value_size = max_value_size
         self._namespace = paths.Namespace(url.root)
         self._watch = watch
+        self._watch_replies: set[asyncio.Future[Any]] = set()
+        """The server's answers to the watch requests sent and not yet answered."""
         self._closed = False
         self._tasks: set[asyncio.Task[Any]] = set()
         auth = None
@@ -111,8 +113,9 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
                         await self._call(self._create_request(p, b"", False, False), p)
         # Reading the root checks that our credentials grant access to the namespace at all.
         await self._get(paths.SEPARATOR)
-        if self._watch:
-            await add_watch(self._call, root)
+        # listeners added before the session was up: watch their subtrees now
+        self._send_watches(self.watched, frozenset())
+        await self.watch_ready()
 
     # ---- requests forwarded in wire form (``forward``) -------------------------------------------
 
@@ -151,18 +154,39 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
         for notification in notifications(event, self._namespace):
             self._notify(notification)
 
-    def _on_restored(self) -> None:
-        """The session is back (the same or a new one): the watch must be added again."""
-        if self._watch:
-            task = asyncio.get_running_loop().create_task(self._rewatch())
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+    def _watch_scope_changed(self, added: frozenset[str], removed: frozenset[str]) -> None:
+        self._send_watches(added, removed)
 
-    async def _rewatch(self) -> None:
-        try:
-            await add_watch(self._call, self._namespace.root)
-        except errors.MetadataStoreError as e:
-            log.warning("could not re-add the ZooKeeper watch (%s); will retry on the next reconnect", e)
+    def _send_watches(self, added: frozenset[str], removed: frozenset[str]) -> None:
+        """Ask the server now (before any later request of this session, which it answers in
+        order) to watch the subtrees ``added`` and stop watching those ``removed``. Not connected:
+        nothing is sent, and the watches are added again once the session is back."""
+        if not self._watch or self._closed:
+            return
+        requests = [add_watch_request(self._namespace.full(p)) for p in sorted(added)]
+        requests += [remove_watch_request(self._namespace.full(p)) for p in sorted(removed)]
+        for request in requests:
+            reply = self._session.send_now(request)
+            if reply is None:
+                return
+            self._watch_replies.add(reply)
+            reply.add_done_callback(self._watch_answered)
+
+    def _watch_answered(self, reply: asyncio.Future[Any]) -> None:
+        self._watch_replies.discard(reply)
+        if reply.cancelled():
+            return
+        if (error := reply.exception()) is not None:
+            watch_refused(error)
+
+    async def watch_ready(self) -> None:
+        pending = list(self._watch_replies)
+        if pending:
+            await asyncio.wait(pending, timeout=self.url.call_timeout)
+
+    def _on_restored(self) -> None:
+        """The session is back (the same or a new one): the watches must be added again."""
+        self._send_watches(self.watched, frozenset())
 
     # ---- life cycle -----------------------------------------------------------------------------
 

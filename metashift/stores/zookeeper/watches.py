@@ -1,21 +1,24 @@
-"""ZooKeeper notifications: one persistent recursive watch on the chroot (``addWatch``,
-ZooKeeper 3.6+), re-added after every reconnect. As with every ZooKeeper client, changes made
+"""ZooKeeper notifications: a persistent recursive watch (``addWatch``, ZooKeeper 3.6+) on each
+subtree the store's listeners ask for, re-added after every reconnect. As with every ZooKeeper client, changes made
 while disconnected are not replayed: listeners learn about the gap from the ``ConnectionLost`` /
 ``SessionLost`` session events and must re-read."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiozk import exc as zk_exc
+from aiozk.protocol import RemoveWatchesRequest
 
-from .. import errors, paths
+from .. import paths
 from ..notifications import Notification, NotificationType
 from .protocol import EV_CHILDREN_CHANGED, EV_CREATED, EV_DATA_CHANGED, EV_DELETED, AddWatchRequest
 
 log = logging.getLogger(__name__)
+
+#: ZooKeeper's ``WatcherType.PersistentRecursive`` in a removeWatches request.
+WATCHER_PERSISTENT_RECURSIVE = 5
 
 _TYPES = {
     EV_CREATED: NotificationType.CREATED,
@@ -25,16 +28,25 @@ _TYPES = {
 }
 
 
-async def add_watch(call: Callable[[Any, str], Awaitable[Any]], root: str) -> None:
-    """Add the persistent recursive watch on the server path ``root`` with ``call`` (the store's
-    one request); a server without persistent watches is logged, not an error."""
-    try:
-        await call(AddWatchRequest(path=root, mode=AddWatchRequest.PERSISTENT_RECURSIVE), paths.SEPARATOR)
-    except errors.MetadataStoreError as e:
-        if isinstance(e.__cause__, zk_exc.Unimplemented | zk_exc.UnknownError):
-            log.error("this ZooKeeper has no persistent watches (3.6+ needed): no notifications")
-            return
-        raise
+def add_watch_request(root: str) -> AddWatchRequest:
+    """The request for a persistent recursive watch on the server path ``root``."""
+    return AddWatchRequest(path=root, mode=AddWatchRequest.PERSISTENT_RECURSIVE)
+
+
+def remove_watch_request(root: str) -> RemoveWatchesRequest:
+    """The request that ends the persistent recursive watch on the server path ``root``."""
+    return RemoveWatchesRequest(path=root, type=WATCHER_PERSISTENT_RECURSIVE)
+
+
+def watch_refused(error: BaseException) -> None:
+    """Log why the server refused a watch request (a server without persistent watches, 3.6+
+    needed, sends no notifications; a watch already gone needs no removing)."""
+    if isinstance(error, zk_exc.NoWatcher):
+        return
+    if isinstance(error, zk_exc.Unimplemented | zk_exc.UnknownError):
+        log.error("this ZooKeeper has no persistent watches (3.6+ needed): no notifications")
+    else:
+        log.warning("ZooKeeper refused a watch request: %r", error)
 
 
 def notifications(event: Any, namespace: paths.Namespace) -> list[Notification]:
