@@ -158,6 +158,30 @@ async def test_children_sorted_and_empty_when_missing(store: MetadataStore) -> N
     assert await store.get_children("/kids/alpha") == ["grandchild"]
 
 
+async def test_nodes_read_side_by_side_each_get_their_own_answer(store: MetadataStore) -> None:
+    """Many ``get_node`` calls at once (an etcd store sends them in shared txns): each gets its own
+    value, version and children, a missing node ``None``, and an error its own call."""
+    await store.put("/side", b"parent", expected_version=-1)
+    for i in range(70):
+        await store.put(f"/side/n{i}", f"value {i}".encode(), expected_version=-1)
+        for _ in range(i % 3):
+            await store.put(f"/side/n{i}", f"value {i}".encode())
+    for k in range(3):
+        await store.put(f"/side/n5/k{k}", b"")
+    wanted = ["/side", *(f"/side/n{i}" for i in range(70)), "/side/missing"]
+    got = await asyncio.gather(*(store.get_node(p) for p in wanted))
+    assert got[0] is not None and got[0][0] == b"parent" and len(got[0][2]) == 70
+    for i in range(70):
+        node = got[1 + i]
+        assert node is not None
+        value, stat, kids = node
+        assert (value, stat.version) == (f"value {i}".encode(), i % 3), (i, node)
+        assert kids == ([f"k{k}" for k in range(3)] if i == 5 else [])
+    assert got[-1] is None
+    with pytest.raises(InvalidPath):
+        await asyncio.gather(store.get_node("/side/n1"), store.get_node("bad path"))
+
+
 async def test_notifications(store: MetadataStore, store_url: str, open_stores: Callable[..., Any]) -> None:
     seen: asyncio.Queue[Notification] = asyncio.Queue()
     store.add_listener(seen.put_nowait)

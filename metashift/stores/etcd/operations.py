@@ -32,6 +32,7 @@ from ..stat import Stat
 from .connection import EtcdConnection
 from .keys import Keys, prefix_end
 from .lease import SessionLease
+from .node_reads import NodeReads
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +84,7 @@ class EtcdOperations(BatchedStore):
     _conn: EtcdConnection
     _keys: Keys
     _lease: SessionLease
+    _node_reads: NodeReads
 
     def _stat(self, path: str, kv: Any) -> Stat:
         owned = kv.lease != 0 and kv.lease == self._lease.id
@@ -132,25 +134,16 @@ class EtcdOperations(BatchedStore):
 
     async def get_node(self, path: str) -> tuple[bytes, Stat, list[str]] | None:
         """The value, Stat and children of ``path`` in one txn (a range of the key and a keys-only
-        range of its children); a listing past one page is finished by ``_get_children``."""
+        range of its children), shared with the other nodes read in this turn of the event loop
+        (``node_reads``); a listing past one page is finished by ``_get_children``."""
         path = paths.validate(path)
-        key = self._keys.key(path)
         prefix = self._keys.children_prefix(path)
-        txn = rpc.TxnRequest(compare=[], failure=[], success=[
-            rpc.RequestOp(request_range=rpc.RangeRequest(key=key)),
-            rpc.RequestOp(request_range=rpc.RangeRequest(
-                key=prefix, range_end=prefix_end(prefix), keys_only=True, limit=CHILDREN_PAGE)),
-        ])
-        resp = await self._conn.txn(path, txn)
-        kvs = resp.responses[0].response_range.kvs
-        if not kvs:
+        key_range, listing = await self._node_reads.read(path, self._keys.key(path), prefix)
+        if not key_range.kvs:
             return None
-        listing = resp.responses[1].response_range
-        if listing.more:
-            kids = await self.get_children(path)
-        else:
-            kids = child_names(prefix, listing.kvs)
-        return bytes(kvs[0].value), self._stat(path, kvs[0]), kids
+        kv = key_range.kvs[0]
+        kids = await self.get_children(path) if listing.more else child_names(prefix, listing.kvs)
+        return bytes(kv.value), self._stat(path, kv), kids
 
     # ---- writes ---------------------------------------------------------------------------------
 

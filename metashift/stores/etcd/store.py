@@ -15,6 +15,8 @@ from .bulk import EtcdBulk
 from .connection import EtcdConnection
 from .keys import Keys
 from .lease import SessionLease
+from .node_reads import NodeReads
+from .operations import CHILDREN_PAGE
 from .tree_writes import EtcdTreeWrites
 from .watches import Watcher
 
@@ -29,6 +31,7 @@ class EtcdStore(EtcdTreeWrites, EtcdBulk, Store):
         self._keys = Keys(url.root)
         self._conn = EtcdConnection(url, self._keys)
         self._lease = SessionLease(self._conn, self._session_event)
+        self._node_reads = NodeReads(self._conn, CHILDREN_PAGE)
         self._watchers: dict[str, tuple[Watcher, asyncio.Task[None]]] = {}
         """The watch of each subtree listened to (``listeners``), and the task that keeps it."""
         self._conn.on_failover = self._restart_watches
