@@ -8,9 +8,10 @@ Each phase is resumed from the flag, so a new leader picks up where a dead one s
   target silent for ``participant_timeout`` → FAILED.
 - COPYING: the last delta, checked, the source held frozen (``Passes.final``), the origin record
   written into the target → COMPLETED. A leader that took over inside the freeze knows what
-  changed since the last full pass (every standby follows the changes: ``ChangeTracker``); one
-  that does not (it started late, its change stream broke) cannot trust a delta: FAILED, never
-  an incomplete copy. A store silent for ``participant_timeout`` → FAILED.
+  changed since the leader last carried (standbys follow the changes from the first round of
+  SYNCING on: ``ChangeTracker``); one that does not (it started late) makes the last pass a full
+  one; one whose change stream broke cannot trust a delta: FAILED, never an incomplete copy. A
+  store silent for ``participant_timeout`` → FAILED.
 - COMPLETED, not yet released: the COMPLETED write is where the cluster switches, so what a
   writer bypassing the agents wrote into the source between the last check and that write is
   carried and checked now, while the agents still hold every write (``Passes.settle``); then the

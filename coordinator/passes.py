@@ -261,7 +261,7 @@ class Passes(DeltaRounds):
         # kept until carried and checked: a store that stops answering midway means trying again
         self._final_changed |= set(self.tracker.take())
         changed = set(self._final_changed)
-        began = time.monotonic()
+        began, report = time.monotonic(), None
         if whole or len(changed) >= self.spark_delta_threshold:
             try:
                 outcome, _ = await self._full_pass(flag, "final pass")
@@ -269,6 +269,7 @@ class Passes(DeltaRounds):
                 return PassResult(str(e), self.passes)
             if outcome.error and outcome.unreachable:
                 raise Unreachable(outcome.error)
+            report = outcome.report  # the final timing shows the Spark pass's stages
             if whole:  # what differs is what changed: carried (deletions too) and checked below
                 changed |= {str(m.get("path")) for m in outcome.mismatches}
                 self._final_changed |= changed
@@ -292,7 +293,7 @@ class Passes(DeltaRounds):
             path, detail = mismatches[0]
             return PassResult(f"verification of the last changes: {path}: {detail}", self.passes)
         self._final_changed.clear()
-        self._timed("final", time.monotonic() - began, paths=len(changed))
+        self._timed("final", time.monotonic() - began, paths=len(changed), report=report)
         self._report(flag, "verified", len(changed), len(changed), verified=True, force=True)
         return PassResult(None, self.passes)
 

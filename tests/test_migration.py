@@ -217,6 +217,42 @@ async def test_the_coordinator_killed_mid_migration_a_new_leader_finishes_or_fai
     assert await cluster.missing_writes(lives) == []
 
 
+async def test_a_coordinator_that_took_over_the_freeze_without_following_makes_a_full_last_pass(
+    cluster: Cluster,
+) -> None:
+    """The only other candidate joined inside the freeze, so it never saw a round of changes
+    begin and does not know what changed: when the leader dies it takes over, makes the freeze's
+    last pass a full Spark pass (copy and verification) and completes with nothing lost."""
+    await _seed(cluster)
+    await cluster.start_agent("broker-1", "broker")
+    await cluster.start_agent("broker-2", "broker", coordinator=False)
+    await cluster.start_agent("bookie-1", "bookie", coordinator=False)
+    await cluster.start_writers()
+    holder = await _hold_preparation(cluster)
+    await control.start(await cluster.source(), cluster.target_url)
+    await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 3)
+    await cluster.start_agent("broker-3", "broker")  # a candidate, from inside the freeze
+    await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 4)
+    assert await _leader(cluster) == "broker-1"
+    writer = cluster.writers.pop("broker-1")
+    await writer.stop_now()
+    cluster.writers["broker-1-done"] = writer  # its acknowledged writes must survive all the same
+    await cluster.stop_agent("broker-1")
+    await eventually(lambda: _leader_is_not(cluster, "broker-1"), what="a new leader")
+    await holder.close()
+    status = await cluster.wait_phase(Phase.COMPLETED, Phase.FAILED)
+    assert status["phase"] == Phase.COMPLETED.value and status["coordinator"] == "broker-3", status
+    finals = [t for t in status["copy"]["timings"] if t["kind"] == "final"]
+    assert finals and "copy" in finals[-1].get("stages", {}), status["copy"]["timings"]
+    assert status["copy"]["verified"] is True
+    await eventually(cluster.all_on_target, within=60, what="agents settle")
+    del cluster.writers["broker-1-done"]
+    await cluster.writes_continue()
+    await cluster.stop_writers()
+    cluster.writers["broker-1-done"] = writer
+    assert await cluster.missing_writes(await cluster.open(cluster.target_url)) == []
+
+
 async def _leader_is_not(cluster: Cluster, old: str) -> bool:
     source = await cluster.source()
     got = await source.get(paths.LEADER)
