@@ -58,6 +58,7 @@ class ChangeTracker:
         self._watch_confirmed = False
         """The store confirmed the whole tree's watch (since the last start of following)."""
         self._generation = 0
+        self._confirming: asyncio.Task[None] | None = None  # held: the loop keeps only weak references
 
     @property
     def active(self) -> bool:
@@ -136,7 +137,7 @@ class ChangeTracker:
         if wide:
             self._generation += 1
             self.broken = None
-            asyncio.get_running_loop().create_task(self._confirm(self._generation))
+            self._confirming = asyncio.get_running_loop().create_task(self._confirm(self._generation))
         self._removers = [
             self.source.add_listener(self._on_change, under="/" if wide else paths.ROOT),
             self.source.add_session_listener(self._on_session_event),

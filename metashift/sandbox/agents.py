@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -31,6 +32,25 @@ def die_with_parent(command: list[str]) -> list[str]:
     ``setpriv --pdeathsig``: no Python runs between fork and exec)."""
     setpriv = shutil.which("setpriv")
     return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
+
+
+async def run_cli_json(args: list[str], procs: list[asyncio.subprocess.Process]) -> tuple[dict[str, Any], int]:
+    """Run ``metashift <args>`` (with ``--json``) as a child that dies with the sandbox (``procs``
+    gets it, for the sandbox's cleanup): its JSON report and exit status. ``RuntimeError`` with the
+    last line it wrote to stderr when it printed no JSON."""
+    command = [sys.executable, "-m", "metashift.cli", *args]
+    proc = await asyncio.create_subprocess_exec(
+        *die_with_parent(command), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        stdin=asyncio.subprocess.DEVNULL,
+    )
+    procs.append(proc)
+    out, err = await proc.communicate()
+    try:
+        body = json.loads(out)
+    except ValueError:
+        last = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise RuntimeError(f"metashift {args[0]} exited {proc.returncode}: {last}") from None
+    return (body if isinstance(body, dict) else {}), int(proc.returncode or 0)
 
 
 def agent_command() -> list[str]:

@@ -12,8 +12,6 @@ agents on the same cores.
 from __future__ import annotations
 
 import asyncio
-import json
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +20,7 @@ from typing import Any
 from metashift.coordinator.progress import pass_timing
 from metashift.local_servers import LocalEtcd
 
-from .agents import die_with_parent
+from .agents import run_cli_json
 
 #: The phases from ``migrate start`` to COMPLETED.
 MIGRATION_PHASES = ("SYNCING", "PREPARATION", "COPYING")
@@ -58,23 +56,15 @@ async def copy_beside(source_url: str, work_dir: Path, procs: list[asyncio.subpr
     etcd = LocalEtcd(work_dir / "etcd-beside-copy")
     etcd.start()
     try:
-        command = [sys.executable, "-m", "metashift.cli", "copy", "--source", source_url, "--target", etcd.url,
-                   "--verify", "--json", "--no-progress"]  # fmt: skip
         began = time.monotonic()
-        proc = await asyncio.create_subprocess_exec(
-            *die_with_parent(command), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            stdin=asyncio.subprocess.DEVNULL,
-        )
-        procs.append(proc)
-        out, err = await proc.communicate()
-        seconds = time.monotonic() - began
         try:
-            body = json.loads(out)
-        except ValueError:
-            last = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-            return BesideCopy(seconds, 0, False, f"copy --verify exited {proc.returncode}: {last}")
+            body, status = await run_cli_json(["copy", "--source", source_url, "--target", etcd.url, "--verify",
+                                               "--json", "--no-progress"], procs)  # fmt: skip
+        except RuntimeError as e:
+            return BesideCopy(time.monotonic() - began, 0, False, str(e))
+        seconds = time.monotonic() - began
         verify = body.get("verify") or {}
-        ok = proc.returncode == 0 and bool(verify.get("ok"))
+        ok = status == 0 and bool(verify.get("ok"))
         stages = pass_timing("full", 1, seconds, report=body).get("stages")
         return BesideCopy(seconds, int(body.get("nodes") or 0), ok, "" if ok else "copy --verify did not pass",
                           stages if isinstance(stages, dict) else None)

@@ -31,7 +31,7 @@ from metashift.migration.phase import Phase
 from metashift.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
 from metashift.stores import MetadataStore, MetadataStoreError, Notification, open_store
 
-from .agents import AgentProcess, AgentStartError, die_with_parent, start_agents, stop_agents
+from .agents import AgentProcess, AgentStartError, run_cli_json, start_agents, stop_agents
 from .beside_copy import copy_beside
 from .clients import WRITER_ROOT, SimClient, carried, missing
 from .report import SandboxReport, freeze_window, percentiles, split_timings
@@ -365,22 +365,15 @@ class Sandbox:
         r = self.report
         assert self.zk is not None and self.etcd is not None
         excluded = [WRITER_ROOT, *(c.sequence_parent for c in self.clients)]
-        command = [sys.executable, "-m", "metashift.cli", "verify", "--source", self.zk.url,
-                   "--target", self.etcd.url, "--json", "--no-progress"]  # fmt: skip
+        command = ["verify", "--source", self.zk.url, "--target", self.etcd.url, "--json", "--no-progress"]
         for path in excluded:
             command += ["--exclude", path]
         say("verifying the untouched tree: source against target (metashift verify, on Spark) ...")
-        proc = await asyncio.create_subprocess_exec(
-            *die_with_parent(command), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            stdin=asyncio.subprocess.DEVNULL,
-        )
-        self.procs.append(proc)
-        out, err = await proc.communicate()
         try:
-            body = json.loads(out)
-        except ValueError:
+            body, _ = await run_cli_json(command, self.procs)
+        except RuntimeError as e:
             r.tree_verified = False
-            r.tree_check = {"error": (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]}
+            r.tree_check = {"error": str(e)}
             return
         r.tree_verified = bool(body.get("ok"))
         r.tree_check = {

@@ -44,6 +44,7 @@ from .fast_reads import (
     multi_read_response,
 )
 from .forward import Pending, RawReply, RawRequest
+from .wire.constants import EventType
 from .wire.jute import INT as SIZE
 from .wire.jute import REPLY as REPLY_HEADER
 
@@ -61,8 +62,9 @@ logging.getLogger("aiozk.session").addFilter(_quiet_expected_send_errors)
 #: Longest pause between two rounds of attempts to reach a server.
 MAX_RECONNECT_DELAY = 1.0
 
-#: Types of ZooKeeper watch events.
-EV_CREATED, EV_DELETED, EV_DATA_CHANGED, EV_CHILDREN_CHANGED = 1, 2, 3, 4
+#: The watch events about a node (the codec's ``EventType``), not about a watch removed.
+NODE_EVENTS = (EventType.NODE_CREATED, EventType.NODE_DELETED, EventType.NODE_DATA_CHANGED,
+               EventType.NODE_CHILDREN_CHANGED)
 
 
 # ---- the addWatch request aiozk lacks (ZooKeeper 3.6+) ----------------------------------------------
@@ -442,7 +444,7 @@ class ZKSession(Session):
     # -- watch events, without touching aiozk's per-path callback table --
 
     def event_dispatch(self, event: Any) -> None:
-        if event.type in (EV_CREATED, EV_DELETED, EV_DATA_CHANGED, EV_CHILDREN_CHANGED):
+        if event.type in NODE_EVENTS:
             self._on_watch_event(event)
         elif event.state in (protocol.WatchEvent.SESSION_EXPIRED, protocol.WatchEvent.AUTH_FAILED):
             log.warning("ZooKeeper state event %s; reconnecting", event.state)

@@ -13,7 +13,8 @@ from aiozk.protocol import RemoveWatchesRequest
 
 from .. import paths
 from ..notifications import Notification, NotificationType
-from .protocol import EV_CHILDREN_CHANGED, EV_CREATED, EV_DATA_CHANGED, EV_DELETED, AddWatchRequest
+from .protocol import AddWatchRequest
+from .wire.constants import EventType
 
 log = logging.getLogger(__name__)
 
@@ -21,10 +22,10 @@ log = logging.getLogger(__name__)
 WATCHER_PERSISTENT_RECURSIVE = 5
 
 _TYPES = {
-    EV_CREATED: NotificationType.CREATED,
-    EV_DELETED: NotificationType.DELETED,
-    EV_DATA_CHANGED: NotificationType.MODIFIED,
-    EV_CHILDREN_CHANGED: NotificationType.CHILDREN_CHANGED,
+    EventType.NODE_CREATED: NotificationType.CREATED,
+    EventType.NODE_DELETED: NotificationType.DELETED,
+    EventType.NODE_DATA_CHANGED: NotificationType.MODIFIED,
+    EventType.NODE_CHILDREN_CHANGED: NotificationType.CHILDREN_CHANGED,
 }
 
 

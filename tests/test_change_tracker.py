@@ -1,0 +1,56 @@
+"""The coordinator's change tracker on real stores: what it listens to, and when a standby may
+take over the freeze knowing what changed (``ChangeTracker``'s module doc)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from metashift.coordinator.change_tracker import ChangeTracker
+from metashift.migration import paths
+from metashift.stores import MetadataStore
+from tests.harness import eventually
+
+
+async def test_a_standby_follows_from_the_first_round_and_is_anchored_at_the_next(
+    store: MetadataStore, store_url: str, open_stores: Callable[..., Any]
+) -> None:
+    leader = await open_stores(store_url)  # writes what the leader and the cluster's clients write
+    tracker = ChangeTracker(store)
+    tracker.follow()
+    assert store.watched == {paths.ROOT}  # only the migration's markers: no event per cluster write
+    await leader.put("/before", b"x", expected_version=-1)
+    await leader.put(paths.PASS, b"{}")
+    await leader.put(paths.CARRYING, b"1")  # the leader's first round begins: the standby follows
+    await eventually(lambda: tracker.active, within=60, what="the standby follows the whole source")
+    assert store.watched == {"/"}
+    await tracker.ready()
+    await eventually(lambda: _confirmed(tracker), within=60, what="the server confirmed the watch")
+    await leader.put(paths.CARRIED, b"1")
+    assert not tracker.trusted  # the round that started it began before its watch: not anchored
+    await leader.put("/in-round-2", b"x", expected_version=-1)
+    await leader.put(paths.CARRYING, b"2")
+    await leader.put("/after-round-2-began", b"x", expected_version=-1)
+    await leader.put(paths.CARRIED, b"2")
+    await eventually(lambda: tracker.trusted, within=60, what="anchored at the round it saw begin")
+    # what round 2 carried is forgotten; what came after its start is known; nothing from before
+    assert set(tracker.pending) == {"/after-round-2-began"}
+    tracker.idle(tracker.generation)  # no migration in progress any more
+    assert not tracker.active and not tracker.trusted
+    assert store.watched == {paths.ROOT}
+    tracker.stop()
+    assert store.watched == frozenset()
+
+
+async def test_idle_decided_on_an_older_reading_does_not_stop_a_leader(store: MetadataStore) -> None:
+    tracker = ChangeTracker(store)
+    tracker.follow()
+    generation = tracker.generation  # taken before the flag was read (no migration then)
+    tracker.start()  # meanwhile the leader began a full pass
+    tracker.idle(generation)
+    assert tracker.active and tracker.trusted and store.watched == {"/"}
+    tracker.stop()
+
+
+def _confirmed(tracker: ChangeTracker) -> bool:
+    return bool(tracker._watch_confirmed)
