@@ -66,6 +66,12 @@ class CopyOutcome:
         return "verification did not pass"
 
 
+#: Seconds a job that reported is given to exit on its own (Spark's shutdown) before it is killed.
+EXIT_SECONDS = 60.0
+#: The jobs that reported and are exiting (held: the loop keeps only weak references to tasks).
+_EXITING: set[asyncio.Task[None]] = set()
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     with contextlib.suppress(Exception):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -116,6 +122,8 @@ class CopyRunner:
 
         stderr_task = asyncio.get_running_loop().create_task(read_stderr())
         outcome: CopyOutcome | None = None
+        exiting = False
+        code: int | None = None
         try:
             async for raw in proc.stdout:
                 try:
@@ -132,21 +140,60 @@ class CopyRunner:
                 elif kind == "error":
                     outcome = CopyOutcome(False, error=f"copy failed: {event.get('message')}",
                                           kind=str(event.get("kind")))
-            code = await proc.wait()
-            await stderr_task
+                if outcome is not None:
+                    # the job is done: Spark's shutdown (seconds) need not hold the migration up
+                    exiting = True
+                    break
+            if not exiting:
+                code = await proc.wait()
+                await stderr_task
+        finally:
+            if exiting:
+                task = asyncio.get_running_loop().create_task(self._reap(proc, stderr_task, feeding))
+                _EXITING.add(task)
+                task.add_done_callback(_EXITING.discard)
+            else:
+                if proc.returncode is None:
+                    self.kill()
+                    await proc.wait()
+                stderr_task.cancel()
+                if feeding is not None:
+                    feeding.cancel()
+                with contextlib.suppress(Exception):
+                    proc.stdin.close()
+        if outcome is None:
+            detail = next((line for line in reversed(stderr_tail) if line.strip()), "")
+            outcome = CopyOutcome(False, error=f"the copy process ended with status {code} ({detail[-300:]})")
+        return outcome
+
+    async def _reap(self, proc: asyncio.subprocess.Process, stderr_task: asyncio.Task[None],
+                    feeding: asyncio.Task[None] | None) -> None:
+        """Let a job that reported exit as it does (Spark stops and removes its files), reading
+        what it still prints; killed if it takes longer than ``EXIT_SECONDS``."""
+        assert proc.stdout is not None and proc.stdin is not None
+        try:
+            async with asyncio.timeout(EXIT_SECONDS):
+                async for _ in proc.stdout:
+                    pass
+                await proc.wait()
+        except TimeoutError:
+            log.warning("the copy job did not exit %gs after its report: killed", EXIT_SECONDS)
         finally:
             if proc.returncode is None:
                 self.kill()
-                await proc.wait()
+                with contextlib.suppress(Exception):
+                    await proc.wait()
             stderr_task.cancel()
             if feeding is not None:
                 feeding.cancel()
             with contextlib.suppress(Exception):
                 proc.stdin.close()
-        if outcome is None:
-            detail = next((line for line in reversed(stderr_tail) if line.strip()), "")
-            outcome = CopyOutcome(False, error=f"the copy process ended with status {code} ({detail[-300:]})")
-        return outcome
+
+    @staticmethod
+    async def exited() -> None:
+        """Wait until every job that reported has exited (a coordinator that stops, tests)."""
+        while _EXITING:
+            await asyncio.wait(list(_EXITING))
 
     async def _feed_lease(self, stdin: asyncio.StreamWriter, lease: Callable[[], float]) -> None:
         """Pass the lease on while it is renewed (a paused coordinator passes nothing: the job's

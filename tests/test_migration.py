@@ -359,7 +359,9 @@ async def test_the_same_migration_between_other_stores(gateways: Gateways, zk_ur
 
 
 def _copy_job_pid() -> int | None:
-    """The coordinator's copy child of this process (in-process agents), if one runs."""
+    """The coordinator's copy child of this process (in-process agents), if one runs: the newest
+    (a job that reported may still be exiting beside the next pass's)."""
+    found: list[int] = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -371,8 +373,8 @@ def _copy_job_pid() -> int | None:
         except (OSError, ValueError, IndexError):
             continue
         if ppid == os.getpid() and b"metashift.coordinator.copy_job" in cmdline:
-            return int(entry)
-    return None
+            found.append(int(entry))
+    return max(found, default=None)
 
 
 @contextlib.contextmanager
