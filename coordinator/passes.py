@@ -7,9 +7,8 @@ A break in the change stream means another full pass. A store that does not answ
 failed on it, or a probe finds it down) means waiting for it and another full pass, up to
 ``outage_timeout`` from the first failure; only past it does the migration fail.
 
-COPYING, inside the freeze: make every change written before the last acknowledgement reach the
-tracker (a barrier), carry exactly those paths (through the store layer, or a Spark pass when the
-delta is large), check exactly those paths, and hold the source to being frozen since.
+COPYING, inside the freeze, and the settling after COMPLETED: ``freeze_passes``; the delta rounds
+of SYNCING: ``delta_rounds``.
 """
 
 from __future__ import annotations
@@ -20,21 +19,20 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms, read_flag
 from metashift.spark.counters import CounterCarry, merge_into
-from metashift.spark.delta import check
 from metashift.spark.rules import Rules
 from metashift.stores import Store, StoreUnavailable, StoreURL
 from metashift.stores import paths as store_paths
 
 from .change_tracker import ChangeTracker
 from .copy_runner import CopyOutcome, CopyRunner
-from .delta_rounds import BARRIER_SECONDS, DeltaRounds
+from .freeze_passes import FreezePasses
 from .outage import Reachability
+from .pass_results import Abandoned, FreezeBroken, PassResult, Unreachable
 from .progress import TIMINGS_SHOWN, ProgressNode, counters_shown, pass_timing
 
 log = logging.getLogger(__name__)
@@ -49,27 +47,7 @@ OUTAGE_POLL_SECONDS = 1.0
 MAX_OUTAGE_PASSES = 10
 
 
-class Abandoned(Exception):
-    """The flag moved or leadership went while a pass ran: the pass stops, the driver decides."""
-
-
-class FreezeBroken(Exception):
-    """Inside the freeze, the source changed (or the change stream broke) while a pass ran."""
-
-
-class Unreachable(Exception):
-    """A store did not answer while a pass ran (SYNCING: wait for it, then another full pass)."""
-
-
-@dataclass
-class PassResult:
-    """How a phase's copy work ended: ``failure`` set means the migration must fail."""
-
-    failure: str | None = None
-    passes: int = 0
-
-
-class Passes(DeltaRounds):
+class Passes(FreezePasses):
     """The copy work of one coordinator: full passes on Spark, delta passes on the store layer."""
 
     def __init__(
@@ -231,109 +209,6 @@ class Passes(DeltaRounds):
         if mismatch.get("kind") == "counter":  # a counter moves with its children
             return any(store_paths.parent(p) == path for p in self.tracker.since_pass)
         return False
-
-    # ---- COPYING -------------------------------------------------------------------------------
-
-    async def _barrier(self) -> None:
-        """Every change written to the source before now has reached the tracker
-        (``ChangeTracker.barrier`` on the protocol's barrier node); ``TimeoutError`` otherwise."""
-        await self.tracker.barrier(
-            paths.BARRIER, lambda: self.source.put(paths.BARRIER, str(now_ms()).encode()), BARRIER_SECONDS
-        )
-
-    async def final(self, flag: MigrationFlag) -> PassResult:
-        """The freeze's last delta: barrier, carry, check, and the source still frozen."""
-        if self.tracker.broken is not None:
-            return PassResult(f"the delta cannot be trusted inside the freeze: {self.tracker.broken}", self.passes)
-        # a coordinator that took over without following the source since a round it saw begin
-        # (``ChangeTracker``) does not know what changed: its last pass is a full one
-        whole = not self.tracker.trusted
-        if whole:
-            log.warning("this coordinator did not follow the source since the last round of changes: the "
-                        "freeze's last pass is a full one")
-            self.tracker.start()  # from here on, a write into the frozen source is a violation
-            await self.tracker.ready()
-        else:
-            try:
-                await self._barrier()
-            except TimeoutError:
-                return PassResult("the barrier write's notification did not come back: the change stream broke")
-        # kept until carried and checked: a store that stops answering midway means trying again
-        self._final_changed |= set(self.tracker.take())
-        changed = set(self._final_changed)
-        began, report = time.monotonic(), None
-        if whole or len(changed) >= self.spark_delta_threshold:
-            try:
-                outcome, _ = await self._full_pass(flag, "final pass")
-            except FreezeBroken as e:
-                return PassResult(str(e), self.passes)
-            if outcome.error and outcome.unreachable:
-                raise Unreachable(outcome.error)
-            report = outcome.report  # the final timing shows the Spark pass's stages
-            if whole:  # what differs is what changed: carried (deletions too) and checked below
-                changed |= {str(m.get("path")) for m in outcome.mismatches}
-                self._final_changed |= changed
-            # the copy never deletes: what was deleted in the source still differs, and is carried next
-            unexpected = [m for m in outcome.mismatches if str(m.get("path")) not in changed]
-            if outcome.error or unexpected:
-                return PassResult(outcome.failure(), self.passes)
-        failure = await self._carry(flag, changed)
-        if failure is not None:
-            return PassResult(failure, self.passes)
-        target = await self._open_target(flag.target_url)
-        try:
-            mismatches = await check(self.source, target, changed, self.rules)
-            # a write that bypassed the agents in the freeze is the reason, not what it left unequal
-            violation = await self.tracker.violation(target)
-        finally:
-            await target.close()
-        if violation is not None:
-            return PassResult(violation, self.passes)
-        if mismatches:
-            path, detail = mismatches[0]
-            return PassResult(f"verification of the last changes: {path}: {detail}", self.passes)
-        self._final_changed.clear()
-        self._timed("final", time.monotonic() - began, paths=len(changed), report=report)
-        self._report(flag, "verified", len(changed), len(changed), verified=True, force=True)
-        return PassResult(None, self.passes)
-
-    # ---- COMPLETED, not yet released ----------------------------------------------------------
-
-    async def settle(self, flag: MigrationFlag) -> str | None:
-        """What the source got after the last check and before the COMPLETED write (a writer
-        bypassing the agents), carried and checked while the agents still hold every write: the
-        tracker's paths after a barrier, or, for a leader that did not follow the source since the
-        last pass, what a full pass finds different. Returns what could not be carried; a store
-        that does not answer raises (the outcome is decided: the caller waits)."""
-        if self.tracker.trusted:
-            await self._barrier()
-            changed = self._final_changed | set(self.tracker.take())
-        else:
-            log.warning("COMPLETED, not released: no trusted change stream here (%s); a full pass finds what differs",
-                        self.tracker.broken or "not followed since the last pass")
-            outcome, _ = await self._full_pass(flag, "settling pass")
-            if outcome.error:
-                if outcome.unreachable:
-                    raise Unreachable(outcome.error)
-                return outcome.failure()
-            changed = {str(m.get("path")) for m in outcome.mismatches}
-        if not changed:
-            return None
-        log.warning("%d path(s) written in the source after the last check, before COMPLETED (bypassing the "
-                    "agents): carrying them", len(changed))
-        failure = await self._carry(flag, changed)
-        if failure is not None:
-            return failure
-        target = await self._open_target(flag.target_url)
-        try:
-            mismatches = await check(self.source, target, changed, self.rules)
-        finally:
-            await target.close()
-        self._final_changed.clear()
-        if mismatches:
-            path, detail = mismatches[0]
-            return f"verification of what was carried after COMPLETED: {path}: {detail}"
-        return None
 
     # ---- a full pass on Spark ------------------------------------------------------------------
 

@@ -25,7 +25,7 @@ from metashift import (
 )
 from metashift.local_servers import LocalZooKeeper
 from metashift.stores import DeleteOp, PutOp, parse_url
-from tests.harness import retry_while_unavailable
+from tests.harness import eventually, retry_while_unavailable
 
 
 async def _wait_for(predicate: Callable[[], bool], bound: float = 20.0) -> bool:
@@ -395,5 +395,36 @@ async def test_notifications_resume_after_a_server_restart(kind: str, fresh_serv
             Notification(NotificationType.CHILDREN_CHANGED, "/"),
         ]
         assert await _wait_for(lambda: all(n in seen for n in expected)), seen
+    finally:
+        await store.close()
+
+
+async def test_a_zookeeper_store_stops_being_sent_what_no_listener_asks_for(
+    zk_url: str, open_stores: Callable[..., Any]
+) -> None:
+    """The server itself stops sending the events of a subtree nobody listens to any more (a
+    ZooKeeper 3.8 refuses to remove a persistent watch by its own type: ``Any`` it takes)."""
+    store = await metashift.open_store(zk_url)
+    writer = await open_stores(zk_url)
+    try:
+        sent: list[str] = []
+        deliver = store._session._on_watch_event
+        store._session._on_watch_event = lambda event: (sent.append(event.path), deliver(event))
+        narrow = store.add_listener(lambda n: None, under="/a")
+        wide = store.add_listener(lambda n: None)
+        await store.watch_ready()
+        await writer.put("/b", b"1", expected_version=-1)
+        await eventually(lambda: any(p.endswith("/b") for p in sent), within=30, what="the event of /b")
+        wide()
+        await store.watch_ready()
+        await writer.put("/b", b"2")
+        await writer.put("/a", b"1", expected_version=-1)
+        await eventually(lambda: any(p.endswith("/a") for p in sent), within=30, what="the event of /a")
+        narrow()
+        await store.watch_ready()
+        await writer.put("/a", b"2")
+        await writer.put("/a", b"3")
+        await store.get("/a")  # answered after any event of the writes before it: they came by now
+        assert [p.rsplit("/", 1)[1] for p in sent] == ["b", "a"], sent
     finally:
         await store.close()

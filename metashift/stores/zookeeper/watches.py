@@ -18,8 +18,10 @@ from .wire.constants import EventType
 
 log = logging.getLogger(__name__)
 
-#: ZooKeeper's ``WatcherType.PersistentRecursive`` in a removeWatches request.
-WATCHER_PERSISTENT_RECURSIVE = 5
+#: ``WatcherType.Any`` in a removeWatches request: it ends a persistent recursive watch too, on
+#: every server with persistent watches (3.6+); ``PersistentRecursive`` (5) exists only from 3.9
+#: (3.8 answers MarshallingError). The store's session sets no other watch on the path.
+WATCHER_ANY = 3
 
 _TYPES = {
     EventType.NODE_CREATED: NotificationType.CREATED,
@@ -36,7 +38,7 @@ def add_watch_request(root: str) -> AddWatchRequest:
 
 def remove_watch_request(root: str) -> RemoveWatchesRequest:
     """The request that ends the persistent recursive watch on the server path ``root``."""
-    return RemoveWatchesRequest(path=root, type=WATCHER_PERSISTENT_RECURSIVE)
+    return RemoveWatchesRequest(path=root, type=WATCHER_ANY)
 
 
 def watch_refused(error: BaseException) -> None:
