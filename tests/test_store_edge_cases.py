@@ -25,6 +25,7 @@ from metashift import (
 )
 from metashift.local_servers import LocalZooKeeper
 from metashift.stores import DeleteOp, PutOp, parse_url
+from metashift.stores.zookeeper import ZooKeeperStore
 from tests.harness import eventually, retry_while_unavailable
 
 
@@ -407,9 +408,16 @@ async def test_a_zookeeper_store_stops_being_sent_what_no_listener_asks_for(
     store = await metashift.open_store(zk_url)
     writer = await open_stores(zk_url)
     try:
+        assert isinstance(store, ZooKeeperStore)
         sent: list[str] = []
-        deliver = store._session._on_watch_event
-        store._session._on_watch_event = lambda event: (sent.append(event.path), deliver(event))
+        session: Any = store._session
+        deliver = session._on_watch_event
+
+        def received(event: Any) -> None:  # every event the server sends, before any filtering
+            sent.append(event.path)
+            deliver(event)
+
+        session._on_watch_event = received
         narrow = store.add_listener(lambda n: None, under="/a")
         wide = store.add_listener(lambda n: None)
         await store.watch_ready()
