@@ -100,20 +100,21 @@ class ChangeTracker:
         again since."""
         if generation != self._generation or not self._wide:
             return
-        self.pending.clear()
-        self.since_pass.clear()
-        self._changed_at.clear()
-        self._carrying = None
+        self._forget()
         self.anchored = False
         self._listen(wide=False)
 
     def _restart(self) -> None:
+        self._forget()
+        self.broken = None
+        self.anchored = True
+
+    def _forget(self) -> None:
+        """Drop what was collected."""
         self.pending.clear()
         self.since_pass.clear()
         self._changed_at.clear()
         self._carrying = None
-        self.broken = None
-        self.anchored = True
 
     def _carried(self) -> None:
         """The leader carried every change made before its ``carrying`` marker: forget those."""

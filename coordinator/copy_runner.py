@@ -153,14 +153,7 @@ class CopyRunner:
                 _EXITING.add(task)
                 task.add_done_callback(_EXITING.discard)
             else:
-                if proc.returncode is None:
-                    self.kill()
-                    await proc.wait()
-                stderr_task.cancel()
-                if feeding is not None:
-                    feeding.cancel()
-                with contextlib.suppress(Exception):
-                    proc.stdin.close()
+                await self._end(proc, stderr_task, feeding)
         if outcome is None:
             detail = next((line for line in reversed(stderr_tail) if line.strip()), "")
             outcome = CopyOutcome(False, error=f"the copy process ended with status {code} ({detail[-300:]})")
@@ -170,7 +163,7 @@ class CopyRunner:
                     feeding: asyncio.Task[None] | None) -> None:
         """Let a job that reported exit as it does (Spark stops and removes its files), reading
         what it still prints; killed if it takes longer than ``EXIT_SECONDS``."""
-        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout is not None
         try:
             async with asyncio.timeout(EXIT_SECONDS):
                 async for _ in proc.stdout:
@@ -179,21 +172,21 @@ class CopyRunner:
         except TimeoutError:
             log.warning("the copy job did not exit %gs after its report: killed", EXIT_SECONDS)
         finally:
-            if proc.returncode is None:
-                self.kill()
-                with contextlib.suppress(Exception):
-                    await proc.wait()
-            stderr_task.cancel()
-            if feeding is not None:
-                feeding.cancel()
+            await self._end(proc, stderr_task, feeding)
+
+    async def _end(self, proc: asyncio.subprocess.Process, stderr_task: asyncio.Task[None],
+                   feeding: asyncio.Task[None] | None) -> None:
+        """Kill the job if it still runs, and stop reading it and feeding it the lease."""
+        if proc.returncode is None:
+            self.kill()
+            with contextlib.suppress(Exception):
+                await proc.wait()
+        stderr_task.cancel()
+        if feeding is not None:
+            feeding.cancel()
+        if proc.stdin is not None:
             with contextlib.suppress(Exception):
                 proc.stdin.close()
-
-    @staticmethod
-    async def exited() -> None:
-        """Wait until every job that reported has exited (a coordinator that stops, tests)."""
-        while _EXITING:
-            await asyncio.wait(list(_EXITING))
 
     async def _feed_lease(self, stdin: asyncio.StreamWriter, lease: Callable[[], float]) -> None:
         """Pass the lease on while it is renewed (a paused coordinator passes nothing: the job's

@@ -18,11 +18,16 @@ class ReadRequests(HandlerBase):
 
     # ---- reads ----------------------------------------------------------------------------------
 
-    async def _exists(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
+    async def _watched_node(self, req: wire.PathWatchRequest) -> tuple[bytes, ZStat, list[str]] | None:
+        """The node a read asks for; with its watch flag, the front listens to the store before
+        the read reaches it (no change after the answer is missed)."""
         check_path(req.path)
         if req.watch:
             self.watches.want()
-        node = await self._node(req.path)
+        return await self._node(req.path)
+
+    async def _exists(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
+        node = await self._watched_node(req)
         if req.watch:
             self.watches.add(DATA if node is not None else EXIST, req.path, session)
         if node is None:
@@ -30,10 +35,7 @@ class ReadRequests(HandlerBase):
         return Writer().stat(node[1]).bytes()
 
     async def _get_data(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
-        check_path(req.path)
-        if req.watch:
-            self.watches.want()
-        node = await self._node(req.path)
+        node = await self._watched_node(req)
         if node is None:
             raise ZkError(Err.NONODE)
         if req.watch:
@@ -41,10 +43,7 @@ class ReadRequests(HandlerBase):
         return Writer().buffer(node[0]).stat(node[1]).bytes()
 
     async def _children(self, session: ZkSession, req: wire.PathWatchRequest) -> tuple[list[str], ZStat]:
-        check_path(req.path)
-        if req.watch:
-            self.watches.want()
-        node = await self._node(req.path)
+        node = await self._watched_node(req)
         if node is None:
             raise ZkError(Err.NONODE)
         if req.watch:

@@ -43,7 +43,6 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
         self._watch_replies: set[asyncio.Future[Any]] = set()
         """The server's answers to the watch requests sent and not yet answered."""
         self._closed = False
-        self._tasks: set[asyncio.Task[Any]] = set()
         auth = None
         if url.username is not None:
             auth = f"{url.username}:{url.password or ''}".encode()
@@ -206,7 +205,7 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
             close.writes_data = True  # not re-sent on another connection if this one drops
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(session.send(close), min(self.url.call_timeout, 5.0))
-        pending: list[asyncio.Task[Any]] = list(self._tasks)
+        pending: list[asyncio.Task[Any]] = []
         if session.repair_loop_task is not None:
             pending.append(session.repair_loop_task)
         if session.heartbeat_task is not None:

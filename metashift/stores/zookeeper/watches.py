@@ -1,7 +1,7 @@
 """ZooKeeper notifications: a persistent recursive watch (``addWatch``, ZooKeeper 3.6+) on each
-subtree the store's listeners ask for, re-added after every reconnect. As with every ZooKeeper client, changes made
-while disconnected are not replayed: listeners learn about the gap from the ``ConnectionLost`` /
-``SessionLost`` session events and must re-read."""
+subtree the store's listeners ask for, re-added after every reconnect. As with every ZooKeeper
+client, changes made while disconnected are not replayed: listeners learn about the gap from the
+``ConnectionLost`` / ``SessionLost`` session events and must re-read."""
 
 from __future__ import annotations
 
