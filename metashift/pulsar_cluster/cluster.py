@@ -181,6 +181,7 @@ class PulsarCluster:
             self.work_dir / f"bookie-1{tag}.log", bookie_dir,
         )  # fmt: skip
         await self.bookie.start()
+        self.say(f"bookie-1 started (pid {self.bookie.pid}); waiting for it to serve ...")
         await self._ready(self.bookie, BOOKIE_READY, BOOKIE_READY_S)
         self.brokers = []
         for i, ports in enumerate(self.broker_ports, start=1):
