@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from aetcd import rpc
@@ -67,8 +67,18 @@ def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = N
     """Start an agent in front of ``source`` (with the ZooKeeper front on ``zk_port`` when given)."""
     env = {**os.environ, "METASHIFT_COORDINATOR_ENABLED": "false", "METASHIFT_LOG_LEVEL": "warning"}
     sock = f"{workdir}/{name}.sock"
-    cmd = [sys.executable, "-m", "metashift.cli", "agent", "--source", source, "--listen", f"unix:{sock}",
-           "--node-id", name]
+    cmd = [
+        sys.executable,
+        "-m",
+        "metashift.cli",
+        "agent",
+        "--source",
+        source,
+        "--listen",
+        f"unix:{sock}",
+        "--node-id",
+        name,
+    ]
     if zk_port is not None:
         cmd += ["--zk-listen", f"127.0.0.1:{zk_port}"]
     log = open(os.path.join(workdir, f"{name}.log"), "wb")  # lives as long as the agent
@@ -231,6 +241,79 @@ async def async_concurrent(op: Callable[[int], Awaitable[Any]], ops: int, inflig
     return ops / (time.perf_counter() - start), lat
 
 
+# ---- paths measured side by side --------------------------------------------------------------------
+
+
+Call = Callable[[int], Awaitable[Any]]
+
+
+class Path(Protocol):
+    """One way to reach a store (direct, or through an agent) that a benchmark measures."""
+
+    name: str
+    agent: Agent | None
+
+    async def serial(self, op: str, calls: int) -> list[float]: ...
+
+    async def concurrent(self, op: str, calls: int, inflight: int) -> tuple[float, list[float]]: ...
+
+
+@dataclass
+class CallPath:
+    """A path driven by asyncio calls: op -> (one-at-a-time call, concurrent call). A call's
+    argument is unique over the whole run, so that creates never meet an existing name."""
+
+    name: str
+    calls: dict[str, tuple[Call, Call]]
+    agent: Agent | None = None
+    issued: dict[str, int] = field(default_factory=dict)
+
+    def _first(self, op: str, calls: int) -> int:
+        first = self.issued.get(op, 0)
+        self.issued[op] = first + calls
+        return first
+
+    async def serial(self, op: str, calls: int) -> list[float]:
+        first, call = self._first(op, calls), self.calls[op][0]
+        return await async_serial(lambda i: call(first + i), calls)
+
+    async def concurrent(self, op: str, calls: int, inflight: int) -> tuple[float, list[float]]:
+        first, call = self._first(op, calls), self.calls[op][1]
+        return await async_concurrent(lambda i: call(first + i), calls, inflight)
+
+
+async def measure(paths: list[Path], ops: list[str], calls: int, inflight: int, rounds: int) -> Table:
+    """Every path's figures, side by side: per operation, a warm-up on each path, then ``rounds``
+    rounds in which each path takes its turn (the order reversed every other round), so that a
+    change in the machine's load weighs on a path and its floor alike. Throughput is the median of
+    a path's rounds, latencies are pooled, the agent's CPU is over all its concurrent calls."""
+    table = Table(ops)
+    for path in paths:
+        table.rows[path.name] = {}
+    lone_calls = max(calls // 3 // rounds, 50)
+    for op in ops:
+        for path in paths:
+            await path.concurrent(op, min(200, calls), inflight)  # warm-up, not counted
+        lone: dict[str, list[float]] = {p.name: [] for p in paths}
+        lat: dict[str, list[float]] = {p.name: [] for p in paths}
+        rates: dict[str, list[float]] = {p.name: [] for p in paths}
+        cpu: dict[str, int] = {p.name: 0 for p in paths}
+        for r in range(rounds):
+            for path in paths if r % 2 == 0 else paths[::-1]:
+                lone[path.name] += await path.serial(op, lone_calls)
+                before = path.agent.cpu_ns() if path.agent else 0
+                rate, latencies = await path.concurrent(op, calls, inflight)
+                cpu[path.name] += path.agent.cpu_ns() - before if path.agent else 0
+                rates[path.name].append(rate)
+                lat[path.name] += latencies
+        for path in paths:
+            table.rows[path.name][op] = Figures.of(
+                lone[path.name], statistics.median(rates[path.name]), lat[path.name],
+                cpu[path.name] if path.agent else None, calls * rounds,
+            )  # fmt: skip
+    return table
+
+
 # ---- the raw etcd floor: Pulsar's EtcdMetadataStore pattern ----------------------------------------
 
 
@@ -256,14 +339,15 @@ class RawEtcd:
         key = self.key(path)
         compares = []
         if expected_version == -1:
-            compares.append(rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE,
-                                        create_revision=0))
+            compares.append(
+                rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, create_revision=0)
+            )
         elif expected_version is not None:
-            compares.append(rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION,
-                                        version=expected_version + 1))
+            compares.append(
+                rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION, version=expected_version + 1)
+            )
         put = rpc.PutRequest(key=key, value=value, prev_kv=True)
-        resp = await self.kv.Txn(rpc.TxnRequest(compare=compares, success=[rpc.RequestOp(request_put=put)],
-                                                failure=[]))
+        resp = await self.kv.Txn(rpc.TxnRequest(compare=compares, success=[rpc.RequestOp(request_put=put)], failure=[]))
         if not resp.succeeded:
             raise RuntimeError(f"compare failed on {path}")
         r = resp.responses[0].response_put

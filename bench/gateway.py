@@ -14,10 +14,12 @@ store (unix socket, client ``metashift.client``). Rows, each beside its floor:
 
 For get, put (blind) and create of 1 KB values: throughput with ``--concurrency`` calls in flight,
 p50/p99 one call at a time, the agent process's CPU per call (us, every thread's ``schedstat``
-before and after the concurrent run) and its resident memory. ``--repeat N`` runs it all N times
-and prints the spread of the ratios. ``--json``: JSON.
+before and after the concurrent runs) and its resident memory. The paths take turns (``--rounds``
+rounds of ``--ops`` calls each per operation, the order reversed every other round) so that the
+machine's load weighs on an agent and its floor alike; throughput is the median of the rounds.
+``--repeat N`` runs it all N times and prints the spread of the ratios. ``--json``: JSON.
 
-    .venv/bin/python bench/gateway.py [--ops 3000] [--concurrency 32] [--repeat 3] [--zk URL] [--etcd URL]
+    .venv/bin/python bench/gateway.py [--ops 3000] [--rounds 5] [--concurrency 32] [--repeat 3] [--zk URL] [--etcd URL]
 """
 
 from __future__ import annotations
@@ -29,48 +31,23 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
 import sys
 import tempfile
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import metashift
 import metashift.client
-from bench.floors import (
-    VALUE,
-    Agent,
-    Figures,
-    RawEtcd,
-    Table,
-    async_concurrent,
-    async_serial,
-    spread,
-    start_agent,
-)
+from bench.floors import VALUE, Agent, Call, CallPath, Path, RawEtcd, Table, measure, spread, start_agent
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 
 OPS = ["get", "put", "create"]
-Call = Callable[[int], Awaitable[Any]]
-
-
-async def _row(calls: dict[str, tuple[Call, Call]], setup: Callable[[], Awaitable[None]], ops: int,
-               concurrency: int, agent: Agent | None) -> dict[str, Figures]:
-    """Figures of ``calls`` (op -> (serial call, concurrent call))."""
-    await setup()
-    row: dict[str, Figures] = {}
-    for op in OPS:
-        serial, concurrent = calls[op]
-        await async_concurrent(concurrent, min(200, ops), 4)  # warm-up (its creates use the first names)
-        lone = await async_serial(serial, max(ops // 3, 200))
-        before = agent.cpu_ns() if agent else 0
-        per_s, lat = await async_concurrent(lambda i: concurrent(i + ops), ops, concurrency)  # noqa: B023
-        row[op] = Figures.of(lone, per_s, lat, agent.cpu_ns() - before if agent else None, ops)
-    return row
+#: Keys the concurrent gets and puts go round.
+KEYS = 200
 
 
 def _store_calls(store: metashift.MetadataStore, base: str, keys: int) -> dict[str, tuple[Call, Call]]:
@@ -81,74 +58,72 @@ def _store_calls(store: metashift.MetadataStore, base: str, keys: int) -> dict[s
     }
 
 
-async def _store_row(store: metashift.MetadataStore, base: str, ops: int, concurrency: int,
-                     agent: Agent | None = None) -> dict[str, Figures]:
-    keys = 200
-
-    async def setup() -> None:
-        await store.put(f"{base}/node", VALUE)
-        await asyncio.gather(*(store.put(f"{base}/k{k}", VALUE) for k in range(keys)))
-
-    return await _row(_store_calls(store, base, keys), setup, ops, concurrency, agent)
+async def _store_path(name: str, store: metashift.MetadataStore, base: str, agent: Agent | None = None) -> CallPath:
+    await store.put(f"{base}/node", VALUE)
+    await asyncio.gather(*(store.put(f"{base}/k{k}", VALUE) for k in range(KEYS)))
+    return CallPath(name, _store_calls(store, base, KEYS), agent)
 
 
-async def _raw_etcd_row(endpoint: str, base: str, ops: int, concurrency: int) -> dict[str, Figures]:
+async def _raw_etcd_path(endpoint: str, base: str) -> tuple[CallPath, RawEtcd]:
     etcd = RawEtcd(endpoint, "/raw-floor")
-    keys = 200
-
-    async def setup() -> None:
-        await etcd.put(f"{base}/node", VALUE)
-        await asyncio.gather(*(etcd.put(f"{base}/k{k}", VALUE) for k in range(keys)))
-
+    await etcd.put(f"{base}/node", VALUE)
+    await asyncio.gather(*(etcd.put(f"{base}/k{k}", VALUE) for k in range(KEYS)))
     calls: dict[str, tuple[Call, Call]] = {
-        "get": (lambda i: etcd.get(f"{base}/node"), lambda i: etcd.get(f"{base}/k{i % keys}")),
-        "put": (lambda i: etcd.put(f"{base}/node", VALUE), lambda i: etcd.put(f"{base}/k{i % keys}", VALUE)),
+        "get": (lambda i: etcd.get(f"{base}/node"), lambda i: etcd.get(f"{base}/k{i % KEYS}")),
+        "put": (lambda i: etcd.put(f"{base}/node", VALUE), lambda i: etcd.put(f"{base}/k{i % KEYS}", VALUE)),
         "create": (lambda i: etcd.put(f"{base}/c{i}", VALUE, -1), lambda i: etcd.put(f"{base}/p{i}", VALUE, -1)),
     }
-    try:
-        return await _row(calls, setup, ops, concurrency, None)
-    finally:
-        await etcd.close()
+    return CallPath("etcd raw (Pulsar txns)", calls), etcd
 
 
-async def _through_agent(agent: Agent, base: str, ops: int, concurrency: int) -> dict[str, Figures]:
-    client = await metashift.client.connect(f"unix:{agent.socket_path}")
-    try:
-        return await _store_row(client, base, ops, concurrency, agent)
-    finally:
-        await client.close()
-
-
-async def _run(n: int, urls: dict[str, str], etcd_endpoint: str | None, agents: dict[str, Agent], ops: int,
-               concurrency: int) -> Table:
+async def _run(
+    n: int, urls: dict[str, str], etcd_endpoint: str | None, agents: dict[str, Agent], args: argparse.Namespace
+) -> Table:
     base = f"/bench{n}"
-    table = Table(OPS)
-    if "zk" in urls:
-        table.floors["agent -> zookeeper"] = "zookeeper direct"
-        direct = await metashift.open_store(urls["zk"])
-        try:
-            table.rows["zookeeper direct"] = await _store_row(direct, base + "-direct", ops, concurrency)
-        finally:
-            await direct.close()
-        table.rows["agent -> zookeeper"] = await _through_agent(agents["zk"], base + "-agent", ops, concurrency)
-    if "etcd" in urls:
-        if etcd_endpoint is not None:
-            table.floors["agent -> etcd"] = "etcd raw (Pulsar txns)"
-            table.rows["etcd raw (Pulsar txns)"] = await _raw_etcd_row(etcd_endpoint, base, ops, concurrency)
-        direct = await metashift.open_store(urls["etcd"])
-        try:
-            table.rows["etcd direct (store)"] = await _store_row(direct, base + "-direct", ops, concurrency)
-        finally:
-            await direct.close()
-        table.rows["agent -> etcd"] = await _through_agent(agents["etcd"], base + "-agent", ops, concurrency)
+    paths: list[Path] = []
+    floors: dict[str, str] = {}
+    async with contextlib.AsyncExitStack() as stack:
+
+        async def store(url: str) -> metashift.MetadataStore:
+            opened = await metashift.open_store(url)
+            stack.push_async_callback(opened.close)
+            return opened
+
+        async def client(agent: Agent) -> metashift.MetadataStore:
+            opened = await metashift.client.connect(f"unix:{agent.socket_path}")
+            stack.push_async_callback(opened.close)
+            return opened
+
+        if "zk" in urls:
+            floors["agent -> zookeeper"] = "zookeeper direct"
+            paths.append(await _store_path("zookeeper direct", await store(urls["zk"]), base + "-direct"))
+            paths.append(await _store_path("agent -> zookeeper", await client(agents["zk"]), base + "-agent",
+                                           agents["zk"]))  # fmt: skip
+        if "etcd" in urls:
+            if etcd_endpoint is not None:
+                floors["agent -> etcd"] = "etcd raw (Pulsar txns)"
+                raw, etcd = await _raw_etcd_path(etcd_endpoint, base)
+                stack.push_async_callback(etcd.close)
+                paths.append(raw)
+            paths.append(await _store_path("etcd direct (store)", await store(urls["etcd"]), base + "-direct"))
+            paths.append(await _store_path("agent -> etcd", await client(agents["etcd"]), base + "-agent",
+                                           agents["etcd"]))  # fmt: skip
+        table = await measure(paths, OPS, args.ops, args.concurrency, args.rounds)
+    table.floors = floors
     table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
     return table
 
 
 async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ops", type=int, default=3000, help="calls per concurrent run (default 3000)")
+    parser.add_argument("--ops", type=int, default=3000, help="calls per concurrent run of a path (default 3000)")
     parser.add_argument("--concurrency", type=int, default=32, help="calls in flight for the concurrent run")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="turns of every path per operation, side by side (default 5): throughput is the median of a path's rounds",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of the whole table (default 1)")
     parser.add_argument("--zk", help="ZooKeeper URL (default: start a local one)")
     parser.add_argument("--etcd", help="etcd URL (default: start a local one; the raw floor needs a local one)")
@@ -177,11 +152,15 @@ async def main(argv: list[str] | None = None) -> int:
         for kind, url in urls.items():
             agents[kind] = start_agent(url, workdir, f"agent-{kind}")
         for n in range(args.repeat):
-            tables.append(await _run(n, urls, etcd_endpoint, agents, args.ops, args.concurrency))
+            tables.append(await _run(n, urls, etcd_endpoint, agents, args))
             if not args.json:
-                print(tables[-1].render(
-                    f"run {n + 1}: gRPC gateway (metashift.client), 1 KB values, {args.ops} calls per concurrent "
-                    f"run, load {os.getloadavg()[0]:.1f}", args.concurrency))
+                print(
+                    tables[-1].render(
+                        f"run {n + 1}: gRPC gateway (metashift.client), 1 KB values, {args.rounds} rounds of "
+                        f"{args.ops} calls per path, load {os.getloadavg()[0]:.1f}",
+                        args.concurrency,
+                    )
+                )
                 print(flush=True)
     finally:
         for agent in agents.values():
@@ -190,8 +169,11 @@ async def main(argv: list[str] | None = None) -> int:
             server.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
-        print(json.dumps({"ops": args.ops, "concurrency": args.concurrency, "runs": [t.as_dict() for t in tables]},
-                         indent=2))
+        print(
+            json.dumps(
+                {"ops": args.ops, "concurrency": args.concurrency, "runs": [t.as_dict() for t in tables]}, indent=2
+            )
+        )
     elif len(tables) > 1:
         print(spread(tables))
     return 0

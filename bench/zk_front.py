@@ -15,11 +15,13 @@ once, no thread), or kazoo with ``--client kazoo`` (its thread and queue cap it 
 calls a second here, whatever the server, so its rows measure kazoo as much as the server).
 For getData, setData and create of 1 KB values: throughput with ``--inflight`` calls pipelined on
 one session, p50/p99 latency one call at a time, and the agent process's CPU per call (us, every
-thread's ``schedstat`` before and after the pipelined run: the least noisy figure on a shared
-machine); the agents' resident memory. ``--repeat N`` runs it all N times and prints the spread
-of the ratios. ``--json``: JSON.
+thread's ``schedstat`` before and after the pipelined runs: the least noisy figure on a shared
+machine); the agents' resident memory. The paths take turns (``--rounds`` rounds of ``--ops``
+calls each per operation, the order reversed every other round) so that the machine's load weighs
+on an agent and its floor alike; throughput is the median of the rounds. ``--repeat N`` runs it
+all N times and prints the spread of the ratios. ``--json``: JSON.
 
-    .venv/bin/python bench/zk_front.py [--ops 3000] [--inflight 64] [--repeat 3] [--client kazoo]
+    .venv/bin/python bench/zk_front.py [--ops 3000] [--rounds 5] [--inflight 64] [--repeat 3] [--client kazoo]
 """
 
 from __future__ import annotations
@@ -43,17 +45,7 @@ from kazoo.client import KazooClient
 if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.floors import (
-    VALUE,
-    Agent,
-    Figures,
-    RawEtcd,
-    Table,
-    async_concurrent,
-    async_serial,
-    spread,
-    start_agent,
-)
+from bench.floors import VALUE, Agent, Call, CallPath, Path, RawEtcd, Table, measure, spread, start_agent
 from bench.zk_pipelined import PipelinedZk
 from metashift.local_servers import LocalEtcd, LocalZooKeeper, free_port
 
@@ -86,114 +78,124 @@ def _pipelined(start: Callable[[int], Any], ops: int, inflight: int) -> tuple[fl
     return ops / (time.perf_counter() - t0), lat
 
 
-def _kazoo_row(hosts: str, base: str, ops: int, inflight: int, agent: Agent | None) -> dict[str, Figures]:
-    k = KazooClient(hosts=hosts, timeout=30)
-    k.start(timeout=30)
-    try:
-        k.ensure_path(base)
-        k.create(f"{base}/node", VALUE)
-        for i in range(ops):
-            k.create_async(f"{base}/r{i}", VALUE)
-        k.sync(base)
-        serial = {
+class KazooPath:
+    """A path driven by kazoo (its own thread: the calls block this one, which nothing else needs
+    while a path takes its turn)."""
+
+    def __init__(self, name: str, hosts: str, base: str, keys: int, agent: Agent | None) -> None:
+        self.name, self.agent, self.base, self.keys = name, agent, base, keys
+        self.k = KazooClient(hosts=hosts, timeout=30)
+        self.k.start(timeout=30)
+        self.k.ensure_path(base)
+        self.k.create(f"{base}/node", VALUE)
+        for i in range(keys):
+            self.k.create_async(f"{base}/r{i}", VALUE)
+        self.k.sync(base)
+        self.issued = 0
+
+    async def serial(self, op: str, calls: int) -> list[float]:
+        k, base, first = self.k, self.base, self.issued
+        self.issued += calls
+        fn = {
             "get": lambda i: k.get(f"{base}/node"),
             "set": lambda i: k.set(f"{base}/node", VALUE),
-            "create": lambda i: k.create(f"{base}/c{i}", VALUE),
-        }
-        pipelined = {
-            "get": lambda i: k.get_async(f"{base}/r{i}"),
-            "set": lambda i: k.set_async(f"{base}/r{i}", VALUE),
-            "create": lambda i: k.create_async(f"{base}/p{i}", VALUE),
-        }
-        row: dict[str, Figures] = {}
-        for op in OPS:
-            lone = _serial(serial[op], max(ops // 3, 200))
-            before = agent.cpu_ns() if agent else 0
-            per_s, lat = _pipelined(pipelined[op], ops, inflight)
-            row[op] = Figures.of(lone, per_s, lat, agent.cpu_ns() - before if agent else None, ops)
-        return row
-    finally:
-        k.stop()
-        k.close()
+            "create": lambda i: k.create(f"{base}/c{first + i}", VALUE),
+        }[op]
+        return _serial(fn, calls)
+
+    async def concurrent(self, op: str, calls: int, inflight: int) -> tuple[float, list[float]]:
+        k, base, keys, first = self.k, self.base, self.keys, self.issued
+        self.issued += calls
+        fn = {
+            "get": lambda i: k.get_async(f"{base}/r{i % keys}"),
+            "set": lambda i: k.set_async(f"{base}/r{i % keys}", VALUE),
+            "create": lambda i: k.create_async(f"{base}/p{first + i}", VALUE),
+        }[op]
+        return _pipelined(fn, calls, inflight)
+
+    async def close(self) -> None:
+        self.k.stop()
+        self.k.close()
 
 
-async def _etcd_row(endpoint: str, base: str, ops: int, inflight: int) -> dict[str, Figures]:
-    etcd = RawEtcd(endpoint, "/raw-floor")
-    try:
-        await etcd.put(f"{base}/node", VALUE)
-        await asyncio.gather(*(etcd.put(f"{base}/r{i}", VALUE) for i in range(ops)))
-        serial = {
-            "get": lambda i: etcd.get(f"{base}/node"),
-            "set": lambda i: etcd.put(f"{base}/node", VALUE),
-            "create": lambda i: etcd.put(f"{base}/c{i}", VALUE, -1),
-        }
-        concurrent = {
-            "get": lambda i: etcd.get(f"{base}/r{i}"),
-            "set": lambda i: etcd.put(f"{base}/r{i}", VALUE),
-            "create": lambda i: etcd.put(f"{base}/p{i}", VALUE, -1),
-        }
-        row: dict[str, Figures] = {}
-        for op in OPS:
-            lone = await async_serial(serial[op], max(ops // 3, 200))
-            per_s, lat = await async_concurrent(concurrent[op], ops, inflight)
-            row[op] = Figures.of(lone, per_s, lat, None, ops)
-        return row
-    finally:
-        await etcd.close()
-
-
-async def _pipelined_row(port: int, base: str, ops: int, inflight: int, agent: Agent | None) -> dict[str, Figures]:
-    """The row of one server with the pipelined client (``zk_pipelined``): ``inflight`` calls in
-    flight on one session, as many as kazoo's run sends."""
+async def _pipelined_path(name: str, port: int, base: str, keys: int, agent: Agent | None) -> tuple[CallPath, Any]:
+    """A path on the pipelined client (``zk_pipelined``): its calls in flight on one session."""
     zk = await PipelinedZk.connect("127.0.0.1", port)
+    await zk.create(base, b"")
+    await zk.create(f"{base}/node", VALUE)
+    await asyncio.gather(*(zk.create(f"{base}/r{i}", VALUE) for i in range(keys)))
+    calls: dict[str, tuple[Call, Call]] = {
+        "get": (lambda i: zk.get(f"{base}/node"), lambda i: zk.get(f"{base}/r{i % keys}")),
+        "set": (lambda i: zk.set(f"{base}/node", VALUE), lambda i: zk.set(f"{base}/r{i % keys}", VALUE)),
+        "create": (lambda i: zk.create(f"{base}/c{i}", VALUE), lambda i: zk.create(f"{base}/p{i}", VALUE)),
+    }
+    return CallPath(name, calls, agent), zk.close
+
+
+async def _etcd_path(endpoint: str, base: str, keys: int) -> tuple[CallPath, Any]:
+    etcd = RawEtcd(endpoint, "/raw-floor")
+    await etcd.put(f"{base}/node", VALUE)
+    await asyncio.gather(*(etcd.put(f"{base}/r{i}", VALUE) for i in range(keys)))
+    calls: dict[str, tuple[Call, Call]] = {
+        "get": (lambda i: etcd.get(f"{base}/node"), lambda i: etcd.get(f"{base}/r{i % keys}")),
+        "set": (lambda i: etcd.put(f"{base}/node", VALUE), lambda i: etcd.put(f"{base}/r{i % keys}", VALUE)),
+        "create": (lambda i: etcd.put(f"{base}/c{i}", VALUE, -1), lambda i: etcd.put(f"{base}/p{i}", VALUE, -1)),
+    }
+    return CallPath("etcd raw (Pulsar txns)", calls), etcd.close
+
+
+async def _run(
+    n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, Agent], args: argparse.Namespace
+) -> Table:
+    base, keys = f"/bench{n}", 1000
+    servers = [
+        ("zookeeper direct", zk.port, None),
+        ("agent -> zookeeper", agents["zk"].zk_port, agents["zk"]),
+        ("agent -> etcd", agents["etcd"].zk_port, agents["etcd"]),
+    ]
+    paths: dict[str, Path] = {}
+    closers: list[Any] = []
     try:
-        await zk.create(base, b"")
-        await zk.create(f"{base}/node", VALUE)
-        await asyncio.gather(*(zk.create(f"{base}/r{i}", VALUE) for i in range(ops)))
-        serial = {"get": lambda i: zk.get(f"{base}/node"), "set": lambda i: zk.set(f"{base}/node", VALUE),
-                  "create": lambda i: zk.create(f"{base}/c{i}", VALUE)}
-        pipelined = {"get": lambda i: zk.get(f"{base}/r{i}"), "set": lambda i: zk.set(f"{base}/r{i}", VALUE),
-                     "create": lambda i: zk.create(f"{base}/p{i}", VALUE)}
-        row: dict[str, Figures] = {}
-        for op in OPS:
-            lone = await async_serial(serial[op], max(ops // 3, 200))
-            before = agent.cpu_ns() if agent else 0
-            per_s, lat = await async_concurrent(pipelined[op], ops, inflight)
-            row[op] = Figures.of(lone, per_s, lat, agent.cpu_ns() - before if agent else None, ops)
-        return row
+        for name, port, agent in servers:
+            assert port is not None
+            if args.client == "kazoo":
+                kazoo = KazooPath(name, f"127.0.0.1:{port}", base, keys, agent)
+                paths[name] = kazoo
+                closers.append(kazoo.close)
+            else:
+                paths[name], close = await _pipelined_path(name, port, base, keys, agent)
+                closers.append(close)
+        paths["etcd raw (Pulsar txns)"], close = await _etcd_path(etcd.endpoint, base, keys)
+        closers.append(close)
+        order = ["zookeeper direct", "agent -> zookeeper", "etcd raw (Pulsar txns)", "agent -> etcd"]
+        table = await measure([paths[name] for name in order], OPS, args.ops, args.inflight, args.rounds)
     finally:
-        await zk.close()
-
-
-def _run(n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, Agent], ops: int, inflight: int,
-         client: str) -> Table:
-    base = f"/bench{n}"
-    table = Table(OPS, floors={"agent -> zookeeper": "zookeeper direct", "agent -> etcd": "etcd raw (Pulsar txns)"})
-
-    def row(port: int | None, agent: Agent | None) -> dict[str, Figures]:
-        assert port is not None
-        if client == "kazoo":
-            return _kazoo_row(f"127.0.0.1:{port}", base, ops, inflight, agent)
-        return asyncio.run(_pipelined_row(port, base, ops, inflight, agent))
-
-    table.rows["zookeeper direct"] = row(zk.port, None)
-    a = agents["zk"]
-    table.rows["agent -> zookeeper"] = row(a.zk_port, a)
-    table.rows["etcd raw (Pulsar txns)"] = asyncio.run(_etcd_row(etcd.endpoint, base, ops, inflight))
-    a = agents["etcd"]
-    table.rows["agent -> etcd"] = row(a.zk_port, a)
+        for close in closers:
+            await close()
+    table.rows = {name: table.rows[name] for name in order}
+    table.floors = {"agent -> zookeeper": "zookeeper direct", "agent -> etcd": "etcd raw (Pulsar txns)"}
     table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
     return table
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ops", type=int, default=3000, help="calls per pipelined run (default 3000)")
+    parser.add_argument("--ops", type=int, default=3000, help="calls per pipelined run of a path (default 3000)")
     parser.add_argument("--inflight", type=int, default=64)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=5,
+        help="turns of every path per operation, side by side (default 5): throughput is the median of a path's rounds",
+    )
     parser.add_argument("--repeat", type=int, default=1, help="runs of the whole table (default 1)")
-    parser.add_argument("--client", choices=["pipelined", "kazoo"], default="pipelined",
-                        help="the ZooKeeper client of the rows (default: bench/zk_pipelined.py; kazoo tops out "
-                             "at a few thousand calls a second here, whatever the server)")
+    parser.add_argument(
+        "--client",
+        choices=["pipelined", "kazoo"],
+        default="pipelined",
+        help="the ZooKeeper client of the rows (default: bench/zk_pipelined.py; kazoo tops out "
+        "at a few thousand calls a second here, whatever the server)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="ms-zkbench-")
@@ -206,11 +208,15 @@ def main() -> int:
         agents["zk"] = start_agent(zk.url + "/via-agent", workdir, "agent-zk", zk_port=free_port())
         agents["etcd"] = start_agent(etcd.url + "/via-agent", workdir, "agent-etcd", zk_port=free_port())
         for n in range(args.repeat):
-            tables.append(_run(n, zk, etcd, agents, args.ops, args.inflight, args.client))
+            tables.append(asyncio.run(_run(n, zk, etcd, agents, args)))
             if not args.json:
-                print(tables[-1].render(
-                    f"run {n + 1}: ZooKeeper protocol ({args.client} client), 1 KB values, {args.ops} calls "
-                    f"per pipelined run, load {os.getloadavg()[0]:.1f}", args.inflight))
+                print(
+                    tables[-1].render(
+                        f"run {n + 1}: ZooKeeper protocol ({args.client} client), 1 KB values, {args.rounds} rounds "
+                        f"of {args.ops} calls per path, load {os.getloadavg()[0]:.1f}",
+                        args.inflight,
+                    )
+                )
                 print(flush=True)
     finally:
         for agent in agents.values():
@@ -219,7 +225,8 @@ def main() -> int:
         etcd.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
-        print(json.dumps({"ops": args.ops, "inflight": args.inflight, "runs": [t.as_dict() for t in tables]}, indent=2))
+        runs = [t.as_dict() for t in tables]
+        print(json.dumps({"ops": args.ops, "rounds": args.rounds, "inflight": args.inflight, "runs": runs}, indent=2))
     elif len(tables) > 1:
         print(spread(tables))
     return 0
