@@ -61,8 +61,9 @@ def pass_timing(kind: str, number: int, seconds: float, *, paths: int | None = N
                 report: dict[str, Any] | None = None) -> dict[str, object]:
     """One pass's times as ``status`` shows them: its kind (``full``, ``delta``, ``final``), its
     wall time and, for a Spark pass, the stages of its copy job (``process``: the wall time outside
-    the job's own report; ``spark_ready``: Spark's context up, started beside the listing; then
-    listing the tree, copying, compaction, verification)."""
+    the job's copy and verification, such as starting the job's process; ``spark_ready``: Spark's
+    context up, started beside the listing; then listing the tree, copying, compaction,
+    verification)."""
     timing: dict[str, object] = {"pass": number, "kind": kind, "seconds": round(seconds, 3)}
     if paths is not None:
         timing["paths"] = paths
@@ -70,8 +71,9 @@ def pass_timing(kind: str, number: int, seconds: float, *, paths: int | None = N
         job = float(report.get("seconds") or 0.0)
         verify = report.get("verify") or {}
         timeline = report.get("timeline") or {}
+        # the job's own seconds end before its verification: both are inside the pass's seconds
         stages = {
-            "process": max(seconds - job, 0.0),
+            "process": max(seconds - job - float(verify.get("seconds") or 0.0), 0.0),
             "spark_ready": float(timeline.get("spark_ready") or 0.0),
             "listing": float(report.get("listing_seconds") or 0.0),
             "copy": float(report.get("copy_seconds") or 0.0),

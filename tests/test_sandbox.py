@@ -44,6 +44,10 @@ def test_sandbox_migrates_with_agents_as_processes_and_loses_no_write() -> None:
     assert {"SYNCING", "PREPARATION", "COPYING"} <= set(report["phases"])
     assert report["freeze_ms"] is not None and report["freeze_ms"] > 0 and report["passes"] >= 1
     assert [t["kind"] for t in report["pass_timings"]][:1] == ["full"] and report["pass_timings"][0]["stages"]
+    # the stages are parts of the pass (Spark's start runs beside the listing): none counted twice
+    full = report["pass_timings"][0]
+    parts = sum(v for k, v in full["stages"].items() if k != "spark_ready")
+    assert full["stages"]["verify"] > 0 and parts <= full["seconds"] + 0.01, full
     # --beside-copy: copy --verify of the same tree (and what the clients wrote) alone, against the migration
     assert report["copy_verify_nodes"] >= report["nodes"] and report["copy_verify_seconds"] > 0, report
     assert report["copy_verify_stages"]["copy"] > 0 and report["copy_verify_stages"]["verify"] > 0, report
