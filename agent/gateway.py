@@ -1,4 +1,5 @@
 """The gRPC gateway: ``metashift.v1.MetadataStore`` and ``metashift.v1.Session`` over grpc.aio.
+The streams are served by ``watch_stream`` (Watch) and ``session_stream`` (Session/Open).
 
 Every request is checked here, server-side, whatever the client: a malformed request gets
 INVALID_ARGUMENT and nothing is written. Reads go to the router's active store; writes pass the
@@ -17,17 +18,19 @@ from typing import Any
 import grpc
 
 from metashift.agent.gate import WriteGate
+from metashift.agent.grpc_calls import Malformed, abort, decoder
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.router import Router
 from metashift.agent.sequence_floors import SequenceFloors
+from metashift.agent.session_stream import SessionStreams
 from metashift.agent.sessions import ClientSession, SessionRegistry
+from metashift.agent.watch_stream import WatchStreams
 from metashift.proto import wire
 from metashift.proto.errors import HeldForMigration, Internal, InvalidArgument, NoSession, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.stores import (
     DeleteOp,
     MetadataStore,
-    Notification,
     Op,
     OpResult,
     PutOp,
@@ -40,81 +43,9 @@ log = logging.getLogger(__name__)
 
 STORE_SERVICE = "metashift.v1.MetadataStore"
 SESSION_SERVICE = "metashift.v1.Session"
-WATCH_QUEUE_LIMIT = 100_000
-#: Queued for a Watch stream whose reader fell WATCH_QUEUE_LIMIT notifications behind.
-WATCH_OVERFLOW = "overflow"
-#: What a Watch stream's queue carries: a notification, None (the agent closes), or WATCH_OVERFLOW.
-WatchItem = Notification | None | str
-HELLO_TIMEOUT = 10.0
 #: Methods that never write: whatever fails, nothing was written.
 READ_METHODS = frozenset({"Get", "GetChildren", "Exists", "Watch"})
 MAX_BATCH_OPS = 10_000
-
-
-class _Malformed:
-    """What a request that does not decode becomes; the handler answers INVALID_ARGUMENT."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-def _decoder(message: Any) -> Callable[[bytes], Any]:
-    def decode(data: bytes) -> Any:
-        try:
-            return message.FromString(data)
-        except Exception as exc:  # google.protobuf.message.DecodeError and kin
-            return _Malformed(f"cannot decode {message.DESCRIPTOR.full_name}: {exc}")
-
-    return decode
-
-
-class NotificationHub:
-    """Fans the active store's notifications out to the Watch streams: each stream listens to the
-    active store on its own prefix, so a store with no stream open watches nothing for them."""
-
-    def __init__(self, router: Router) -> None:
-        self._router = router
-        self._queues: dict[asyncio.Queue[WatchItem], tuple[str, Callable[[], None]]] = {}
-        router.on_switch(self._switched)
-
-    def _switched(self, old: MetadataStore, new: MetadataStore) -> None:
-        for queue, (prefix, remove) in list(self._queues.items()):
-            remove()
-            self._queues[queue] = (prefix, self._listen(new, queue, prefix))
-
-    def _listen(self, store: MetadataStore, queue: asyncio.Queue[WatchItem], prefix: str) -> Callable[[], None]:
-        def publish(notification: Notification) -> None:
-            if queue.qsize() >= WATCH_QUEUE_LIMIT:
-                # too slow a reader: end its stream with an error (it has missed notifications
-                # and must re-read what it caches) rather than let the queue grow forever
-                self.unsubscribe(queue)
-                queue.put_nowait(WATCH_OVERFLOW)
-                return
-            queue.put_nowait(notification)
-
-        return store.add_listener(publish, under=prefix)
-
-    def subscribe(self, prefix: str) -> asyncio.Queue[WatchItem]:
-        queue: asyncio.Queue[WatchItem] = asyncio.Queue()
-        self._queues[queue] = (prefix, self._listen(self._router.active, queue, prefix))
-        return queue
-
-    async def ready(self) -> None:
-        """The active store watches every stream's prefix (its server confirmed it)."""
-        await self._router.active.watch_ready()
-
-    def unsubscribe(self, queue: asyncio.Queue[WatchItem]) -> None:
-        entry = self._queues.pop(queue, None)
-        if entry is not None:
-            entry[1]()
-
-    def close(self) -> None:
-        for queue in list(self._queues):
-            self.unsubscribe(queue)
-            queue.put_nowait(None)
-
-    def __len__(self) -> int:
-        return len(self._queues)
 
 
 class Gateway:
@@ -136,16 +67,14 @@ class Gateway:
         self.gate = gate
         self.registry = registry
         self.metrics = metrics
-        self.hub = NotificationHub(router)
+        self.watches = WatchStreams(router, metrics)
+        self.sessions = SessionStreams(
+            router, registry, metrics, node_id=node_id, role=role, session_timeout=session_timeout,
+            session_max_timeout=session_max_timeout,
+        )  # fmt: skip
         self.floors = SequenceFloors(router)
-        self.node_id = node_id
-        self.role = role
-        self.session_timeout = session_timeout
-        self.session_max_timeout = session_max_timeout
-        self._streams: set[asyncio.Queue[tuple[Any, ...]]] = set()
         self._store_events_remove = router.active.add_session_listener(self.registry.store_event)
         router.on_switch(self._switched)
-        self._closing = False
 
     def _switched(self, old: MetadataStore, new: MetadataStore) -> None:
         self._store_events_remove()
@@ -157,7 +86,8 @@ class Gateway:
     def handlers(self) -> list[grpc.GenericRpcHandler]:
         def unary(name: str, fn: Callable[[Any, Any], Awaitable[Any]], req: Any, resp: Any) -> Any:
             return grpc.unary_unary_rpc_method_handler(
-                self._instrument(name, fn), request_deserializer=_decoder(req),
+                self._instrument(name, fn),
+                request_deserializer=decoder(req),
                 response_serializer=resp.SerializeToString,
             )
 
@@ -169,13 +99,15 @@ class Gateway:
             "Delete": unary("Delete", self._delete, pb.DeleteRequest, pb.DeleteResponse),
             "Batch": unary("Batch", self._batch, pb.BatchRequest, pb.BatchResponse),
             "Watch": grpc.unary_stream_rpc_method_handler(
-                self._counted_stream("Watch", self._watch), request_deserializer=_decoder(pb.WatchRequest),
+                self._counted_stream("Watch", self.watches.serve),
+                request_deserializer=decoder(pb.WatchRequest),
                 response_serializer=pb.WatchResponse.SerializeToString,
             ),
         }
         session = {
             "Open": grpc.stream_stream_rpc_method_handler(
-                self._counted_stream("Session", self._session), request_deserializer=_decoder(pb.SessionRequest),
+                self._counted_stream("Session", self.sessions.serve),
+                request_deserializer=decoder(pb.SessionRequest),
                 response_serializer=pb.SessionResponse.SerializeToString,
             ),
         }
@@ -194,7 +126,7 @@ class Gateway:
         async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
             start = time.perf_counter()
             try:
-                if isinstance(request, _Malformed):
+                if isinstance(request, Malformed):
                     raise InvalidArgument(request.reason)
                 response = await fn(request, context)
             except MetadataStoreError as err:
@@ -212,7 +144,7 @@ class Gateway:
             detail, code = wire.error_to_pb(error, read=method in READ_METHODS)
             latency.observe(time.perf_counter() - start)
             requests.labels(method, code.name).inc()
-            await self._abort(context, error, (detail, code))
+            await abort(context, error, (detail, code))
 
         return handler
 
@@ -247,7 +179,7 @@ class Gateway:
                 raise
             except Exception as err:
                 status = "INTERNAL"
-                await self._abort(context, _unexpected(method, err))
+                await abort(context, _unexpected(method, err))
             finally:
                 requests.labels(method, status).inc()
 
@@ -322,8 +254,7 @@ class Gateway:
                 await store.delete(stat.path, expected_version=stat.version)
             except MetadataStoreError:
                 pass
-            err = NoSession("the session ended while the put was in flight (it was written, then deleted)",
-                            stat.path)
+            err = NoSession("the session ended while the put was in flight (it was written, then deleted)", stat.path)
             err.write_may_have_happened = True
             raise err
 
@@ -356,8 +287,9 @@ class Gateway:
 
         async def apply(store: MetadataStore) -> Stat:
             named = await self.floors.named(store, op)  # under a counter a migration retired
-            stat = await store.put(named.path, named.value, named.expected_version, ephemeral=named.ephemeral,
-                                   sequential=named.sequential)
+            stat = await store.put(
+                named.path, named.value, named.expected_version, ephemeral=named.ephemeral, sequential=named.sequential
+            )
             await self._after_put(session, named, stat, store)
             return stat
 
@@ -414,175 +346,15 @@ class Gateway:
         def stat_to(stat: Stat) -> pb.Stat:
             return self._stat(stat, session)
 
-        return pb.BatchResponse(
-            results=[wire.result_to_pb(op, r, stat_to) for op, r in zip(ops, results, strict=True)]
-        )
-
-    async def _watch(self, req: Any, context: grpc.aio.ServicerContext) -> None:
-        if isinstance(req, _Malformed):
-            await self._abort(context, InvalidArgument(req.reason))
-            return
-        prefix = req.path_prefix or paths.SEPARATOR
-        try:
-            wire.check_path(prefix)
-        except InvalidPath as err:
-            await self._abort(context, err)
-            return
-        queue = self.hub.subscribe(prefix)
-        self.metrics.watchers.set(len(self.hub))
-        try:
-            await self.hub.ready()  # ready means: every change from now on is sent
-            await context.write(pb.WatchResponse(ready=True))
-            while True:
-                notification = await queue.get()
-                if notification is None:
-                    return
-                if isinstance(notification, str):  # WATCH_OVERFLOW
-                    await context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"this watch fell {WATCH_QUEUE_LIMIT} notifications behind and was ended: "
-                        "notifications were lost, re-read what you cache",
-                    )
-                    return
-                await context.write(
-                    pb.WatchResponse(
-                        notification=pb.Notification(
-                            type=wire.NOTIFICATION_TO_PB[notification.type], path=notification.path
-                        )
-                    )
-                )
-        finally:
-            self.hub.unsubscribe(queue)
-            self.metrics.watchers.set(len(self.hub))
-
-    async def _abort(
-        self,
-        context: grpc.aio.ServicerContext,
-        error: MetadataStoreError,
-        encoded: tuple[pb.Error, grpc.StatusCode] | None = None,
-    ) -> None:
-        """End the call with ``error``'s status code and its machine-readable details
-        (``encoded``: ``wire.error_to_pb(error)`` when the caller has it already)."""
-        detail, code = encoded or wire.error_to_pb(error)
-        await context.abort(code, wire.status_message(detail), trailing_metadata=wire.trailers(detail))
-
-    # ---- Session --------------------------------------------------------------------------------
-
-    async def _session(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
-        try:
-            first = await asyncio.wait_for(context.read(), HELLO_TIMEOUT)
-        except TimeoutError:
-            await self._abort(context, InvalidArgument("no Hello within 10 seconds"))
-            return
-        if first is grpc.aio.EOF:
-            return
-        if isinstance(first, _Malformed) or first.WhichOneof("kind") != "hello":
-            await self._abort(context, InvalidArgument("a session starts with Hello"))
-            return
-        if self._closing:
-            await self._abort(context, StoreUnavailable("the agent is shutting down"))
-            return
-        hello = first.hello
-        timeout = hello.timeout_ms / 1000 if hello.timeout_ms else self.session_timeout
-        timeout = min(max(timeout, 0.5), self.session_max_timeout)
-        out: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
-        session = self.registry.open(hello.client_name[:200], timeout, lambda ev: out.put_nowait(("event", ev)))
-        self.metrics.sessions.set(len(self.registry))
-        self._streams.add(out)
-        reader = asyncio.create_task(self._session_reader(context, session, out))
-        reason = "stream broken"
-        try:
-            await context.write(
-                pb.SessionResponse(
-                    started=pb.SessionStarted(
-                        session_id=session.id,
-                        timeout_ms=int(timeout * 1000),
-                        max_value_size=self.router.active.max_value_size,
-                        node_id=self.node_id,
-                        role=self.role,
-                    )
-                )
-            )
-            while True:
-                try:
-                    item = await asyncio.wait_for(out.get(), max(session.expires_in(), 0.01))
-                except TimeoutError:
-                    if session.expires_in() > 0:
-                        continue
-                    reason = "keep-alive timed out"
-                    await self._end(session, reason)
-                    await context.write(pb.SessionResponse(event=pb.SessionEvent(type=pb.SESSION_LOST)))
-                    return
-                kind = item[0]
-                if kind == "keepalive":
-                    await context.write(pb.SessionResponse(keep_alive=pb.KeepAlive(seq=item[1])))
-                elif kind == "event":
-                    event = pb.SessionEvent(type=wire.SESSION_EVENT_TO_PB[item[1]])
-                    await context.write(pb.SessionResponse(event=event))
-                elif kind == "close":
-                    reason = "closed by the client"
-                    await self._end(session, reason)
-                    await context.write(pb.SessionResponse(closed=pb.SessionClosed()))
-                    return
-                elif kind == "eof":
-                    reason = "stream closed"
-                    return
-                elif kind == "shutdown":
-                    reason = "agent shutting down"
-                    return
-                elif kind == "bad":
-                    reason = "malformed request"
-                    await self._end(session, reason)
-                    await self._abort(context, InvalidArgument(item[1]))
-                    return
-        finally:
-            reader.cancel()
-            self._streams.discard(out)
-            if not session.ended:
-                self.registry.end_soon(session, reason)
-            self.metrics.sessions.set(len(self.registry))
-
-    async def _end(self, session: ClientSession, reason: str) -> None:
-        """End ``session`` in a task of its own: a client that goes away meanwhile (its stream
-        cancelled) must not cut the deletion of its ephemerals short."""
-        await asyncio.shield(self.registry.end_soon(session, reason))
-
-    async def _session_reader(
-        self, context: grpc.aio.ServicerContext, session: ClientSession, out: asyncio.Queue[tuple[Any, ...]]
-    ) -> None:
-        try:
-            while True:
-                msg = await context.read()
-                if msg is grpc.aio.EOF:
-                    out.put_nowait(("eof",))
-                    return
-                if isinstance(msg, _Malformed):
-                    out.put_nowait(("bad", msg.reason))
-                    return
-                kind = msg.WhichOneof("kind")
-                session.touch()
-                if kind == "keep_alive":
-                    out.put_nowait(("keepalive", msg.keep_alive.seq))
-                elif kind == "close":
-                    out.put_nowait(("close",))
-                    return
-                else:
-                    out.put_nowait(("bad", f"unexpected {kind or 'empty'} message in an open session"))
-                    return
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # the stream broke under us: the writer side notices too
-            out.put_nowait(("eof",))
+        return pb.BatchResponse(results=[wire.result_to_pb(op, r, stat_to) for op, r in zip(ops, results, strict=True)])
 
     # ---- shutdown -------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
         """End every session stream and watch; fail held writes (the agent is going away)."""
-        self._closing = True
+        self.sessions.shutdown()
         self.gate.shutdown()
-        for out in list(self._streams):
-            out.put_nowait(("shutdown",))
-        self.hub.close()
+        self.watches.close()
 
 
 def _unexpected(method: str, err: Exception) -> MetadataStoreError:
@@ -595,6 +367,6 @@ def _unexpected(method: str, err: Exception) -> MetadataStoreError:
 def _outcome_unknown(err: StoreUnavailable) -> WriteOutcomeUnknown:
     """A write the store had and did not answer: ``err`` retold as WriteOutcomeUnknown."""
     reason = wire.strip_path(str(err), err.path)
-    return WriteOutcomeUnknown(f"the store did not answer the write, which may or may not be applied ({reason})",
-                               err.path)
-
+    return WriteOutcomeUnknown(
+        f"the store did not answer the write, which may or may not be applied ({reason})", err.path
+    )

@@ -357,9 +357,9 @@ async def test_a_watcher_that_falls_behind_is_told_it_missed_notifications(
     stream ends with RESOURCE_EXHAUSTED (not a normal end it could take for a clean close), and
     the client reports it as ConnectionLost, then Reconnected once it watches again."""
     from metashift import Notification, NotificationType
-    from metashift.agent import gateway
+    from metashift.agent import watch_stream
 
-    monkeypatch.setattr(gateway, "WATCH_QUEUE_LIMIT", 20)
+    monkeypatch.setattr(watch_stream, "WATCH_QUEUE_LIMIT", 20)
 
     def burst(tag: str) -> None:
         # delivered by the agent's store in one go: no reader can drain a queue in between
