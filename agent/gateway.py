@@ -17,8 +17,9 @@ from typing import Any
 
 import grpc
 
+from metashift.agent.call_stream import CallStreams
 from metashift.agent.gate import WriteGate
-from metashift.agent.grpc_calls import Malformed, abort, decoder
+from metashift.agent.grpc_calls import Failure, Malformed, abort, decoder, end_call
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.router import Router
 from metashift.agent.sequence_floors import SequenceFloors
@@ -73,6 +74,11 @@ class Gateway:
             session_max_timeout=session_max_timeout,
         )  # fmt: skip
         self.floors = SequenceFloors(router)
+        self.calls = CallStreams(self.answer, {
+            "get": ("Get", self._get), "get_children": ("GetChildren", self._get_children),
+            "exists": ("Exists", self._exists), "put": ("Put", self._put), "delete": ("Delete", self._delete),
+            "batch": ("Batch", self._batch),
+        })  # fmt: skip
         self._store_events_remove = router.active.add_session_listener(self.registry.store_event)
         router.on_switch(self._switched)
 
@@ -92,6 +98,11 @@ class Gateway:
             )
 
         store = {
+            "Calls": grpc.stream_stream_rpc_method_handler(
+                self._counted_stream("Calls", self.calls.serve),
+                request_deserializer=decoder(pb.CallRequest),
+                response_serializer=pb.CallResponse.SerializeToString,
+            ),
             "Get": unary("Get", self._get, pb.GetRequest, pb.GetResponse),
             "GetChildren": unary("GetChildren", self._get_children, pb.GetChildrenRequest, pb.GetChildrenResponse),
             "Exists": unary("Exists", self._exists, pb.ExistsRequest, pb.ExistsResponse),
@@ -119,34 +130,38 @@ class Gateway:
     def _instrument(
         self, method: str, fn: Callable[[Any, Any], Awaitable[Any]]
     ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-        requests = self.metrics.requests
-        ok_counter = requests.labels(method, "OK")
-        latency = self.metrics.latency.labels(method)
-
         async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            start = time.perf_counter()
-            try:
-                if isinstance(request, Malformed):
-                    raise InvalidArgument(request.reason)
-                response = await fn(request, context)
-            except MetadataStoreError as err:
-                error = err
-            except (TypeError, ValueError) as err:  # argument checks of the store layer
-                error = InvalidArgument(str(err))
-            except grpc.aio.AbortError:  # the handler ended the call itself
-                raise
-            except Exception as err:  # a bug: say so (INTERNAL, counted, logged), not gRPC's bare UNKNOWN
-                error = _unexpected(method, err)
-            else:
-                latency.observe(time.perf_counter() - start)
-                ok_counter.inc()
-                return response
-            detail, code = wire.error_to_pb(error, read=method in READ_METHODS)
-            latency.observe(time.perf_counter() - start)
-            requests.labels(method, code.name).inc()
-            await abort(context, error, (detail, code))
+            response = await self.answer(method, fn, request, context)
+            if isinstance(response, Failure):
+                await end_call(context, response.detail, response.code)
+            return response
 
         return handler
+
+    async def answer(self, method: str, fn: Callable[[Any, Any], Awaitable[Any]], request: Any, context: Any) -> Any:
+        """Run one call's handler (a unary call, or a call on a Calls stream): its response, or the
+        ``Failure`` it ended with; counted and timed either way."""
+        start = time.perf_counter()
+        try:
+            if isinstance(request, Malformed):
+                raise InvalidArgument(request.reason)
+            response = await fn(request, context)
+        except MetadataStoreError as err:
+            error = err
+        except (TypeError, ValueError) as err:  # argument checks of the store layer
+            error = InvalidArgument(str(err))
+        except grpc.aio.AbortError:  # the handler ended the call itself
+            raise
+        except Exception as err:  # a bug: say so (INTERNAL, counted, logged), not gRPC's bare UNKNOWN
+            error = _unexpected(method, err)
+        else:
+            self.metrics.latency.labels(method).observe(time.perf_counter() - start)
+            self.metrics.requests.labels(method, "OK").inc()
+            return response
+        detail, code = wire.error_to_pb(error, read=method in READ_METHODS)
+        self.metrics.latency.labels(method).observe(time.perf_counter() - start)
+        self.metrics.requests.labels(method, code.name).inc()
+        return Failure(detail, code)
 
     async def _write(self, apply: Callable[[MetadataStore], Awaitable[Any]], context: grpc.aio.ServicerContext) -> Any:
         """Run ``apply`` through the write gate. Once the gate has handed a write to the store, a

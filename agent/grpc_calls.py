@@ -5,6 +5,7 @@ metashift error as its status code and ``metashift.v1.Error`` detail (see ``wire
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -33,12 +34,19 @@ def decoder(message: Any) -> Callable[[bytes], Any]:
     return decode
 
 
-async def abort(
-    context: grpc.aio.ServicerContext,
-    error: MetadataStoreError,
-    encoded: tuple[pb.Error, grpc.StatusCode] | None = None,
-) -> None:
-    """End the call with ``error``'s status code and its machine-readable details (``encoded``:
-    ``wire.error_to_pb(error)`` when the caller has it already)."""
-    detail, code = encoded or wire.error_to_pb(error)
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """How a call failed: the metashift detail and the status code it ends with."""
+
+    detail: pb.Error
+    code: grpc.StatusCode
+
+
+async def abort(context: grpc.aio.ServicerContext, error: MetadataStoreError) -> None:
+    """End the call with ``error``'s status code and its machine-readable details."""
+    await end_call(context, *wire.error_to_pb(error))
+
+
+async def end_call(context: grpc.aio.ServicerContext, detail: pb.Error, code: grpc.StatusCode) -> None:
+    """End the call with ``code`` and ``detail`` in its message and trailing metadata."""
     await context.abort(code, wire.status_message(detail), trailing_metadata=wire.trailers(detail))

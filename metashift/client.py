@@ -33,6 +33,7 @@ from typing import Any
 
 import grpc
 
+from metashift.client_calls import CallsEnded, CallStream
 from metashift.proto import wire
 from metashift.proto.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb
@@ -87,6 +88,7 @@ class AgentClient(MetadataStore):
         cert: str | Path | None = None,
         key: str | Path | None = None,
         token: str | None = None,
+        streamed_calls: bool = True,
     ) -> None:
         super().__init__(StoreURL("agent", (), "/"))
         self.target = target
@@ -117,6 +119,8 @@ class AgentClient(MetadataStore):
         self._rpc_delete = stub.Delete
         self._rpc_batch = stub.Batch
         self._rpc_watch = stub.Watch
+        self._calls = CallStream(lambda metadata: stub.Calls(metadata=metadata)) if streamed_calls else None
+        """Calls made one after another go on one Calls stream (``client_calls``), not a gRPC call each."""
         self._rpc_session = pb_grpc.SessionStub(self._channel).Open
         self._metadata: tuple[tuple[str, str], ...] = self._auth
         self._session_call: Any = None
@@ -182,6 +186,8 @@ class AgentClient(MetadataStore):
             except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError, grpc.aio.UsageError):
                 pass
         await cancel_and_wait((self._keepalive_task, self._watch_task, self._session_task), f"client of {self.target}")
+        if self._calls is not None:
+            await self._calls.close()
         await self._channel.close()
 
     async def _say_goodbye(self, call: Any) -> None:
@@ -327,12 +333,31 @@ class AgentClient(MetadataStore):
         message = f"metashift agent at {self.target}: {code.name}: {err.details()}"
         return wire.error_from_status(code, message, path, write=write)
 
-    async def _call(self, rpc: Any, request: Any, path: str | None, *, write: bool = False) -> Any:
+    async def _call(self, kind: str, rpc: Any, request: Any, path: str | None, *, write: bool = False) -> Any:
+        """One call: on the Calls stream (``kind``: its field in ``CallRequest``), else ``rpc``."""
         # one deadline for the whole call: waiting for the watch uses up part of it
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout()
         if self._watch_ready is not None:
             await self._ready(self._timeout())
+        calls = self._calls
+        if calls is not None and calls.supported:
+            try:
+                answer = await calls.call(kind, request, max(0.0, deadline - loop.time()), self._metadata)
+            except grpc.aio.AioRpcError as err:
+                if calls.supported:
+                    raise self._error(err, path, write=write) from None
+                # an agent without the Calls stream: it ran nothing, the call goes as a unary call
+            except CallsEnded as err:
+                message = f"metashift agent at {self.target}: UNAVAILABLE: {err}"
+                raise wire.error_from_status(grpc.StatusCode.UNAVAILABLE, message, path, write=write) from None
+            except TimeoutError:
+                message = f"metashift agent at {self.target}: DEADLINE_EXCEEDED: no answer within the call's deadline"
+                raise wire.error_from_status(grpc.StatusCode.DEADLINE_EXCEEDED, message, path, write=write) from None
+            else:
+                if answer.WhichOneof("result") == "error":
+                    raise wire.error_from_pb(answer.error)
+                return getattr(answer, kind)
         try:
             return await rpc(request, timeout=max(0.0, deadline - loop.time()), metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
@@ -370,25 +395,25 @@ class AgentClient(MetadataStore):
         """``op`` as its own call."""
         path = op.path
         if isinstance(op, GetOp):
-            r = await self._call(self._rpc_get, pb.GetRequest(path=path), path)
+            r = await self._call("get", self._rpc_get, pb.GetRequest(path=path), path)
             return (r.value, wire.stat_from_pb(r.stat)) if r.found else None
         if isinstance(op, GetChildrenOp):
-            r = await self._call(self._rpc_children, pb.GetChildrenRequest(path=path), path)
+            r = await self._call("get_children", self._rpc_children, pb.GetChildrenRequest(path=path), path)
             return list(r.children)
         if isinstance(op, ExistsOp):
-            r = await self._call(self._rpc_exists, pb.ExistsRequest(path=path), path)
+            r = await self._call("exists", self._rpc_exists, pb.ExistsRequest(path=path), path)
             return bool(r.exists)
         if isinstance(op, PutOp):
-            r = await self._call(self._rpc_put, wire.put_to_pb(op), path, write=True)
+            r = await self._call("put", self._rpc_put, wire.put_to_pb(op), path, write=True)
             return wire.stat_from_pb(r.stat)
-        await self._call(self._rpc_delete, wire.delete_to_pb(op), path, write=True)
+        await self._call("delete", self._rpc_delete, wire.delete_to_pb(op), path, write=True)
         return None
 
     async def _batch(self, ops: list[Op]) -> list[OpResult]:
         for op in ops:
             wire.check_path(op.path, isinstance(op, PutOp) and op.sequential)
         request = pb.BatchRequest(ops=[wire.op_to_pb(op) for op in ops])
-        r = await self._call(self._rpc_batch, request, None, write=any(wire.is_write(op) for op in ops))
+        r = await self._call("batch", self._rpc_batch, request, None, write=any(wire.is_write(op) for op in ops))
         return [wire.result_from_pb(op, result) for op, result in zip(ops, r.results, strict=True)]
 
     # ---- the store interface, plus a per-call deadline ------------------------------------------

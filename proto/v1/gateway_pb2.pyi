@@ -236,6 +236,46 @@ class WatchResponse(_message.Message):
     notification: Notification
     def __init__(self, ready: _Optional[bool] = ..., notification: _Optional[_Union[Notification, _Mapping]] = ...) -> None: ...
 
+class CallRequest(_message.Message):
+    __slots__ = ("id", "timeout_ms", "get", "get_children", "exists", "put", "delete", "batch")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    GET_CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    timeout_ms: int
+    get: GetRequest
+    get_children: GetChildrenRequest
+    exists: ExistsRequest
+    put: PutRequest
+    delete: DeleteRequest
+    batch: BatchRequest
+    def __init__(self, id: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., get: _Optional[_Union[GetRequest, _Mapping]] = ..., get_children: _Optional[_Union[GetChildrenRequest, _Mapping]] = ..., exists: _Optional[_Union[ExistsRequest, _Mapping]] = ..., put: _Optional[_Union[PutRequest, _Mapping]] = ..., delete: _Optional[_Union[DeleteRequest, _Mapping]] = ..., batch: _Optional[_Union[BatchRequest, _Mapping]] = ...) -> None: ...
+
+class CallResponse(_message.Message):
+    __slots__ = ("id", "get", "get_children", "exists", "put", "delete", "batch", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    GET_FIELD_NUMBER: _ClassVar[int]
+    GET_CHILDREN_FIELD_NUMBER: _ClassVar[int]
+    EXISTS_FIELD_NUMBER: _ClassVar[int]
+    PUT_FIELD_NUMBER: _ClassVar[int]
+    DELETE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    get: GetResponse
+    get_children: GetChildrenResponse
+    exists: ExistsResponse
+    put: PutResponse
+    delete: DeleteResponse
+    batch: BatchResponse
+    error: Error
+    def __init__(self, id: _Optional[int] = ..., get: _Optional[_Union[GetResponse, _Mapping]] = ..., get_children: _Optional[_Union[GetChildrenResponse, _Mapping]] = ..., exists: _Optional[_Union[ExistsResponse, _Mapping]] = ..., put: _Optional[_Union[PutResponse, _Mapping]] = ..., delete: _Optional[_Union[DeleteResponse, _Mapping]] = ..., batch: _Optional[_Union[BatchResponse, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ...) -> None: ...
+
 class Hello(_message.Message):
     __slots__ = ("timeout_ms", "client_name")
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]

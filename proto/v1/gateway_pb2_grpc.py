@@ -69,6 +69,11 @@ class MetadataStoreStub:
                 request_serializer=metashift_dot_proto_dot_v1_dot_gateway__pb2.WatchRequest.SerializeToString,
                 response_deserializer=metashift_dot_proto_dot_v1_dot_gateway__pb2.WatchResponse.FromString,
                 _registered_method=True)
+        self.Calls = channel.stream_stream(
+                '/metashift.v1.MetadataStore/Calls',
+                request_serializer=metashift_dot_proto_dot_v1_dot_gateway__pb2.CallRequest.SerializeToString,
+                response_deserializer=metashift_dot_proto_dot_v1_dot_gateway__pb2.CallResponse.FromString,
+                _registered_method=True)
 
 
 class MetadataStoreServicer:
@@ -116,6 +121,12 @@ class MetadataStoreServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Calls(self, request_iterator, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MetadataStoreServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -153,6 +164,11 @@ def add_MetadataStoreServicer_to_server(servicer, server):
                     servicer.Watch,
                     request_deserializer=metashift_dot_proto_dot_v1_dot_gateway__pb2.WatchRequest.FromString,
                     response_serializer=metashift_dot_proto_dot_v1_dot_gateway__pb2.WatchResponse.SerializeToString,
+            ),
+            'Calls': grpc.stream_stream_rpc_method_handler(
+                    servicer.Calls,
+                    request_deserializer=metashift_dot_proto_dot_v1_dot_gateway__pb2.CallRequest.FromString,
+                    response_serializer=metashift_dot_proto_dot_v1_dot_gateway__pb2.CallResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -344,6 +360,33 @@ class MetadataStore:
             '/metashift.v1.MetadataStore/Watch',
             metashift_dot_proto_dot_v1_dot_gateway__pb2.WatchRequest.SerializeToString,
             metashift_dot_proto_dot_v1_dot_gateway__pb2.WatchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Calls(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/metashift.v1.MetadataStore/Calls',
+            metashift_dot_proto_dot_v1_dot_gateway__pb2.CallRequest.SerializeToString,
+            metashift_dot_proto_dot_v1_dot_gateway__pb2.CallResponse.FromString,
             options,
             channel_credentials,
             insecure,
