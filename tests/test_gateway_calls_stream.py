@@ -14,10 +14,10 @@ import grpc
 import pytest
 
 from metashift.client import AgentClient
-from metashift.stores.errors import BadVersion
 from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+from metashift.stores.errors import BadVersion
 from tests.test_gateway_sessions import _raw_session
 
 
