@@ -76,6 +76,7 @@ class CallStream:
         self._open_call = open_call
         self._stream: _Stream | None = None
         self._ids = itertools.count(1)
+        self._finishing: set[asyncio.Task[None]] = set()
         #: False once the agent answered that it has no Calls method (the client then makes unary calls)
         self.supported = True
 
@@ -84,7 +85,9 @@ class CallStream:
         if stream is not None and stream.open and stream.metadata is metadata:
             return stream
         if stream is not None and stream.open:  # another session: the old stream ends once answered
-            asyncio.get_running_loop().create_task(_finish(stream))
+            task = asyncio.get_running_loop().create_task(_finish(stream))
+            self._finishing.add(task)
+            task.add_done_callback(self._finishing.discard)
         stream = self._stream = _Stream(self._open_call(metadata), metadata)
         return stream
 
@@ -118,6 +121,8 @@ class CallStream:
         stream, self._stream = self._stream, None
         if stream is not None:
             await _finish(stream)
+        for task in list(self._finishing):
+            await task
 
 
 async def _finish(stream: _Stream, within: float = 10.0) -> None:
