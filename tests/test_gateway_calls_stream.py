@@ -18,6 +18,7 @@ from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores.errors import BadVersion
+from tests.harness import Gateways
 from tests.test_gateway_sessions import _raw_session
 
 
@@ -126,3 +127,24 @@ async def test_the_client_answers_the_same_on_the_stream_and_in_unary_calls(
         await client.put("/same", b"2", expected_version=stat.version + 3, timeout=5)
     assert err.value.write_may_have_happened is False
     assert (await direct.get("/same"))[0] == b"1"
+
+
+async def test_the_client_makes_unary_calls_to_an_agent_without_the_calls_stream(
+    gateways: Gateways, zk_url: str, direct: Any, open_stores: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent from before the Calls stream answers it UNIMPLEMENTED, as gRPC answers an unknown
+    method: the client's calls go as unary calls instead, none lost or made twice."""
+    from metashift.agent.call_stream import CallStreams
+
+    async def unknown_method(self: CallStreams, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")
+
+    monkeypatch.setattr(CallStreams, "serve", unknown_method)  # before the agent binds its handlers
+    agent = await gateways.start(zk_url)
+    client: AgentClient = await open_stores(agent.address)
+    stats = await asyncio.gather(*(client.put(f"/old-{i}", b"%d" % i, expected_version=-1) for i in range(5)))
+    assert [s.version for s in stats] == [0] * 5
+    got = await client.get("/old-3")
+    assert got is not None and got[0] == b"3" and got[1].version == stats[3].version
+    assert client._calls is not None and client._calls.supported is False
+    assert [(await direct.get(f"/old-{i}"))[0] for i in range(5)] == [b"%d" % i for i in range(5)]
