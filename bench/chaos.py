@@ -203,11 +203,8 @@ def main() -> int:
     parser.add_argument("--bookies", type=int, default=1)
     parser.add_argument("--hold-timeout", type=float, default=30.0, help="the agents' gate.hold_timeout")
     parser.add_argument("--verify-tree", action="store_true", help="also run metashift verify (Spark) after COMPLETED")
-    parser.add_argument(
-        "--spark-in-freeze",
-        action="store_true",
-        help="the freeze's last delta carried by a Spark pass (COPYING lasts seconds)",
-    )
+    parser.add_argument("--spark-in-freeze", action="store_true",
+                        help="the freeze's last delta carried by a Spark pass (COPYING lasts seconds)")
     parser.add_argument("--log-dir", default="chaos-logs")
     args = parser.parse_args()
     if args.child is not None or args.seed is not None:

@@ -7,6 +7,7 @@ the least noisy figure on a shared machine, where throughput and latency move wi
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import socket
@@ -67,18 +68,8 @@ def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = N
     """Start an agent in front of ``source`` (with the ZooKeeper front on ``zk_port`` when given)."""
     env = {**os.environ, "METASHIFT_COORDINATOR_ENABLED": "false", "METASHIFT_LOG_LEVEL": "warning"}
     sock = f"{workdir}/{name}.sock"
-    cmd = [
-        sys.executable,
-        "-m",
-        "metashift.cli",
-        "agent",
-        "--source",
-        source,
-        "--listen",
-        f"unix:{sock}",
-        "--node-id",
-        name,
-    ]
+    cmd = [sys.executable, "-m", "metashift.cli", "agent", "--source", source, "--listen", f"unix:{sock}",
+           "--node-id", name]
     if zk_port is not None:
         cmd += ["--zk-listen", f"127.0.0.1:{zk_port}"]
     log = open(os.path.join(workdir, f"{name}.log"), "wb")  # lives as long as the agent
@@ -282,6 +273,13 @@ class CallPath:
         return await async_concurrent(lambda i: call(first + i), calls, inflight)
 
 
+def add_rounds_argument(parser: argparse.ArgumentParser) -> None:
+    """``--rounds``, the argument of ``measure`` that a benchmark's command line sets."""
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="turns of every path per operation, side by side (default 5): throughput is "
+                             "the median of a path's rounds")
+
+
 async def measure(paths: list[Path], ops: list[str], calls: int, inflight: int, rounds: int) -> Table:
     """Every path's figures, side by side: per operation, a warm-up on each path, then ``rounds``
     rounds in which each path takes its turn (the order reversed every other round), so that a
@@ -339,15 +337,14 @@ class RawEtcd:
         key = self.key(path)
         compares = []
         if expected_version == -1:
-            compares.append(
-                rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE, create_revision=0)
-            )
+            compares.append(rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE,
+                                        create_revision=0))
         elif expected_version is not None:
-            compares.append(
-                rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION, version=expected_version + 1)
-            )
+            compares.append(rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION,
+                                        version=expected_version + 1))
         put = rpc.PutRequest(key=key, value=value, prev_kv=True)
-        resp = await self.kv.Txn(rpc.TxnRequest(compare=compares, success=[rpc.RequestOp(request_put=put)], failure=[]))
+        resp = await self.kv.Txn(rpc.TxnRequest(compare=compares, success=[rpc.RequestOp(request_put=put)],
+                                                failure=[]))
         if not resp.succeeded:
             raise RuntimeError(f"compare failed on {path}")
         r = resp.responses[0].response_put
@@ -355,3 +352,17 @@ class RawEtcd:
 
     async def close(self) -> None:
         await self.channel.close()
+
+
+async def raw_etcd_path(endpoint: str, base: str, keys: int, put: str) -> tuple[CallPath, RawEtcd]:
+    """The raw etcd floor as a path (``put``: what the benchmark calls a blind put), its ``keys``
+    keys written; the caller closes the ``RawEtcd``."""
+    etcd = RawEtcd(endpoint, "/raw-floor")
+    await etcd.put(f"{base}/node", VALUE)
+    await asyncio.gather(*(etcd.put(f"{base}/k{k}", VALUE) for k in range(keys)))
+    calls: dict[str, tuple[Call, Call]] = {
+        "get": (lambda i: etcd.get(f"{base}/node"), lambda i: etcd.get(f"{base}/k{i % keys}")),
+        put: (lambda i: etcd.put(f"{base}/node", VALUE), lambda i: etcd.put(f"{base}/k{i % keys}", VALUE)),
+        "create": (lambda i: etcd.put(f"{base}/c{i}", VALUE, -1), lambda i: etcd.put(f"{base}/p{i}", VALUE, -1)),
+    }
+    return CallPath("etcd raw (Pulsar txns)", calls), etcd

@@ -42,7 +42,19 @@ if __package__ in (None, ""):  # run as a script: the repository root, so that `
 
 import metashift
 import metashift.client
-from bench.floors import VALUE, Agent, Call, CallPath, Path, RawEtcd, Table, measure, spread, start_agent
+from bench.floors import (
+    VALUE,
+    Agent,
+    Call,
+    CallPath,
+    Path,
+    Table,
+    add_rounds_argument,
+    measure,
+    raw_etcd_path,
+    spread,
+    start_agent,
+)
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 
 OPS = ["get", "put", "create"]
@@ -62,18 +74,6 @@ async def _store_path(name: str, store: metashift.MetadataStore, base: str, agen
     await store.put(f"{base}/node", VALUE)
     await asyncio.gather(*(store.put(f"{base}/k{k}", VALUE) for k in range(KEYS)))
     return CallPath(name, _store_calls(store, base, KEYS), agent)
-
-
-async def _raw_etcd_path(endpoint: str, base: str) -> tuple[CallPath, RawEtcd]:
-    etcd = RawEtcd(endpoint, "/raw-floor")
-    await etcd.put(f"{base}/node", VALUE)
-    await asyncio.gather(*(etcd.put(f"{base}/k{k}", VALUE) for k in range(KEYS)))
-    calls: dict[str, tuple[Call, Call]] = {
-        "get": (lambda i: etcd.get(f"{base}/node"), lambda i: etcd.get(f"{base}/k{i % KEYS}")),
-        "put": (lambda i: etcd.put(f"{base}/node", VALUE), lambda i: etcd.put(f"{base}/k{i % KEYS}", VALUE)),
-        "create": (lambda i: etcd.put(f"{base}/c{i}", VALUE, -1), lambda i: etcd.put(f"{base}/p{i}", VALUE, -1)),
-    }
-    return CallPath("etcd raw (Pulsar txns)", calls), etcd
 
 
 async def _run(
@@ -102,7 +102,7 @@ async def _run(
         if "etcd" in urls:
             if etcd_endpoint is not None:
                 floors["agent -> etcd"] = "etcd raw (Pulsar txns)"
-                raw, etcd = await _raw_etcd_path(etcd_endpoint, base)
+                raw, etcd = await raw_etcd_path(etcd_endpoint, base, KEYS, "put")
                 stack.push_async_callback(etcd.close)
                 paths.append(raw)
             paths.append(await _store_path("etcd direct (store)", await store(urls["etcd"]), base + "-direct"))
@@ -118,12 +118,7 @@ async def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", type=int, default=3000, help="calls per concurrent run of a path (default 3000)")
     parser.add_argument("--concurrency", type=int, default=32, help="calls in flight for the concurrent run")
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=5,
-        help="turns of every path per operation, side by side (default 5): throughput is the median of a path's rounds",
-    )
+    add_rounds_argument(parser)
     parser.add_argument("--repeat", type=int, default=1, help="runs of the whole table (default 1)")
     parser.add_argument("--zk", help="ZooKeeper URL (default: start a local one)")
     parser.add_argument("--etcd", help="etcd URL (default: start a local one; the raw floor needs a local one)")
@@ -154,13 +149,9 @@ async def main(argv: list[str] | None = None) -> int:
         for n in range(args.repeat):
             tables.append(await _run(n, urls, etcd_endpoint, agents, args))
             if not args.json:
-                print(
-                    tables[-1].render(
-                        f"run {n + 1}: gRPC gateway (metashift.client), 1 KB values, {args.rounds} rounds of "
-                        f"{args.ops} calls per path, load {os.getloadavg()[0]:.1f}",
-                        args.concurrency,
-                    )
-                )
+                print(tables[-1].render(
+                    f"run {n + 1}: gRPC gateway (metashift.client), 1 KB values, {args.rounds} rounds of "
+                    f"{args.ops} calls per path, load {os.getloadavg()[0]:.1f}", args.concurrency))
                 print(flush=True)
     finally:
         for agent in agents.values():
@@ -169,11 +160,9 @@ async def main(argv: list[str] | None = None) -> int:
             server.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
-        print(
-            json.dumps(
-                {"ops": args.ops, "concurrency": args.concurrency, "runs": [t.as_dict() for t in tables]}, indent=2
-            )
-        )
+        runs = [t.as_dict() for t in tables]
+        print(json.dumps({"ops": args.ops, "rounds": args.rounds, "concurrency": args.concurrency, "runs": runs},
+                         indent=2))
     elif len(tables) > 1:
         print(spread(tables))
     return 0

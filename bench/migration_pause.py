@@ -53,21 +53,17 @@ def main() -> int:
         rows.append(report)
         if args.json:
             print(json.dumps(report, indent=2), flush=True)
-    header = (
-        f"{'nodes':>9} {'phase':>10} {'passes':>6} {'hold p50':>9} {'hold p99':>9} {'hold max':>9} "
-        f"{'freeze':>9} {'acked':>7} {'lost':>5} {'migration':>10} {'copy+vfy':>9} {'x copy':>7} {'total s':>8}"
-    )
+    header = f"{'nodes':>9} {'phase':>10} {'passes':>6} {'hold p50':>9} {'hold p99':>9} {'hold max':>9} " \
+             f"{'freeze':>9} {'acked':>7} {'lost':>5} {'migration':>10} {'copy+vfy':>9} {'x copy':>7} {'total s':>8}"
     print(header)
     for r in rows:
         hold = r.get("write_hold_ms") or {}
         freeze = r.get("freeze_ms")
-        print(
-            f"{r.get('nodes', 0):>9} {r.get('phase', '?'):>10} {r.get('passes', 0):>6} "
-            f"{hold.get('p50', 0):>7.0f}ms {hold.get('p99', 0):>7.0f}ms {hold.get('max', 0):>7.0f}ms "
-            f"{(freeze or 0):>7.0f}ms {r.get('writes_acknowledged', 0):>7} {r.get('writes_lost', 0):>5} "
-            f"{r.get('migration_seconds', 0):>9.1f}s {r.get('copy_verify_seconds', 0):>8.1f}s "
-            f"{_ratio(r.get('migration_vs_copy')):>7} {r.get('seconds', 0):>8.1f}"
-        )
+        print(f"{r.get('nodes', 0):>9} {r.get('phase', '?'):>10} {r.get('passes', 0):>6} "
+              f"{hold.get('p50', 0):>7.0f}ms {hold.get('p99', 0):>7.0f}ms {hold.get('max', 0):>7.0f}ms "
+              f"{(freeze or 0):>7.0f}ms {r.get('writes_acknowledged', 0):>7} {r.get('writes_lost', 0):>5} "
+              f"{r.get('migration_seconds', 0):>9.1f}s {r.get('copy_verify_seconds', 0):>8.1f}s "
+              f"{_ratio(r.get('migration_vs_copy')):>7} {r.get('seconds', 0):>8.1f}")
     return 0 if all(r.get("ok") for r in rows) else 1
 
 

@@ -45,7 +45,19 @@ from kazoo.client import KazooClient
 if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.floors import VALUE, Agent, Call, CallPath, Path, RawEtcd, Table, measure, spread, start_agent
+from bench.floors import (
+    VALUE,
+    Agent,
+    Call,
+    CallPath,
+    Path,
+    Table,
+    add_rounds_argument,
+    measure,
+    raw_etcd_path,
+    spread,
+    start_agent,
+)
 from bench.zk_pipelined import PipelinedZk
 from metashift.local_servers import LocalEtcd, LocalZooKeeper, free_port
 
@@ -132,18 +144,6 @@ async def _pipelined_path(name: str, port: int, base: str, keys: int, agent: Age
     return CallPath(name, calls, agent), zk.close
 
 
-async def _etcd_path(endpoint: str, base: str, keys: int) -> tuple[CallPath, Any]:
-    etcd = RawEtcd(endpoint, "/raw-floor")
-    await etcd.put(f"{base}/node", VALUE)
-    await asyncio.gather(*(etcd.put(f"{base}/r{i}", VALUE) for i in range(keys)))
-    calls: dict[str, tuple[Call, Call]] = {
-        "get": (lambda i: etcd.get(f"{base}/node"), lambda i: etcd.get(f"{base}/r{i % keys}")),
-        "set": (lambda i: etcd.put(f"{base}/node", VALUE), lambda i: etcd.put(f"{base}/r{i % keys}", VALUE)),
-        "create": (lambda i: etcd.put(f"{base}/c{i}", VALUE, -1), lambda i: etcd.put(f"{base}/p{i}", VALUE, -1)),
-    }
-    return CallPath("etcd raw (Pulsar txns)", calls), etcd.close
-
-
 async def _run(
     n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, Agent], args: argparse.Namespace
 ) -> Table:
@@ -165,14 +165,13 @@ async def _run(
             else:
                 paths[name], close = await _pipelined_path(name, port, base, keys, agent)
                 closers.append(close)
-        paths["etcd raw (Pulsar txns)"], close = await _etcd_path(etcd.endpoint, base, keys)
-        closers.append(close)
+        paths["etcd raw (Pulsar txns)"], etcd_floor = await raw_etcd_path(etcd.endpoint, base, keys, "set")
+        closers.append(etcd_floor.close)
         order = ["zookeeper direct", "agent -> zookeeper", "etcd raw (Pulsar txns)", "agent -> etcd"]
         table = await measure([paths[name] for name in order], OPS, args.ops, args.inflight, args.rounds)
     finally:
         for close in closers:
             await close()
-    table.rows = {name: table.rows[name] for name in order}
     table.floors = {"agent -> zookeeper": "zookeeper direct", "agent -> etcd": "etcd raw (Pulsar txns)"}
     table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
     return table
@@ -182,20 +181,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--ops", type=int, default=3000, help="calls per pipelined run of a path (default 3000)")
     parser.add_argument("--inflight", type=int, default=64)
-    parser.add_argument(
-        "--rounds",
-        type=int,
-        default=5,
-        help="turns of every path per operation, side by side (default 5): throughput is the median of a path's rounds",
-    )
+    add_rounds_argument(parser)
     parser.add_argument("--repeat", type=int, default=1, help="runs of the whole table (default 1)")
-    parser.add_argument(
-        "--client",
-        choices=["pipelined", "kazoo"],
-        default="pipelined",
-        help="the ZooKeeper client of the rows (default: bench/zk_pipelined.py; kazoo tops out "
-        "at a few thousand calls a second here, whatever the server)",
-    )
+    parser.add_argument("--client", choices=["pipelined", "kazoo"], default="pipelined",
+                        help="the ZooKeeper client of the rows (default: bench/zk_pipelined.py; kazoo tops out "
+                             "at a few thousand calls a second here, whatever the server)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="ms-zkbench-")
@@ -210,13 +200,9 @@ def main() -> int:
         for n in range(args.repeat):
             tables.append(asyncio.run(_run(n, zk, etcd, agents, args)))
             if not args.json:
-                print(
-                    tables[-1].render(
-                        f"run {n + 1}: ZooKeeper protocol ({args.client} client), 1 KB values, {args.rounds} rounds "
-                        f"of {args.ops} calls per path, load {os.getloadavg()[0]:.1f}",
-                        args.inflight,
-                    )
-                )
+                print(tables[-1].render(
+                    f"run {n + 1}: ZooKeeper protocol ({args.client} client), 1 KB values, {args.rounds} rounds "
+                    f"of {args.ops} calls per path, load {os.getloadavg()[0]:.1f}", args.inflight))
                 print(flush=True)
     finally:
         for agent in agents.values():
