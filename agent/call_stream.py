@@ -19,9 +19,9 @@ from metashift.agent.grpc_calls import Failure, Malformed, abort
 from metashift.proto.errors import InvalidArgument
 from metashift.proto.v1 import gateway_pb2 as pb
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
-#: ``Gateway.answer``: runs a handler, gives its response or its ``Failure``.
-Answer = Callable[[str, Handler, Any, Any], Awaitable[Any]]
+#: One method's handler as the gateway runs it (``Gateway._answering``): (request, context) ->
+#: its response, or the ``Failure`` it ended with.
+Answer = Callable[[Any, Any], Awaitable[Any]]
 
 
 class CallContext:
@@ -44,10 +44,9 @@ class CallContext:
 class CallStreams:
     """Serves the ``Calls`` streams: every request in a task of its own, answered as it ends."""
 
-    def __init__(self, answer: Answer, handlers: dict[str, tuple[str, Handler]]) -> None:
-        self._answer = answer
-        #: the request's oneof field -> (the unary method's name, its handler)
-        self._handlers = handlers
+    def __init__(self, answers: dict[str, Answer]) -> None:
+        #: the request's oneof field -> how the gateway answers that method
+        self._answers = answers
 
     async def serve(self, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         """One stream, until the client ends it (its calls in flight answered first) or goes."""
@@ -81,13 +80,12 @@ class CallStreams:
     async def _one(
         self, request: Any, kind: str, metadata: Any, context: grpc.aio.ServicerContext, sending: asyncio.Lock
     ) -> None:
-        method, handler = self._handlers[kind]
         call = CallContext(metadata, request.timeout_ms)
         try:
             # past its deadline the call is cancelled, as gRPC cancels a unary call's handler: a
             # write already handed to the store goes on (``WriteGate.run``), its caller has gone
             async with asyncio.timeout(request.timeout_ms / 1000 if request.timeout_ms else None):
-                response = await self._answer(method, handler, getattr(request, kind), call)
+                response = await self._answers[kind](getattr(request, kind), call)
         except TimeoutError:
             return  # the caller's own deadline has passed too: nobody waits for an answer
         if isinstance(response, Failure):

@@ -1,5 +1,6 @@
 """The gRPC gateway: ``metashift.v1.MetadataStore`` and ``metashift.v1.Session`` over grpc.aio.
-The streams are served by ``watch_stream`` (Watch) and ``session_stream`` (Session/Open).
+The streams are served by ``watch_stream`` (Watch), ``call_stream`` (Calls) and ``session_stream``
+(Session/Open).
 
 Every request is checked here, server-side, whatever the client: a malformed request gets
 INVALID_ARGUMENT and nothing is written. Reads go to the router's active store; writes pass the
@@ -17,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from metashift.agent.call_stream import CallStreams
+from metashift.agent.call_stream import Answer, CallStreams
 from metashift.agent.gate import WriteGate
 from metashift.agent.grpc_calls import Failure, Malformed, abort, decoder, end_call
 from metashift.agent.metrics import AgentMetrics
@@ -74,10 +75,13 @@ class Gateway:
             session_max_timeout=session_max_timeout,
         )  # fmt: skip
         self.floors = SequenceFloors(router)
-        self.calls = CallStreams(self.answer, {
-            "get": ("Get", self._get), "get_children": ("GetChildren", self._get_children),
-            "exists": ("Exists", self._exists), "put": ("Put", self._put), "delete": ("Delete", self._delete),
-            "batch": ("Batch", self._batch),
+        self.calls = CallStreams({
+            "get": self._answering("Get", self._get),
+            "get_children": self._answering("GetChildren", self._get_children),
+            "exists": self._answering("Exists", self._exists),
+            "put": self._answering("Put", self._put),
+            "delete": self._answering("Delete", self._delete),
+            "batch": self._answering("Batch", self._batch),
         })  # fmt: skip
         self._store_events_remove = router.active.add_session_listener(self.registry.store_event)
         router.on_switch(self._switched)
@@ -130,38 +134,47 @@ class Gateway:
     def _instrument(
         self, method: str, fn: Callable[[Any, Any], Awaitable[Any]]
     ) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+        answer = self._answering(method, fn)
+
         async def handler(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            response = await self.answer(method, fn, request, context)
+            response = await answer(request, context)
             if isinstance(response, Failure):
                 await end_call(context, response.detail, response.code)
             return response
 
         return handler
 
-    async def answer(self, method: str, fn: Callable[[Any, Any], Awaitable[Any]], request: Any, context: Any) -> Any:
-        """Run one call's handler (a unary call, or a call on a Calls stream): its response, or the
-        ``Failure`` it ended with; counted and timed either way."""
-        start = time.perf_counter()
-        try:
-            if isinstance(request, Malformed):
-                raise InvalidArgument(request.reason)
-            response = await fn(request, context)
-        except MetadataStoreError as err:
-            error = err
-        except (TypeError, ValueError) as err:  # argument checks of the store layer
-            error = InvalidArgument(str(err))
-        except grpc.aio.AbortError:  # the handler ended the call itself
-            raise
-        except Exception as err:  # a bug: say so (INTERNAL, counted, logged), not gRPC's bare UNKNOWN
-            error = _unexpected(method, err)
-        else:
-            self.metrics.latency.labels(method).observe(time.perf_counter() - start)
-            self.metrics.requests.labels(method, "OK").inc()
-            return response
-        detail, code = wire.error_to_pb(error, read=method in READ_METHODS)
-        self.metrics.latency.labels(method).observe(time.perf_counter() - start)
-        self.metrics.requests.labels(method, code.name).inc()
-        return Failure(detail, code)
+    def _answering(self, method: str, fn: Callable[[Any, Any], Awaitable[Any]]) -> Answer:
+        """``fn`` run for one call (a unary call, or a call on a Calls stream): its response, or
+        the ``Failure`` it ended with; counted and timed either way."""
+        requests = self.metrics.requests
+        ok_counter = requests.labels(method, "OK")
+        latency = self.metrics.latency.labels(method)
+
+        async def answer(request: Any, context: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                if isinstance(request, Malformed):
+                    raise InvalidArgument(request.reason)
+                response = await fn(request, context)
+            except MetadataStoreError as err:
+                error = err
+            except (TypeError, ValueError) as err:  # argument checks of the store layer
+                error = InvalidArgument(str(err))
+            except grpc.aio.AbortError:  # the handler ended the call itself
+                raise
+            except Exception as err:  # a bug: say so (INTERNAL, counted, logged), not gRPC's bare UNKNOWN
+                error = _unexpected(method, err)
+            else:
+                latency.observe(time.perf_counter() - start)
+                ok_counter.inc()
+                return response
+            detail, code = wire.error_to_pb(error, read=method in READ_METHODS)
+            latency.observe(time.perf_counter() - start)
+            requests.labels(method, code.name).inc()
+            return Failure(detail, code)
+
+        return answer
 
     async def _write(self, apply: Callable[[MetadataStore], Awaitable[Any]], context: grpc.aio.ServicerContext) -> Any:
         """Run ``apply`` through the write gate. Once the gate has handed a write to the store, a

@@ -112,12 +112,9 @@ class AgentClient(MetadataStore):
         else:
             self._channel = grpc.aio.insecure_channel(channel_target, options=options)
         stub = pb_grpc.MetadataStoreStub(self._channel)
-        self._rpc_get = stub.Get
-        self._rpc_children = stub.GetChildren
-        self._rpc_exists = stub.Exists
-        self._rpc_put = stub.Put
-        self._rpc_delete = stub.Delete
-        self._rpc_batch = stub.Batch
+        #: the unary calls, by their field in ``CallRequest``
+        self._unary_rpcs = {"get": stub.Get, "get_children": stub.GetChildren, "exists": stub.Exists,
+                            "put": stub.Put, "delete": stub.Delete, "batch": stub.Batch}  # fmt: skip
         self._rpc_watch = stub.Watch
         self._calls = CallStream(lambda metadata: stub.Calls(metadata=metadata)) if streamed_calls else None
         """Calls made one after another go on one Calls stream (``client_calls``), not a gRPC call each."""
@@ -333,8 +330,8 @@ class AgentClient(MetadataStore):
         message = f"metashift agent at {self.target}: {code.name}: {err.details()}"
         return wire.error_from_status(code, message, path, write=write)
 
-    async def _call(self, kind: str, rpc: Any, request: Any, path: str | None, *, write: bool = False) -> Any:
-        """One call: on the Calls stream (``kind``: its field in ``CallRequest``), else ``rpc``."""
+    async def _call(self, kind: str, request: Any, path: str | None, *, write: bool = False) -> Any:
+        """One call (``kind``: its field in ``CallRequest``): on the Calls stream, else unary."""
         # one deadline for the whole call: waiting for the watch uses up part of it
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._timeout()
@@ -359,6 +356,7 @@ class AgentClient(MetadataStore):
                     raise wire.error_from_pb(answer.error)
                 return getattr(answer, kind)
         try:
+            rpc = self._unary_rpcs[kind]
             return await rpc(request, timeout=max(0.0, deadline - loop.time()), metadata=self._metadata)
         except grpc.aio.AioRpcError as err:
             raise self._error(err, path, write=write) from None
@@ -395,25 +393,25 @@ class AgentClient(MetadataStore):
         """``op`` as its own call."""
         path = op.path
         if isinstance(op, GetOp):
-            r = await self._call("get", self._rpc_get, pb.GetRequest(path=path), path)
+            r = await self._call("get", pb.GetRequest(path=path), path)
             return (r.value, wire.stat_from_pb(r.stat)) if r.found else None
         if isinstance(op, GetChildrenOp):
-            r = await self._call("get_children", self._rpc_children, pb.GetChildrenRequest(path=path), path)
+            r = await self._call("get_children", pb.GetChildrenRequest(path=path), path)
             return list(r.children)
         if isinstance(op, ExistsOp):
-            r = await self._call("exists", self._rpc_exists, pb.ExistsRequest(path=path), path)
+            r = await self._call("exists", pb.ExistsRequest(path=path), path)
             return bool(r.exists)
         if isinstance(op, PutOp):
-            r = await self._call("put", self._rpc_put, wire.put_to_pb(op), path, write=True)
+            r = await self._call("put", wire.put_to_pb(op), path, write=True)
             return wire.stat_from_pb(r.stat)
-        await self._call("delete", self._rpc_delete, wire.delete_to_pb(op), path, write=True)
+        await self._call("delete", wire.delete_to_pb(op), path, write=True)
         return None
 
     async def _batch(self, ops: list[Op]) -> list[OpResult]:
         for op in ops:
             wire.check_path(op.path, isinstance(op, PutOp) and op.sequential)
         request = pb.BatchRequest(ops=[wire.op_to_pb(op) for op in ops])
-        r = await self._call("batch", self._rpc_batch, request, None, write=any(wire.is_write(op) for op in ops))
+        r = await self._call("batch", request, None, write=any(wire.is_write(op) for op in ops))
         return [wire.result_from_pb(op, result) for op, result in zip(ops, r.results, strict=True)]
 
     # ---- the store interface, plus a per-call deadline ------------------------------------------
