@@ -60,6 +60,34 @@ def test_requests_from_kazoo(request_: object, expected: object) -> None:
     assert body == expected
 
 
+@pytest.mark.parametrize("request_", [
+    ks.Create("/a/b", b"v" * 300, OPEN_ACL_UNSAFE, 3),
+    ks.Create2("/a", b"", [KACL(1, Id("digest", "u:h")), KACL(31, Id("ip", "10.0.0.1"))], 1),
+    ks.Create("/\u00e9", None, OPEN_ACL_UNSAFE, 0),  # null data
+    ks.Create("/a", b"x", [], 0),  # no ACL: refused by the front's ordinary path (INVALIDACL)
+])
+def test_create_fields_read_what_the_full_record_reads(request_: object) -> None:
+    """What a forwarder reads of a create (the ACL read past, not decoded) agrees with the full
+    record, and its data field is the data in wire form: null data becomes empty."""
+    data = packet(5, request_)
+    full = wire.CreateRequest.read(Reader(data, 8))
+    fields = wire.CreateFields.read(Reader(data, 8))
+    assert (fields.path, fields.data, fields.acl_count, fields.flags) == (full.path, full.data, len(full.acl),
+                                                                           full.flags)
+    assert fields.data_field == struct.pack("!i", len(full.data)) + full.data
+
+
+def test_create_fields_refuse_a_truncated_or_impossible_acl() -> None:
+    data = packet(5, ks.Create("/a", b"v", [KACL(1, Id("digest", "u:h"))], 0))
+    for cut in range(9, len(data)):
+        with pytest.raises(wire.DecodeError):
+            wire.CreateFields.read(Reader(data[:cut], 8))
+    at = data.index(struct.pack("!i", 1) + struct.pack("!i", 1))  # the ACL count, then perms
+    huge = data[:at] + struct.pack("!i", 10**9) + data[at + 4 :]
+    with pytest.raises(wire.DecodeError):
+        wire.CreateFields.read(Reader(huge, 8))
+
+
 def test_ping_and_close_from_kazoo() -> None:
     assert wire.decode_request(packet(-2, ks.Ping)) == (wire.RequestHeader(-2, Op.PING), wire.EmptyRequest())
     assert wire.decode_request(packet(9, ks.Close)) == (wire.RequestHeader(9, Op.CLOSE_SESSION), wire.EmptyRequest())

@@ -145,9 +145,9 @@ class Forwarder:
         return store
 
     def _create(self, session: ZkSession, xid: int, op: int, data: bytes, answer: Answer) -> bool:
-        req = wire.CreateRequest.read(Reader(data, 8))
+        req = wire.CreateFields.read(Reader(data, 8))
         sequential = wire.CreateMode.sequential(req.flags)
-        if req.flags not in _MODES or not req.acl or not _valid(req.path, sequential):
+        if req.flags not in _MODES or not req.acl_count or not _valid(req.path, sequential):
             return False
         parent = req.path[:-1] if req.path.endswith("/") else paths.parent(req.path)
         if parent is not None and is_virtual(parent):
@@ -170,7 +170,8 @@ class Forwarder:
             return body
 
         return self._forward_write(
-            xid, answer, lambda store, done: store.forward_create(op, req.path, req.data, req.flags, done), created
+            xid, answer, lambda store, done: store.forward_create(op, req.path, req.data_field, req.flags, done),
+            created,
         )
 
     def _set_data(self, xid: int, data: bytes, answer: Answer) -> bool:

@@ -95,6 +95,11 @@ class Rechroot:
         self.namespace = namespace
         self.acl = acl
         """The store's ACL, as the wire vector every create carries."""
+        self._root = namespace.root.encode()
+        #: What a create's answer goes through: its path without the chroot (none without one).
+        self.created: Callable[[int, bytes], bytes] | None = (
+            None if namespace.root == paths.SEPARATOR else self._strip_created
+        )
 
     def path(self, path: str) -> bytes:
         full = self.namespace.full(path).encode()
@@ -103,25 +108,24 @@ class Rechroot:
     def relative(self, full: str) -> str:
         return self.namespace.relative(full) or full
 
-    def created(self, opcode: int) -> Callable[[int, bytes], bytes] | None:
-        """The answer of a create: its path without the chroot (and its Stat as it is)."""
-        if self.namespace.root == paths.SEPARATOR:
-            return None
+    def _strip_created(self, err: int, body: bytes) -> bytes:
+        """A create's answer (its path, maybe a Stat) with the chroot taken off the path, in
+        bytes (the Stat as it is)."""
+        (n,) = INT.unpack_from(body)
+        full = body[4 : 4 + n]
+        root = self._root
+        if full == root:
+            name = b"/"
+        elif full.startswith(root) and full[len(root) : len(root) + 1] == b"/":
+            name = full[len(root) :]
+        else:  # outside the chroot: as it is
+            return body
+        return INT.pack(len(name)) + name + body[4 + n :]
 
-        def strip(err: int, body: bytes) -> bytes:
-            r = Reader(body)
-            name = self.relative(r.string()).encode()
-            return INT.pack(len(name)) + name + body[r.pos :]
-
-        return strip
-
-    def create_body(self, path: str, data: bytes | None, flags: int) -> bytes:
-        w = Writer()
-        w.out += self.path(path)
-        w.buffer(data)
-        w.out += self.acl
-        w.int(flags)
-        return w.bytes()
+    def create_body(self, path: str, data_field: bytes, flags: int) -> bytes:
+        """A create's body under the chroot with the store's ACL; ``data_field``: the data in
+        wire form, its length first (``wire.CreateFields``)."""
+        return self.path(path) + data_field + self.acl + INT.pack(flags)
 
     def multi_body(self, ops: list[tuple[int, Any]]) -> bytes:
         """A multi of create, create2, delete, setData and check records (the codec's request

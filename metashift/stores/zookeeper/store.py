@@ -131,13 +131,14 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
         request = RawRequest(opcode, self._rechroot.path(path) + rest, opcode in (Op.DELETE, Op.SET_DATA))
         return bool(self._session.send_raw(request, Pending(done, None)))
 
-    def forward_create(self, opcode: int, path: str, data: bytes | None, flags: int, done: Done) -> bool:
+    def forward_create(self, opcode: int, path: str, data_field: bytes, flags: int, done: Done) -> bool:
         """Send a create (``Op.CREATE`` or ``Op.CREATE2``) with the store's ACL, under the chroot;
-        the answer's path is relative to the chroot. False: not connected, nothing sent."""
+        ``data_field``: its data in wire form, length first (``wire.CreateFields``). The answer's
+        path is relative to the chroot. False: not connected, nothing sent."""
         if self._closed:
             return False
-        request = RawRequest(opcode, self._rechroot.create_body(path, data, flags), True)
-        return bool(self._session.send_raw(request, Pending(done, self._rechroot.created(opcode))))
+        request = RawRequest(opcode, self._rechroot.create_body(path, data_field, flags), True)
+        return bool(self._session.send_raw(request, Pending(done, self._rechroot.created)))
 
     def forward_multi(self, ops: list[tuple[int, Any]], done: Done) -> bool:
         """Send a multi of the codec's request records (``forward.MULTI_OPS``) with the store's ACL,

@@ -35,6 +35,7 @@ from metashift.stores.zookeeper.wire.requests import (
     AddWatchRequest,
     AuthRequest,
     CheckVersionRequest,
+    CreateFields,
     CreateRequest,
     DeleteRequest,
     EmptyRequest,
@@ -59,8 +60,8 @@ from metashift.stores.zookeeper.wire.responses import (
 __all__ = [
     "ACL", "MULTI_OPS", "OPEN_ACL_UNSAFE", "REQUESTS", "XID_AUTH", "XID_PING", "XID_SET_WATCHES", "XID_WATCH_EVENT",
     "AddWatchMode", "AddWatchRequest", "AuthRequest", "CheckVersionRequest", "ChildInfo", "ConnectRequest",
-    "ConnectResponse", "CreateMode", "CreateRequest", "DecodeError", "DeleteRequest", "EmptyRequest", "Err",
-    "EventType", "KeeperState", "MultiRequest", "MultiResult", "Op", "PathRequest", "PathWatchRequest", "Perms",
+    "ConnectResponse", "CreateFields", "CreateMode", "CreateRequest", "DecodeError", "DeleteRequest", "EmptyRequest",
+    "Err", "EventType", "KeeperState", "MultiRequest", "MultiResult", "Op", "PathRequest", "PathWatchRequest", "Perms",
     "Reader", "RemoveWatchesRequest", "ReplyHeader", "RequestHeader", "SetACLRequest", "SetDataRequest",
     "SetWatchesRequest", "WatcherType", "Writer", "ZStat", "decode_request", "encode_multi", "frame", "reply",
     "stat_body", "watch_event",

@@ -63,6 +63,18 @@ class Reader:
         self.pos += n
         return bytes(out)
 
+    def skip(self, n: builtins.int) -> None:
+        """Move past ``n`` bytes."""
+        if self.pos + n > len(self.data):
+            raise DecodeError(f"packet ends at byte {len(self.data)}, a field needs {n} more")
+        self.pos += n
+
+    def skip_buffer(self) -> None:
+        """Move past a buffer (or a string) without copying it."""
+        n = self.int()
+        if n > 0:
+            self.skip(n)
+
     def string(self) -> str:
         raw = self.buffer()
         if raw is None:

@@ -28,6 +28,42 @@ class CreateRequest:
         return cls(path, data, acl, flags, r.long() if ttl else 0)
 
 
+class CreateFields:
+    """A create or create2 as a forwarder needs it: the path, the data field in wire form (its
+    length first; null data as empty), how many ACL entries it names (read past, not decoded: the
+    store gives every create its own ACL), and the mode."""
+
+    __slots__ = ("acl_count", "data_field", "flags", "path")
+
+    def __init__(self, path: str, data_field: bytes, acl_count: int, flags: int) -> None:
+        self.path = path
+        self.data_field = data_field
+        self.acl_count = acl_count
+        self.flags = flags
+
+    @property
+    def data(self) -> bytes:
+        return self.data_field[4:]
+
+    @classmethod
+    def read(cls, r: Reader) -> CreateFields:
+        path = r.string()
+        start = r.pos
+        r.skip_buffer()
+        data_field = r.data[start : r.pos] if r.data[start] < 0x80 else _NO_DATA  # length < 0: null
+        count = r.int()
+        if count > r.remaining():
+            raise DecodeError(f"a vector of {count} ACLs cannot fit in the packet")
+        for _ in range(count):
+            r.skip(4)  # perms
+            r.skip_buffer()  # scheme
+            r.skip_buffer()  # id
+        return cls(path, bytes(data_field), max(count, 0), r.int())
+
+
+_NO_DATA = b"\x00\x00\x00\x00"
+
+
 @dataclass(frozen=True)
 class DeleteRequest:
     """delete: a path and the expected version (-1: any)."""
