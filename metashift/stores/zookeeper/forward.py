@@ -34,15 +34,17 @@ _CREATE_WITH_STAT = frozenset({Op.CREATE2, Op.CREATE_CONTAINER, Op.CREATE_TTL})
 
 
 class RawRequest:
-    """A request already in wire form, duck-typed as an aiozk request for the connection."""
+    """A request already in wire form, duck-typed as an aiozk request for the connection (and
+    for the session's ``send``, its retry policy included: ``_metashift_tries``)."""
 
-    __slots__ = ("body", "opcode", "writes_data")
+    __slots__ = ("_metashift_tries", "body", "opcode", "writes_data")
     special_xid = None
 
     def __init__(self, opcode: int, body: bytes, writes_data: bool) -> None:
         self.opcode = opcode
         self.body = body
         self.writes_data = writes_data
+        self._metashift_tries = 0
 
     def serialize(self, xid: int | None = None) -> bytes:
         return HEADER.pack(xid or 0, self.opcode) + self.body
