@@ -24,7 +24,7 @@ from .errors import map_error
 from .forward import RawRequest, Rechroot
 from .protocol import ZKSession
 from .wire.constants import Op as ZkOp
-from .wire.jute import INT
+from .wire.jute import INT, MULTI_HEADER
 
 #: ZooKeeper's default ``jute.maxbuffer`` is 0xfffff bytes for a whole packet (path, data, ACL,
 #: headers); leave 4 KiB for everything but the value.
@@ -50,8 +50,12 @@ def _exists_request(full: str) -> RawRequest:
     return RawRequest(ZkOp.EXISTS, _path_field(full) + b"\0", False)
 
 
+def _set_data_body(full: str, value: bytes, version: int) -> bytes:
+    return _path_field(full) + INT.pack(len(value)) + value + INT.pack(version)
+
+
 def _set_data_request(full: str, value: bytes, version: int) -> RawRequest:
-    return RawRequest(ZkOp.SET_DATA, _path_field(full) + INT.pack(len(value)) + value + INT.pack(version), True)
+    return RawRequest(ZkOp.SET_DATA, _set_data_body(full, value, version), True)
 
 
 def multi_request() -> Any:
@@ -93,11 +97,13 @@ class ZooKeeperOperations(BatchedStore):
         request.set_flags(ephemeral=ephemeral, sequential=sequential, container=False)
         return request
 
-    def _create2(self, full: str, value: bytes, ephemeral: bool, sequential: bool) -> RawRequest:
+    def _create2_body(self, full: str, value: bytes, ephemeral: bool, sequential: bool) -> bytes:
         """A create2 of ``full`` (chroot included) in wire form, with the store's ACL."""
         flags = (1 if ephemeral else 0) | (2 if sequential else 0)
-        body = _path_field(full) + INT.pack(len(value)) + value + self._rechroot.acl + INT.pack(flags)
-        return RawRequest(ZkOp.CREATE2, body, True)
+        return _path_field(full) + INT.pack(len(value)) + value + self._rechroot.acl + INT.pack(flags)
+
+    def _create2(self, full: str, value: bytes, ephemeral: bool, sequential: bool) -> RawRequest:
+        return RawRequest(ZkOp.CREATE2, self._create2_body(full, value, ephemeral, sequential), True)
 
     def _stat(self, path: str, zstat: Any) -> Stat:
         owner = zstat.ephemeral_owner
@@ -209,19 +215,24 @@ class ZooKeeperOperations(BatchedStore):
         """A ``multi`` applies all or nothing: when one operation fails (a bad version, a missing
         parent, a blind write of a missing node...) the batch runs them one by one, so that each
         gets the result it would get alone."""
-        request = multi_request()
+        parts: list[bytes] = []
         for op in ops:
             full = self._namespace.full(op.path)
             if isinstance(op, PutOp):
                 if op.sequential or op.expected_version == -1:
-                    request.add(self._create_request(full, op.value, op.ephemeral, op.sequential))
+                    parts.append(MULTI_HEADER.pack(ZkOp.CREATE2, 0, -1))
+                    parts.append(self._create2_body(full, op.value, op.ephemeral, op.sequential))
                 else:
                     version = -1 if op.expected_version is None else op.expected_version
-                    request.add(protocol.SetDataRequest(path=full, data=op.value, version=version))
+                    parts.append(MULTI_HEADER.pack(ZkOp.SET_DATA, 0, -1))
+                    parts.append(_set_data_body(full, op.value, version))
             else:
                 assert isinstance(op, DeleteOp)
                 version = -1 if op.expected_version is None else op.expected_version
-                request.add(protocol.DeleteRequest(path=full, version=version))
+                parts.append(MULTI_HEADER.pack(ZkOp.DELETE, 0, -1))
+                parts.append(_path_field(full) + INT.pack(version))
+        parts.append(MULTI_HEADER.pack(-1, 1, -1))  # the end of a multi
+        request = RawRequest(ZkOp.MULTI, b"".join(parts), True)  # a write: never re-sent
         try:
             response = await self._call(request, ops[0].path)
         except errors.StoreUnavailable:
