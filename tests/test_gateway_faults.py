@@ -8,10 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import glob
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -27,12 +30,27 @@ from tests.harness import Gateways, eventually, user_roots
 
 @contextlib.contextmanager
 def frozen(server: Any) -> Iterator[None]:
-    """The server stopped with SIGSTOP (connections stay open, nothing answers), then resumed."""
-    os.killpg(server.process.pid, signal.SIGSTOP)
+    """The server stopped with SIGSTOP (connections stay open, nothing answers), every one of its
+    threads seen stopped before the body runs, then resumed."""
+    pid = server.process.pid
+    os.killpg(pid, signal.SIGSTOP)
     try:
+        deadline = time.monotonic() + 30  # a bound, not a measure: threads stop within ms
+        while set(thread_states(pid)) - {"T"} and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert set(thread_states(pid)) == {"T"}, f"{server.name} (pid {pid}) did not stop: {thread_states(pid)}"
         yield
     finally:
-        os.killpg(server.process.pid, signal.SIGCONT)
+        os.killpg(pid, signal.SIGCONT)
+
+
+def thread_states(pid: int) -> list[str]:
+    """The scheduler state of each thread of process ``pid`` (``T``: stopped)."""
+    states = []
+    for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
+        with contextlib.suppress(OSError):
+            states.append(Path(stat).read_text().rsplit(")", 1)[1].split()[0])
+    return states
 
 
 def _catch_loop_errors(seen: list[dict[str, Any]]) -> None:
@@ -52,9 +70,11 @@ def _catch_loop_errors(seen: list[dict[str, Any]]) -> None:
 async def _raw_put(address: str, path: str, deadline: float, sequential: bool = False) -> grpc.aio.AioRpcError:
     async with grpc.aio.insecure_channel(address) as channel:
         stub = pb_grpc.MetadataStoreStub(channel)
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await stub.Put(pb.PutRequest(path=path, value=b"x", sequential=sequential), timeout=deadline)
-        return err.value
+        try:
+            response = await stub.Put(pb.PutRequest(path=path, value=b"x", sequential=sequential), timeout=deadline)
+        except grpc.aio.AioRpcError as err:
+            return err
+        pytest.fail(f"a put to {path} was acknowledged while the store was stopped: {response}")
 
 
 def _trailers(err: grpc.aio.AioRpcError) -> dict[str, Any]:
@@ -108,10 +128,15 @@ async def test_write_whose_caller_gave_up_is_unknown_and_its_failure_is_observed
     client: AgentClient = await open_stores(agent.address, timeout=20)
     caplog.set_level(logging.WARNING, logger="metashift.agent.gate")
     with frozen(server):
-        with pytest.raises(StoreUnavailable) as err:
-            await client.put("/given-up", b"x", timeout=1)
-        assert isinstance(err.value, WriteOutcomeUnknown)
-        assert err.value.write_may_have_happened
+        try:
+            acked = await client.put("/given-up", b"x", timeout=1)
+        except StoreUnavailable as err:
+            failure = err
+        else:
+            pytest.fail(f"a put was acknowledged while the store was stopped ({acked}); its threads: "
+                        f"{thread_states(server.process.pid)}")
+        assert isinstance(failure, WriteOutcomeUnknown)
+        assert failure.write_may_have_happened
         await eventually(lambda: agent.gate.in_flight == 0, within=30, what="the write failed in the agent")
     gc.collect()
     await asyncio.sleep(0)
