@@ -17,14 +17,18 @@ import os
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import asyncio
+import contextlib
+import glob
 import inspect
 import io
 import itertools
 import re
 import shutil
+import signal
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,6 +50,29 @@ async def eventually(check: Callable[[], bool | Awaitable[bool]], within: float 
         if time.monotonic() > deadline:
             pytest.fail(f"not within {within}s: {what}")
         await asyncio.sleep(0.05)
+
+
+def thread_states(pid: int) -> list[str]:
+    """The scheduler state of each thread of process ``pid`` (``T``: stopped)."""
+    states = []
+    for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
+        with contextlib.suppress(OSError):
+            states.append(Path(stat).read_text().rsplit(")", 1)[1].split()[0])
+    return states
+
+
+def stop_process_group(pid: int, within: float = 30.0) -> None:
+    """SIGSTOP to the process group ``pid``, returning once every thread of process ``pid`` is
+    stopped. A group stop begins only when one of the process's threads takes the signal; until
+    then its other threads run on, and on a loaded machine that was long enough for a server to
+    answer a request sent after the kill (a test then saw a write acknowledged by a "stopped"
+    store)."""
+    os.killpg(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + within  # a bound, not a measure: threads stop within ms
+    while set(thread_states(pid)) - {"T"}:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"process {pid} did not stop within {within}s: threads {thread_states(pid)}")
+        time.sleep(0.01)
 
 
 async def retry_while_unavailable(call: Callable[[], Awaitable[Any]], attempts: int, delay: float) -> Any:

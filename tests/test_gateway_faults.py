@@ -8,13 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import glob
 import logging
 import os
 import signal
-import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -25,32 +22,19 @@ from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import MetadataStore, StoreUnavailable
-from tests.harness import Gateways, eventually, user_roots
+from tests.harness import Gateways, eventually, stop_process_group, thread_states, user_roots
 
 
 @contextlib.contextmanager
 def frozen(server: Any) -> Iterator[None]:
     """The server stopped with SIGSTOP (connections stay open, nothing answers), every one of its
-    threads seen stopped before the body runs, then resumed."""
+    threads seen stopped before the body runs (``stop_process_group``), then resumed."""
     pid = server.process.pid
-    os.killpg(pid, signal.SIGSTOP)
     try:
-        deadline = time.monotonic() + 30  # a bound, not a measure: threads stop within ms
-        while set(thread_states(pid)) - {"T"} and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert set(thread_states(pid)) == {"T"}, f"{server.name} (pid {pid}) did not stop: {thread_states(pid)}"
+        stop_process_group(pid)
         yield
     finally:
         os.killpg(pid, signal.SIGCONT)
-
-
-def thread_states(pid: int) -> list[str]:
-    """The scheduler state of each thread of process ``pid`` (``T``: stopped)."""
-    states = []
-    for stat in glob.glob(f"/proc/{pid}/task/*/stat"):
-        with contextlib.suppress(OSError):
-            states.append(Path(stat).read_text().rsplit(")", 1)[1].split()[0])
-    return states
 
 
 def _catch_loop_errors(seen: list[dict[str, Any]]) -> None:

@@ -19,7 +19,7 @@ from metashift.local_servers import LocalEtcd
 from metashift.migration.phase import Phase
 from metashift.sample_tree import generate
 from tests.cluster import Cluster
-from tests.harness import Gateways, eventually
+from tests.harness import Gateways, eventually, stop_process_group
 from tests.test_migration import _copy_job_paused, _finish_and_check, _hold_preparation, eventually_status
 
 pytestmark = pytest.mark.timeout(900)
@@ -30,10 +30,11 @@ QUICK = "?timeout=2"
 
 @contextmanager
 def _stalled(etcd: LocalEtcd) -> Iterator[None]:
-    """etcd stopped by SIGSTOP (connections stay open, nothing answers), SIGCONT on the way out."""
+    """etcd stopped by SIGSTOP (connections stay open, nothing answers; every thread seen stopped
+    before the body runs), SIGCONT on the way out."""
     assert etcd.process is not None
-    os.killpg(etcd.process.pid, signal.SIGSTOP)
     try:
+        stop_process_group(etcd.process.pid)
         yield
     finally:
         os.killpg(etcd.process.pid, signal.SIGCONT)
@@ -50,7 +51,7 @@ async def _cluster(gateways: Gateways, zk_url: str, etcd: LocalEtcd, settings: d
 async def _stall_in_pass_1(cluster: Cluster, etcd: LocalEtcd, seconds: float) -> None:
     await eventually_status(cluster, lambda s: (s["copy"] or {}).get("stage", "").startswith("pass 1"))
     with _copy_job_paused():  # pass 1 cannot end before the stall begins
-        os.killpg(etcd.process.pid, signal.SIGSTOP)  # type: ignore[union-attr]
+        stop_process_group(etcd.process.pid)  # type: ignore[union-attr]
     try:
         await asyncio.sleep(seconds)
     finally:
