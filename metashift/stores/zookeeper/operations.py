@@ -20,11 +20,12 @@ from .. import errors, paths
 from ..batching import BatchedStore, is_write, op_size
 from ..ops import DeleteOp, GetResult, Op, OpResult, PutOp
 from ..stat import Stat
+from . import wire
 from .errors import map_error
 from .forward import RawRequest, Rechroot
 from .protocol import ZKSession
+from .wire import CreateMode, Writer
 from .wire.constants import Op as ZkOp
-from .wire.jute import INT, MULTI_HEADER
 
 #: ZooKeeper's default ``jute.maxbuffer`` is 0xfffff bytes for a whole packet (path, data, ACL,
 #: headers); leave 4 KiB for everything but the value.
@@ -35,27 +36,8 @@ MULTI_MAX_OPS = 128
 MULTI_MAX_BYTES = 256 * 1024
 
 
-def _path_field(full: str) -> bytes:
-    name = full.encode()
-    return INT.pack(len(name)) + name
-
-
-# getData, exists and setData in the codec's wire form: aiozk's generic request parts cost
-# several µs per request to build (the answers are parsed by ``fast_reads``/``fast_writes``).
-def _get_data_request(full: str) -> RawRequest:
-    return RawRequest(ZkOp.GET_DATA, _path_field(full) + b"\0", False)
-
-
-def _exists_request(full: str) -> RawRequest:
-    return RawRequest(ZkOp.EXISTS, _path_field(full) + b"\0", False)
-
-
-def _set_data_body(full: str, value: bytes, version: int) -> bytes:
-    return _path_field(full) + INT.pack(len(value)) + value + INT.pack(version)
-
-
-def _set_data_request(full: str, value: bytes, version: int) -> RawRequest:
-    return RawRequest(ZkOp.SET_DATA, _set_data_body(full, value, version), True)
+def _create_mode(ephemeral: bool, sequential: bool) -> int:
+    return (CreateMode.EPHEMERAL if ephemeral else 0) | (CreateMode.PERSISTENT_SEQUENTIAL if sequential else 0)
 
 
 def multi_request() -> Any:
@@ -97,13 +79,21 @@ class ZooKeeperOperations(BatchedStore):
         request.set_flags(ephemeral=ephemeral, sequential=sequential, container=False)
         return request
 
-    def _create2_body(self, full: str, value: bytes, ephemeral: bool, sequential: bool) -> bytes:
-        """A create2 of ``full`` (chroot included) in wire form, with the store's ACL."""
-        flags = (1 if ephemeral else 0) | (2 if sequential else 0)
-        return _path_field(full) + INT.pack(len(value)) + value + self._rechroot.acl + INT.pack(flags)
+    # getData, exists, setData, create2 and multi in the codec's wire form, the chroot and the ACL
+    # put in by ``Rechroot`` as for the front's forwarded requests: aiozk's generic request parts
+    # cost several µs per request to build (the answers are parsed by ``fast_reads``/``fast_writes``).
 
-    def _create2(self, full: str, value: bytes, ephemeral: bool, sequential: bool) -> RawRequest:
-        return RawRequest(ZkOp.CREATE2, self._create2_body(full, value, ephemeral, sequential), True)
+    def _read_request(self, opcode: int, path: str) -> RawRequest:
+        """getData or exists of ``path``, without a watch."""
+        return RawRequest(opcode, self._rechroot.path(path) + b"\0", False)
+
+    def _set_data_request(self, path: str, value: bytes, version: int) -> RawRequest:
+        return RawRequest(ZkOp.SET_DATA, self._rechroot.path(path) + Writer().buffer(value).int(version).bytes(), True)
+
+    def _create2(self, path: str, value: bytes, ephemeral: bool, sequential: bool) -> RawRequest:
+        """A create2 of ``path`` with the store's ACL."""
+        body = self._rechroot.create_body(path, Writer().buffer(value).bytes(), _create_mode(ephemeral, sequential))
+        return RawRequest(ZkOp.CREATE2, body, True)
 
     def _stat(self, path: str, zstat: Any) -> Stat:
         owner = zstat.ephemeral_owner
@@ -119,9 +109,8 @@ class ZooKeeperOperations(BatchedStore):
     # ---- reads ----------------------------------------------------------------------------------
 
     async def _get(self, path: str) -> GetResult:
-        full = self._namespace.full(path)
         try:
-            response = await self._call(_get_data_request(full), path)
+            response = await self._call(self._read_request(ZkOp.GET_DATA, path), path)
         except errors.NotFound:
             return None
         return (response.data or b""), self._stat(path, response.stat)
@@ -138,9 +127,8 @@ class ZooKeeperOperations(BatchedStore):
         return await self._exists_stat(path) is not None
 
     async def _exists_stat(self, path: str) -> Any:
-        full = self._namespace.full(path)
         try:
-            response = await self._call(_exists_request(full), path)
+            response = await self._call(self._read_request(ZkOp.EXISTS, path), path)
         except errors.NotFound:
             return None
         return response.stat
@@ -152,17 +140,16 @@ class ZooKeeperOperations(BatchedStore):
     ) -> Stat:
         if sequential or expected_version == -1:
             return await self._create(path, value, ephemeral, sequential)
-        full = self._namespace.full(path)
         if expected_version is not None:
             try:
-                response = await self._call(_set_data_request(full, value, expected_version), path)
+                response = await self._call(self._set_data_request(path, value, expected_version), path)
             except errors.NotFound:
                 raise errors.BadVersion(path, "node does not exist") from None
             return self._stat(path, response.stat)
         # Blind write: update if it exists, else create; retry when racing a create or delete.
         for _ in range(10):
             try:
-                response = await self._call(_set_data_request(full, value, -1), path)
+                response = await self._call(self._set_data_request(path, value, -1), path)
                 return self._stat(path, response.stat)
             except errors.NotFound:
                 pass
@@ -173,10 +160,9 @@ class ZooKeeperOperations(BatchedStore):
         raise errors.BadVersion(path, "node kept being created and deleted concurrently")
 
     async def _create(self, path: str, value: bytes, ephemeral: bool, sequential: bool) -> Stat:
-        full = self._namespace.full(path)
         for attempt in range(5):
             try:
-                response = await self._call(self._create2(full, value, ephemeral, sequential), path)
+                response = await self._call(self._create2(path, value, ephemeral, sequential), path)
             except errors.NotFound:
                 if attempt == 4:
                     raise errors.NotFound(paths.parent(path) or path, "parent kept vanishing") from None
@@ -195,7 +181,7 @@ class ZooKeeperOperations(BatchedStore):
 
         async def make(p: str) -> None:
             with contextlib.suppress(errors.AlreadyExists, errors.NotFound):
-                await self._call(self._create2(self._namespace.full(p), b"", False, False), p)
+                await self._call(self._create2(p, b"", False, False), p)
 
         await asyncio.gather(*(make(p) for p in paths.ancestors(path)))
 
@@ -215,24 +201,21 @@ class ZooKeeperOperations(BatchedStore):
         """A ``multi`` applies all or nothing: when one operation fails (a bad version, a missing
         parent, a blind write of a missing node...) the batch runs them one by one, so that each
         gets the result it would get alone."""
-        parts: list[bytes] = []
+        records: list[tuple[int, Any]] = []
         for op in ops:
-            full = self._namespace.full(op.path)
             if isinstance(op, PutOp):
                 if op.sequential or op.expected_version == -1:
-                    parts.append(MULTI_HEADER.pack(ZkOp.CREATE2, 0, -1))
-                    parts.append(self._create2_body(full, op.value, op.ephemeral, op.sequential))
+                    mode = _create_mode(op.ephemeral, op.sequential)
+                    # no ACL of its own: ``multi_body`` gives every create the store's
+                    records.append((ZkOp.CREATE2, wire.CreateRequest(op.path, op.value, [], mode)))
                 else:
                     version = -1 if op.expected_version is None else op.expected_version
-                    parts.append(MULTI_HEADER.pack(ZkOp.SET_DATA, 0, -1))
-                    parts.append(_set_data_body(full, op.value, version))
+                    records.append((ZkOp.SET_DATA, wire.SetDataRequest(op.path, op.value, version)))
             else:
                 assert isinstance(op, DeleteOp)
                 version = -1 if op.expected_version is None else op.expected_version
-                parts.append(MULTI_HEADER.pack(ZkOp.DELETE, 0, -1))
-                parts.append(_path_field(full) + INT.pack(version))
-        parts.append(MULTI_HEADER.pack(-1, 1, -1))  # the end of a multi
-        request = RawRequest(ZkOp.MULTI, b"".join(parts), True)  # a write: never re-sent
+                records.append((ZkOp.DELETE, wire.DeleteRequest(op.path, version)))
+        request = RawRequest(ZkOp.MULTI, self._rechroot.multi_body(records), True)  # a write: never re-sent
         try:
             response = await self._call(request, ops[0].path)
         except errors.StoreUnavailable:
