@@ -32,6 +32,7 @@ from metashift.agent.zookeeper.handlers.runs import RUN_MAX
 from metashift.agent.zookeeper.replies import Replies, Slot
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
+from metashift.stores.aio import buffered_packet
 from metashift.stores.zookeeper import wire
 from metashift.stores.zookeeper.wire import Err, Op
 from metashift.stores.zookeeper.wire.jute import HEADER
@@ -181,7 +182,9 @@ class ZooKeeperServer:
             forward = self.forwarder.try_forward
             replies = conn.replies
             while True:
-                data = await _read_packet(reader)
+                data = buffered_packet(reader, MAX_PACKET)  # pipelined requests: usually already here
+                if data is None:
+                    data = await _read_packet(reader)
                 if data is None or conn.closed:
                     break
                 self._totals.received += 1

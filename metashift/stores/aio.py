@@ -5,12 +5,15 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import struct
 from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+_LENGTH = struct.Struct(">i")
 
 #: How long a close waits for its background tasks to honour their cancellation.
 CANCEL_WAIT = 5.0
@@ -47,6 +50,30 @@ async def wait_event(event: asyncio.Event, within: float) -> bool:
     except TimeoutError:
         pass
     return event.is_set()
+
+
+def buffered_packet(reader: asyncio.StreamReader, limit: int) -> bytes | None:
+    """The next packet of a length-prefixed stream (a 4-byte big-endian length, then the packet:
+    ZooKeeper's framing) when ``reader`` already holds all of it, taken without awaiting; ``None``
+    otherwise, and then nothing is taken (the caller awaits ``readexactly``, which also reports
+    the stream's end and waits for the rest).
+
+    Why: pipelined requests and answers arrive many to one read, and two ``readexactly`` awaits
+    per packet were a tenth of what the ZooKeeper front spends on a forwarded request. It reads
+    CPython's ``StreamReader._buffer`` (as ``readexactly`` does), and lets the reader resume its
+    transport once the buffer has room again, as ``readexactly`` does."""
+    buf = reader._buffer  # type: ignore[attr-defined]
+    if len(buf) < 4:
+        return None
+    (size,) = _LENGTH.unpack_from(buf)
+    end = 4 + size
+    if size < 0 or size > limit or len(buf) < end:
+        return None
+    with memoryview(buf) as view:
+        packet = bytes(view[4:end])
+    del buf[:end]
+    reader._maybe_resume_transport()  # type: ignore[attr-defined]
+    return packet
 
 
 def run_loop(coro: Coroutine[Any, Any, T]) -> T:

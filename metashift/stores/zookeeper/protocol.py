@@ -33,6 +33,8 @@ from aiozk.retry import RetryPolicy as AiozkRetryPolicy
 from aiozk.session import Session
 from aiozk.states import SessionStateMachine, States
 
+from metashift.stores.aio import buffered_packet
+
 from . import fast_writes
 from .counter_bumps import OPCODE_BUMPS, bump_error
 from .fast_reads import (
@@ -61,6 +63,9 @@ logging.getLogger("aiozk.session").addFilter(_quiet_expected_send_errors)
 
 #: Longest pause between two rounds of attempts to reach a server.
 MAX_RECONNECT_DELAY = 1.0
+#: The largest answer taken from the read buffer without awaiting (a larger one, which ZooKeeper's
+#: jute.maxbuffer allows, is read by ``readexactly`` as before).
+_MAX_ANSWER = 16 * 1024 * 1024
 
 #: The watch events about a node (the codec's ``EventType``), not about a watch removed.
 NODE_EVENTS = (EventType.NODE_CREATED, EventType.NODE_DELETED, EventType.NODE_DATA_CHANGED,
@@ -186,17 +191,19 @@ class ZKConnection(Connection):
         if initial_connect or self.pending_specials[protocol.CLOSE_XID]:
             return await super().read_response(initial_connect)
         reader = self.reader
-        try:
-            (size,) = SIZE.unpack(await reader.readexactly(4))
-            if len(reader._buffer) >= size:  # already here: no timer
-                raw = await reader.readexactly(size)
-            else:
-                async with asyncio.timeout(self.read_timeout):
+        raw = buffered_packet(reader, _MAX_ANSWER)  # pipelined answers: usually already here
+        if raw is None:
+            try:
+                (size,) = SIZE.unpack(await reader.readexactly(4))
+                if len(reader._buffer) >= size:  # already here: no timer
                     raw = await reader.readexactly(size)
-        except asyncio.IncompleteReadError:
-            raise ConnectionAbortedError from None
-        except TimeoutError:
-            raise zk_exc.UnfinishedRead from None
+                else:
+                    async with asyncio.timeout(self.read_timeout):
+                        raw = await reader.readexactly(size)
+            except asyncio.IncompleteReadError:
+                raise ConnectionAbortedError from None
+            except TimeoutError:
+                raise zk_exc.UnfinishedRead from None
         xid, zxid, error_code = REPLY_HEADER.unpack_from(raw)
         if xid in self._raw:  # a forwarded request: its answer as ZooKeeper sent it
             self._raw.discard(xid)
