@@ -4,13 +4,8 @@ The names a user script needs are here: ``await metashift.open_store("zk://127.0
 and the store errors.
 """
 
-import os
-
-# gRPC's fork handlers crash children forked while its threads run (local servers, Spark
-# launched from the agent); metashift never uses gRPC across a fork, so turn them off before
-# grpc is first imported.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
+# first: gRPC reads its environment when it is first imported
+from metashift import grpc_env  # noqa: F401  (sets it)
 from metashift.stores import (
     AlreadyExists,
     AuthFailed,

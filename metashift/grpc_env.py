@@ -1,0 +1,34 @@
+"""gRPC's environment, set before grpc is first imported (``metashift/__init__`` imports this
+module first): what metashift's processes need of gRPC, each unless the user set it already."""
+
+import os
+
+# gRPC's fork handlers crash children forked while its threads run (local servers, Spark
+# launched from the agent); metashift never uses gRPC across a fork, so turn them off before
+# grpc is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+
+def _experiments() -> None:
+    """gRPC's iomgr TCP client and listener instead of its EventEngine ones, unless the user chose.
+
+    Why: on these 2-core VMs the EventEngine's four threads hand every message between them, and a
+    thread wakeup costs 20-40 us here. Measured (``../shared/DESIGN.md``): a bare grpc.aio echo
+    stream at 200 messages/s costs the server 336-402 us of CPU per message with them, 195-271
+    without; the sandbox's writers cost their agents 830 us per write with them, 714 without, and
+    their own process 490 against 400. Only on grpcio 1.85-1.89, where both are experiments that
+    may be turned off (a later grpcio may drop them, and would log every unknown name it is
+    given)."""
+    if "GRPC_EXPERIMENTS" in os.environ:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        major, minor = (int(part) for part in version("grpcio").split(".")[:2])
+    except (PackageNotFoundError, ValueError):
+        return
+    if (major, minor) >= (1, 85) and (major, minor) < (1, 90):
+        os.environ["GRPC_EXPERIMENTS"] = "-event_engine_listener,-event_engine_client"
+
+
+_experiments()
