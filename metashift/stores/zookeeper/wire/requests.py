@@ -3,6 +3,7 @@ body of one packet."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,21 +48,41 @@ class CreateFields:
 
     @classmethod
     def read(cls, r: Reader) -> CreateFields:
-        path = r.string()
-        start = r.pos
-        r.skip_buffer()
-        data_field = r.data[start : r.pos] if r.data[start] < 0x80 else _NO_DATA  # length < 0: null
-        count = r.int()
-        if count > r.remaining():
-            raise DecodeError(f"a vector of {count} ACLs cannot fit in the packet")
-        for _ in range(count):
-            r.skip(4)  # perms
-            r.skip_buffer()  # scheme
-            r.skip_buffer()  # id
-        return cls(path, bytes(data_field), max(count, 0), r.int())
+        # offsets by hand, not Reader's calls: this runs for every create the front forwards,
+        # and the calls were a tenth of its time there; the same errors as Reader's
+        data, pos = r.data, r.pos
+        try:
+            (n,) = _INT_AT(data, pos)
+            pos += 4
+            if n > 0 and pos + n > len(data):
+                raise DecodeError(f"a buffer of {n} bytes runs past the end of the packet")
+            path = data[pos : pos + n].decode("utf-8") if n > 0 else ""
+            start = pos = pos + max(n, 0)
+            (n,) = _INT_AT(data, pos)
+            pos += 4 + max(n, 0)
+            if pos > len(data):
+                raise DecodeError(f"a buffer of {n} bytes runs past the end of the packet")
+            data_field = data[start:pos] if n >= 0 else _NO_DATA  # length < 0: null
+            (count,) = _INT_AT(data, pos)
+            pos += 4
+            if count > len(data) - pos:
+                raise DecodeError(f"a vector of {count} ACLs cannot fit in the packet")
+            for _ in range(count):  # perms, scheme, id
+                (n,) = _INT_AT(data, pos + 4)
+                pos += 8 + max(n, 0)
+                (n,) = _INT_AT(data, pos)
+                pos += 4 + max(n, 0)
+            (flags,) = _INT_AT(data, pos)
+        except struct.error:
+            raise DecodeError(f"a create of {len(data)} bytes ends inside a field") from None
+        except UnicodeDecodeError as e:
+            raise DecodeError(f"a string is not UTF-8: {e}") from None
+        r.pos = pos + 4
+        return cls(path, bytes(data_field), max(count, 0), flags)
 
 
 _NO_DATA = b"\x00\x00\x00\x00"
+_INT_AT = struct.Struct(">i").unpack_from
 
 
 @dataclass(frozen=True)
