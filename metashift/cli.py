@@ -60,7 +60,7 @@ async def _sandbox(args: argparse.Namespace) -> int:
             topics=args.topics, brokers=args.brokers, bookies=args.bookies, clients_per_agent=args.clients,
             json=args.json, kill_agent_at=args.kill_agent_at, kill_agent=args.kill_agent, keep=args.keep,
             spark_master=args.spark_master, beside_copy=args.beside_copy,
-            pulsar=args.pulsar, abort_first=args.abort_first,
+            pulsar=args.pulsar, abort_first=args.abort_first, client_protocol=args.client_protocol,
         )
     )
 
@@ -78,6 +78,9 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--brokers", type=_positive_int, default=3, help="broker agents (default 3)")
     p.add_argument("--bookies", type=_positive_int, default=2, help="bookie agents (default 2)")
     p.add_argument("--clients", type=_positive_int, default=2, help="writing clients per agent (default 2)")
+    p.add_argument("--client-protocol", choices=["grpc", "zookeeper"], default="grpc",
+                   help="how the clients reach their agents: grpc (metashift.client, the default) or zookeeper "
+                   "(ZooKeeper's protocol on each agent's ZooKeeper front, as stock brokers and bookies do)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")
     p.add_argument("--spark-master", metavar="M", help="Spark master of the coordinator's copy (default local[*])")
     p.add_argument("--keep", action="store_true", help="keep the work directory (agent logs and configs)")

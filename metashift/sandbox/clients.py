@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +89,44 @@ class ClientLoop:
                 await asyncio.wait_for(client.close(), 10.0)
 
 
+class FrontClient:
+    """A session with an agent's ZooKeeper front, as a stock broker's ZooKeeper client has: the
+    store layer's ZooKeeper client (aiozk) dialling the front, with ``metashift.client``'s per-call
+    ``timeout`` (past it, ``StoreUnavailable``: a write's outcome is then unknown)."""
+
+    def __init__(self, store: MetadataStore) -> None:
+        self.store = store
+
+    @classmethod
+    async def connect(cls, front: str, call_timeout: float) -> FrontClient:
+        from metashift.stores import open_store
+
+        # no notifications: the writers watch nothing
+        return cls(await open_store(f"zk://{front}?timeout={call_timeout:g}", watch=False))
+
+    async def get(self, path: str, *, timeout: float = CONNECT_SECONDS) -> Any:  # noqa: ASYNC109
+        async with _answer_within(timeout, path):
+            return await self.store.get(path)
+
+    async def put(self, path: str, value: bytes, expected_version: int | None = None, *,
+                  timeout: float = CONNECT_SECONDS,  # noqa: ASYNC109
+                  ephemeral: bool = False, sequential: bool = False) -> Any:  # fmt: skip
+        async with _answer_within(timeout, path):
+            return await self.store.put(path, value, expected_version, ephemeral=ephemeral, sequential=sequential)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+@contextlib.asynccontextmanager
+async def _answer_within(seconds: float, path: str) -> AsyncIterator[None]:
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise StoreUnavailable(f"no answer from the agent's ZooKeeper front within {seconds:g}s", path) from None
+
+
 @dataclass
 class SimClient(ClientLoop):
     """One metadata client of one agent (``name`` is unique in the sandbox)."""
@@ -98,6 +137,9 @@ class SimClient(ClientLoop):
     address: str
     ephemerals: dict[str, bytes] = field(default_factory=dict)
     write_timeout: float = 300.0
+    zookeeper: str | None = None
+    """``host:port`` of its agent's ZooKeeper front: it speaks ZooKeeper's protocol there, as a
+    stock broker does, instead of gRPC to ``address``."""
     client: Any = None
     acked: dict[str, bytes] = field(default_factory=dict)
     maybe: dict[str, set[bytes]] = field(default_factory=dict)
@@ -113,6 +155,12 @@ class SimClient(ClientLoop):
     """Its agent was killed: it stopped writing then."""
     _task: asyncio.Task[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def connect(self) -> None:
+        if self.zookeeper is None:
+            await super().connect()
+        else:
+            self.client = await FrontClient.connect(self.zookeeper, self.write_timeout)
 
     @property
     def base(self) -> str:

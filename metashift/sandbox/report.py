@@ -77,6 +77,8 @@ class SandboxReport:
     brokers: int = 0
     bookies: int = 0
     clients: int = 0
+    client_protocol: str = "grpc"
+    """How the clients reach their agents: ``grpc`` or ``zookeeper`` (each agent's ZooKeeper front)."""
     nodes: int = 0
     """Persistent nodes of the generated Pulsar tree."""
     copied_nodes: int = 0
@@ -136,6 +138,7 @@ class SandboxReport:
             "brokers": self.brokers,
             "bookies": self.bookies,
             "clients": self.clients,
+            "client_protocol": self.client_protocol,
             "nodes": self.nodes,
             "copied_nodes": self.copied_nodes,
             "phases": {k: round(v, 3) for k, v in self.phases.items()},
@@ -174,8 +177,8 @@ class SandboxReport:
             ])  # fmt: skip
         lines = [
             f"metashift sandbox: {mark}",
-            f"  cluster        {self.brokers} brokers, {self.bookies} bookies ({self.clients} clients), "
-            f"{self.topics} topics, {self.nodes} nodes",
+            f"  cluster        {self.brokers} brokers, {self.bookies} bookies "
+            f"({self.clients} clients over {self.client_protocol}), {self.topics} topics, {self.nodes} nodes",
             f"  migration      {self.phase} (epoch {self.epoch}, coordinator {self.coordinator})"
             + (f": {self.reason}" if self.reason else ""),
         ]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from metashift.coordinator import control
-from metashift.local_servers import LocalEtcd, LocalZooKeeper, ServerStartError
+from metashift.local_servers import LocalEtcd, LocalZooKeeper, ServerStartError, free_port
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
@@ -68,6 +68,10 @@ class Options:
     """A real Pulsar cluster (bookie, brokers, producers, consumers) instead of simulated clients."""
     beside_copy: bool = False
     """After the migration: ``metashift copy --verify`` of the same tree, timed beside it (``beside_copy``)."""
+    client_protocol: str = "grpc"
+    """How the simulated clients reach their agents: ``grpc`` (``metashift.client``) or
+    ``zookeeper`` (ZooKeeper's protocol on each agent's ZooKeeper front, as stock brokers and
+    bookies do)."""
     abort_first: bool = False
     """With ``pulsar``: a first migration aborted mid-way (FAILED, Pulsar carries on on ZooKeeper),
     then the migration."""
@@ -101,7 +105,8 @@ class Sandbox:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self.report = SandboxReport(topics=options.topics, brokers=options.brokers, bookies=options.bookies)
+        self.report = SandboxReport(topics=options.topics, brokers=options.brokers, bookies=options.bookies,
+                                    client_protocol=options.client_protocol)
         self.work_dir: Path | None = None
         self.zk: LocalZooKeeper | None = None
         self.etcd: LocalEtcd | None = None
@@ -188,6 +193,7 @@ class Sandbox:
         return AgentProcess(
             node_id, role, self.work_dir, self.zk.url, hold_timeout=o.hold_timeout,
             prepare_timeout=o.prepare_timeout, spark_master=o.spark_master,
+            zk_listen=f"127.0.0.1:{free_port()}" if o.client_protocol == "zookeeper" else None,
         )  # fmt: skip
 
     def _make_clients(self) -> list[SimClient]:
@@ -205,7 +211,7 @@ class Sandbox:
                 if agent.role == "broker" and (bundle := next(owned, None)) is not None:
                     ephemerals[bundle] = json.dumps({"nativeUrl": f"pulsar://{agent.node_id}:6650"}).encode()
                 clients.append(SimClient(name, agent.node_id, agent.role, agent.address, ephemerals,
-                                         write_timeout=self.options.hold_timeout))
+                                         write_timeout=self.options.hold_timeout, zookeeper=agent.zk_listen))
         return clients
 
     async def _migrate(self, home: MetadataStore | None = None, target_url: str | None = None,
