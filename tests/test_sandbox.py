@@ -59,6 +59,26 @@ def test_sandbox_migrates_with_agents_as_processes_and_loses_no_write() -> None:
     assert len(re.findall(r"(?:broker|bookie)-\d \(pid \d+\)", stderr)) == 5, stderr
 
 
+def test_sandbox_clients_over_the_zookeeper_front_lose_no_write() -> None:
+    """``--client-protocol zookeeper``: the clients speak ZooKeeper's protocol to each agent's
+    ZooKeeper front, as stock brokers do; their ephemerals are the front's sessions' and move with
+    them."""
+    code, report, stderr = _run_json("--client-protocol", "zookeeper")
+    assert report["client_protocol"] == "zookeeper", report
+    assert report["phase"] == "COMPLETED", (report, stderr[-3000:])
+    assert report["verified"] is True and report["tree_verified"] is True, report
+    assert report["writes_lost"] == 0 and report["writes_failed"] == 0, (report["lost"], report["failures"])
+    assert report["writes_acknowledged"] > 0
+    assert report["ephemerals_carried"] >= 5 and report["ephemerals_carried"] == report["ephemerals"], report
+    assert code == 0, stderr[-3000:]
+
+
+def test_sandbox_refuses_an_unknown_client_protocol() -> None:
+    proc = subprocess.run([*SANDBOX, "--client-protocol", "http"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    assert "--client-protocol" in proc.stderr and "invalid choice: 'http'" in proc.stderr, proc.stderr
+
+
 def test_sandbox_coordinator_agent_killed_mid_copy() -> None:
     """SIGKILL to the coordinator's agent process while it copies: a new leader finishes or fails
     the migration; every acknowledged write is where the cluster then lives."""
