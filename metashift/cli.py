@@ -55,12 +55,16 @@ def _positive_int(text: str) -> int:
 async def _sandbox(args: argparse.Namespace) -> int:
     from metashift.sandbox import Options, run_sandbox
 
+    if args.pulsar and args.client_protocol is not None:
+        print("metashift: error: --client-protocol is for the simulated clients; with --pulsar, Pulsar's own "
+              "brokers and bookie speak ZooKeeper's protocol to their agents", file=sys.stderr)
+        return EXIT_USER_ERROR
     return await run_sandbox(
         Options(
             topics=args.topics, brokers=args.brokers, bookies=args.bookies, clients_per_agent=args.clients,
             json=args.json, kill_agent_at=args.kill_agent_at, kill_agent=args.kill_agent, keep=args.keep,
             spark_master=args.spark_master, beside_copy=args.beside_copy,
-            pulsar=args.pulsar, abort_first=args.abort_first, client_protocol=args.client_protocol,
+            pulsar=args.pulsar, abort_first=args.abort_first, client_protocol=args.client_protocol or "grpc",
         )
     )
 
@@ -78,7 +82,7 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--brokers", type=_positive_int, default=3, help="broker agents (default 3)")
     p.add_argument("--bookies", type=_positive_int, default=2, help="bookie agents (default 2)")
     p.add_argument("--clients", type=_positive_int, default=2, help="writing clients per agent (default 2)")
-    p.add_argument("--client-protocol", choices=["grpc", "zookeeper"], default="grpc",
+    p.add_argument("--client-protocol", choices=["grpc", "zookeeper"],
                    help="how the clients reach their agents: grpc (metashift.client, the default) or zookeeper "
                    "(ZooKeeper's protocol on each agent's ZooKeeper front, as stock brokers and bookies do)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON object")

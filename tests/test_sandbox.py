@@ -77,6 +77,12 @@ def test_sandbox_refuses_an_unknown_client_protocol() -> None:
     proc = subprocess.run([*SANDBOX, "--client-protocol", "http"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and proc.stdout == "", proc
     assert "--client-protocol" in proc.stderr and "invalid choice: 'http'" in proc.stderr, proc.stderr
+    # with --pulsar there are no simulated clients: refused before anything starts
+    proc = subprocess.run([*SANDBOX, "--pulsar", "--client-protocol", "zookeeper"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    assert proc.stderr.count("\n") == 1, proc.stderr
+    assert "--client-protocol" in proc.stderr and "--pulsar" in proc.stderr, proc.stderr
 
 
 def test_sandbox_coordinator_agent_killed_mid_copy() -> None:

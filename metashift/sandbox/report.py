@@ -138,7 +138,8 @@ class SandboxReport:
             "brokers": self.brokers,
             "bookies": self.bookies,
             "clients": self.clients,
-            "client_protocol": self.client_protocol,
+            # the simulated clients' (a --pulsar run has none: Pulsar's own speak ZooKeeper's protocol)
+            **({"client_protocol": self.client_protocol} if self.pulsar is None else {}),
             "nodes": self.nodes,
             "copied_nodes": self.copied_nodes,
             "phases": {k: round(v, 3) for k, v in self.phases.items()},
