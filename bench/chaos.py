@@ -37,7 +37,7 @@ from metashift.local_servers import ServerStartError
 from metashift.sandbox.agents import AgentStartError
 from metashift.sandbox.chaos import ChaosSandbox
 from metashift.sandbox.faults import FAULTS, PHASES, FaultPlan
-from metashift.sandbox.run import Options
+from metashift.sandbox.options import Options
 from metashift.stores import MetadataStoreError
 from tests.linearizability import check
 

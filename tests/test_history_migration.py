@@ -17,7 +17,7 @@ from metashift.migration.phase import Phase
 from metashift.sandbox.chaos import ChaosSandbox
 from metashift.sandbox.faults import FaultPlan
 from metashift.sandbox.history import CAS, CREATE, OK, READ, UNKNOWN, UPDATE, WRITE, Operation
-from metashift.sandbox.run import Options
+from metashift.sandbox.options import Options
 from tests.linearizability import check
 
 pytestmark = pytest.mark.timeout(1200)

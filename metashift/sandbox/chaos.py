@@ -23,9 +23,10 @@ from metashift.stores import MetadataStoreError, open_store
 from .agents import AgentProcess
 from .faults import FaultInjector, FaultPlan, say
 from .history import OK, READ, History
+from .options import Options
 from .registers import REGISTER_ROOT, RegisterClient, register_paths
 from .report import SandboxReport
-from .run import Options, Sandbox
+from .run import Sandbox
 from .zk_registers import ZkRegisterClient
 
 #: Longest a migration may take before the run calls it stuck (seconds).

@@ -21,8 +21,9 @@ from metashift.coordinator import control
 from metashift.pulsar_cluster import PulsarCluster, PulsarNotInstalled, PulsarStartError, find_release, scenario
 from metashift.stores import open_store
 
+from .options import Options, say
 from .report import SandboxReport
-from .run import Options, Sandbox, say
+from .run import Sandbox
 
 #: Seconds of traffic before the migration (every bundle gets its owner) and after the switch (ledgers
 #: roll over on etcd: ``evidence.SETTLE_S`` and more).

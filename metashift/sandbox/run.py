@@ -6,7 +6,7 @@ followed the way ``metashift migrate start --wait`` does, a few more seconds of 
 switch, then the checks: every acknowledged write where the cluster then lives, the clients'
 ephemerals carried, the coordinator's verification, and the untouched tree compared between the
 two stores by ``metashift verify``. Everything it started goes away at the end, on Ctrl-C and on
-SIGTERM too.
+SIGTERM too. (``command``: the command itself; ``options``: its settings.)
 """
 
 from __future__ import annotations
@@ -15,11 +15,8 @@ import asyncio
 import contextlib
 import json
 import shutil
-import signal
-import sys
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,51 +31,13 @@ from metashift.stores import MetadataStore, MetadataStoreError, Notification, op
 from .agents import AgentProcess, AgentStartError, run_cli_json, start_agents, stop_agents
 from .beside_copy import copy_beside
 from .clients import WRITER_ROOT, SimClient, carried, missing
+from .options import Options, say
 from .report import SandboxReport, freeze_window, percentiles, split_timings
 
 #: How often the flag is read while following the migration.
 FOLLOW_SECONDS = 0.25
 #: After the switch: writes every live client must still get acknowledged (within a minute).
 MORE_WRITES = 3
-
-
-@dataclass
-class Options:
-    """The sandbox's settings, from its command line."""
-
-    topics: int = 2000
-    brokers: int = 3
-    bookies: int = 2
-    clients_per_agent: int = 2
-    json: bool = False
-    warmup: float = 2.0
-    """Seconds of writes before the migration starts."""
-    after: float = 3.0
-    """Seconds of writes after COMPLETED (or FAILED)."""
-    hold_timeout: float = 300.0
-    prepare_timeout: float = 60.0
-    spark_master: str | None = None
-    kill_agent_at: str | None = None
-    """A phase name: SIGKILL an agent process as soon as the migration is in it."""
-    kill_agent: str = "coordinator"
-    """Which agent ``kill_agent_at`` kills: the ``coordinator`` or a ``participant`` (not the coordinator)."""
-    keep: bool = False
-    """Keep the work directory (logs, configs) instead of removing it."""
-    pulsar: bool = False
-    """A real Pulsar cluster (bookie, brokers, producers, consumers) instead of simulated clients."""
-    beside_copy: bool = False
-    """After the migration: ``metashift copy --verify`` of the same tree, timed beside it (``beside_copy``)."""
-    client_protocol: str = "grpc"
-    """How the simulated clients reach their agents: ``grpc`` (``metashift.client``) or
-    ``zookeeper`` (ZooKeeper's protocol on each agent's ZooKeeper front, as stock brokers and
-    bookies do)."""
-    abort_first: bool = False
-    """With ``pulsar``: a first migration aborted mid-way (FAILED, Pulsar carries on on ZooKeeper),
-    then the migration."""
-
-
-def say(text: str) -> None:
-    print(f"sandbox: {text}", file=sys.stderr, flush=True)
 
 
 def bundles(topics: int) -> list[str]:
@@ -352,6 +311,9 @@ class Sandbox:
     async def _copy_beside(self) -> None:
         """``metashift copy --verify`` of the source into a fresh etcd, alone on the machine."""
         assert self.zk is not None and self.work_dir is not None
+        # their sessions first: a ZooKeeper client (--client-protocol zookeeper) would otherwise
+        # keep dialling its stopped agent all through the copy
+        await asyncio.gather(*(c.close() for c in self.clients), return_exceptions=True)
         await stop_agents(self.agents)
         say("metashift copy --verify of the same tree into a fresh etcd, alone, for comparison ...")
         beside = await copy_beside(self.zk.url, self.work_dir, self.procs)
@@ -437,47 +399,3 @@ def _progress_line(status: dict[str, Any]) -> str:
         copy = status.get("copy") or {}
         return f"{phase}: {copy.get('stage') or 'starting Spark'} {copy.get('done') or 0}/{copy.get('total') or '?'}"
     return phase
-
-
-async def run_sandbox(options: Options) -> int:
-    """Run the sandbox and print its report; the exit status (0: COMPLETED, nothing lost,
-    verified; 1 otherwise; 130 when interrupted)."""
-    sandbox: Any
-    if options.pulsar:
-        from .pulsar_run import PulsarSandbox  # pulsar-client and the Pulsar release: only for --pulsar
-
-        sandbox = PulsarSandbox(options)
-    else:
-        sandbox = Sandbox(options)
-    loop = asyncio.get_running_loop()
-    work = loop.create_task(sandbox.run(), name="sandbox")
-    interrupted: list[int] = []
-
-    def on_signal(sig: signal.Signals) -> None:
-        if not interrupted:
-            interrupted.append(sig)
-            say(f"{sig.name}: stopping and cleaning up ...")
-            work.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal, sig)
-    try:
-        try:
-            report = await work
-        except asyncio.CancelledError:
-            if not interrupted:
-                raise
-            return 130
-        except sandbox.start_errors as e:
-            say(f"error: {e}")
-            return 1
-        finally:
-            await sandbox.cleanup()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-    if options.json:
-        print(json.dumps(report.to_dict(), indent=2), flush=True)
-    else:
-        print(report.text(), flush=True)
-    return 0 if report.ok else 1

@@ -1,0 +1,46 @@
+"""The sandbox's settings, from its command line, and its progress lines on stderr: what every
+kind of sandbox run shares (``run``, ``chaos``, ``pulsar_run``)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+
+@dataclass
+class Options:
+    """The sandbox's settings, from its command line."""
+
+    topics: int = 2000
+    brokers: int = 3
+    bookies: int = 2
+    clients_per_agent: int = 2
+    json: bool = False
+    warmup: float = 2.0
+    """Seconds of writes before the migration starts."""
+    after: float = 3.0
+    """Seconds of writes after COMPLETED (or FAILED)."""
+    hold_timeout: float = 300.0
+    prepare_timeout: float = 60.0
+    spark_master: str | None = None
+    kill_agent_at: str | None = None
+    """A phase name: SIGKILL an agent process as soon as the migration is in it."""
+    kill_agent: str = "coordinator"
+    """Which agent ``kill_agent_at`` kills: the ``coordinator`` or a ``participant`` (not the coordinator)."""
+    keep: bool = False
+    """Keep the work directory (logs, configs) instead of removing it."""
+    pulsar: bool = False
+    """A real Pulsar cluster (bookie, brokers, producers, consumers) instead of simulated clients."""
+    beside_copy: bool = False
+    """After the migration: ``metashift copy --verify`` of the same tree, timed beside it (``beside_copy``)."""
+    client_protocol: str = "grpc"
+    """How the simulated clients reach their agents: ``grpc`` (``metashift.client``) or
+    ``zookeeper`` (ZooKeeper's protocol on each agent's ZooKeeper front, as stock brokers and
+    bookies do)."""
+    abort_first: bool = False
+    """With ``pulsar``: a first migration aborted mid-way (FAILED, Pulsar carries on on ZooKeeper),
+    then the migration."""
+
+
+def say(text: str) -> None:
+    print(f"sandbox: {text}", file=sys.stderr, flush=True)
