@@ -52,11 +52,12 @@ async def wait_event(event: asyncio.Event, within: float) -> bool:
     return event.is_set()
 
 
-def buffered_packet(reader: asyncio.StreamReader, limit: int) -> bytes | None:
+def buffered_packet(reader: asyncio.StreamReader, limit: int | None = None) -> bytes | None:
     """The next packet of a length-prefixed stream (a 4-byte big-endian length, then the packet:
     ZooKeeper's framing) when ``reader`` already holds all of it, taken without awaiting; ``None``
     otherwise, and then nothing is taken (the caller awaits ``readexactly``, which also reports
-    the stream's end and waits for the rest).
+    the stream's end, waits for the rest, and refuses a length that is negative or over ``limit``,
+    if any).
 
     Why: pipelined requests and answers arrive many to one read, and two ``readexactly`` awaits
     per packet were a tenth of what the ZooKeeper front spends on a forwarded request. It reads
@@ -67,7 +68,7 @@ def buffered_packet(reader: asyncio.StreamReader, limit: int) -> bytes | None:
         return None
     (size,) = _LENGTH.unpack_from(buf)
     end = 4 + size
-    if size < 0 or size > limit or len(buf) < end:
+    if size < 0 or (limit is not None and size > limit) or len(buf) < end:
         return None
     with memoryview(buf) as view:
         packet = bytes(view[4:end])

@@ -63,9 +63,6 @@ logging.getLogger("aiozk.session").addFilter(_quiet_expected_send_errors)
 
 #: Longest pause between two rounds of attempts to reach a server.
 MAX_RECONNECT_DELAY = 1.0
-#: The largest answer taken from the read buffer without awaiting (a larger one, which ZooKeeper's
-#: jute.maxbuffer allows, is read by ``readexactly`` as before).
-_MAX_ANSWER = 16 * 1024 * 1024
 
 #: The watch events about a node (the codec's ``EventType``), not about a watch removed.
 NODE_EVENTS = (EventType.NODE_CREATED, EventType.NODE_DELETED, EventType.NODE_DATA_CHANGED,
@@ -191,7 +188,7 @@ class ZKConnection(Connection):
         if initial_connect or self.pending_specials[protocol.CLOSE_XID]:
             return await super().read_response(initial_connect)
         reader = self.reader
-        raw = buffered_packet(reader, _MAX_ANSWER)  # pipelined answers: usually already here
+        raw = buffered_packet(reader)  # pipelined answers: usually already here
         if raw is None:
             try:
                 (size,) = SIZE.unpack(await reader.readexactly(4))

@@ -10,7 +10,7 @@ from typing import Any
 
 from metashift.stores.zookeeper.wire.constants import Op
 from metashift.stores.zookeeper.wire.headers import RequestHeader
-from metashift.stores.zookeeper.wire.jute import ACL, HEADER, MULTI_HEADER, DecodeError, Reader
+from metashift.stores.zookeeper.wire.jute import ACL, HEADER, INT, MULTI_HEADER, DecodeError, Reader
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class CreateFields:
 
 
 _NO_DATA = b"\x00\x00\x00\x00"
-_INT_AT = struct.Struct(">i").unpack_from
+_INT_AT = INT.unpack_from
 
 
 @dataclass(frozen=True)
