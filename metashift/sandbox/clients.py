@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable
+from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable, open_store
 from metashift.stores.aio import wait_event
 
 #: The sandbox's own subtree (counters and items); sequential ids go under ``/counters/<client>``.
@@ -99,8 +99,6 @@ class FrontClient:
 
     @classmethod
     async def connect(cls, front: str, call_timeout: float) -> FrontClient:
-        from metashift.stores import open_store
-
         # no notifications: the writers watch nothing
         return cls(await open_store(f"zk://{front}?timeout={call_timeout:g}", watch=False))
 
