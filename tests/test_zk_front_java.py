@@ -74,10 +74,8 @@ ZKCLI_EXPECTED = [
     "[q-<seq>]",  # the ephemeral ended with the closed session; the sequential node stays
     "Node does not exist: /zc",
 ]
-#: The session events zkCli prints (from its event thread: their place among the commands' output
-#: is not fixed): connected, closed, connected again, closed.
-ZKCLI_EVENTS = sorted(2 * ["WatchedEvent state:SyncConnected type:None path:null",
-                           "WatchedEvent state:Closed type:None path:null"])
+CONNECTED = "WatchedEvent state:SyncConnected type:None path:null"
+CLOSED = "WatchedEvent state:Closed type:None path:null"
 
 
 def normalize(lines: list[str]) -> tuple[list[str], list[str]]:
@@ -108,7 +106,14 @@ async def test_zkcli(zk_front: str, zkcli: Path) -> None:
     assert len(created) == 1 and re.fullmatch(r"Created /zc/q-\d{10}", created[0]), lines
     output, events = normalize(lines)
     assert output == ZKCLI_EXPECTED
-    assert events == ZKCLI_EVENTS
+    # zkCli prints session events from its event thread, a daemon thread: their place among the
+    # commands' output is not fixed, and the second session's may die unprinted when `quit` ends
+    # the JVM (the client queues Closed itself after the server's closeSession answer, then
+    # System.exit runs; on a loaded machine the exit wins now and then, against ZooKeeper too).
+    # The first session's two are printed while later commands run. What would show an agent's
+    # fault is any other state (Disconnected, Expired, AuthFailed) or a missing first session.
+    assert set(events) <= {CONNECTED, CLOSED}, events
+    assert 1 <= events.count(CONNECTED) <= 2 and 1 <= events.count(CLOSED) <= 2, events
     assert code == 1  # zkCli exits with the last command's outcome: `stat` of a missing node
 
 
