@@ -136,11 +136,15 @@ class Table:
     rows: dict[str, dict[str, Figures]] = field(default_factory=dict)
     floors: dict[str, str] = field(default_factory=dict)
     rss_mb: dict[str, float] = field(default_factory=dict)
+    hop: str | None = None
+    """The row of a bare hop to the agent (``grpc_hop``): each floored row's p50 beyond its floor
+    and that hop is the agent's own."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "rows": {name: {op: f.as_dict() for op, f in row.items()} for name, row in self.rows.items()},
             "floors": self.floors,
+            "hop": self.hop,
             "ratios": self.ratios(),
             "agent_rss_mb": self.rss_mb,
         }
@@ -149,15 +153,16 @@ class Table:
         """Per row with a floor: throughput ratio and p50 difference (ms) per operation."""
         out: dict[str, dict[str, dict[str, float]]] = {}
         for name, floor in self.floors.items():
-            out[name] = {
-                op: {
-                    "throughput_x": round(self.rows[name][op].per_s / max(self.rows[floor][op].per_s, 1e-9), 2),
-                    "serial_p50_plus_ms": round(
-                        self.rows[name][op].serial_p50_ms - self.rows[floor][op].serial_p50_ms, 3
-                    ),
+            out[name] = {}
+            for op in self.ops:
+                row, under = self.rows[name][op], self.rows[floor][op]
+                plus = row.serial_p50_ms - under.serial_p50_ms
+                out[name][op] = {
+                    "throughput_x": round(row.per_s / max(under.per_s, 1e-9), 2),
+                    "serial_p50_plus_ms": round(plus, 3),
                 }
-                for op in self.ops
-            }
+                if self.hop is not None:
+                    out[name][op]["serial_p50_beyond_hop_ms"] = round(plus - self.rows[self.hop][op].serial_p50_ms, 3)
         return out
 
     def render(self, title: str, inflight: int) -> str:
@@ -174,11 +179,15 @@ class Table:
             for op in self.ops:
                 f = row[op]
                 r = ratios.get(name, {}).get(op)
-                x = f"{r['throughput_x']:.2f}x" if r else "floor"
+                x = f"{r['throughput_x']:.2f}x" if r else "hop" if name == self.hop else "floor"
                 plus = f"{r['serial_p50_plus_ms']:+.2f}" if r else ""
                 cpu = f"{f.agent_us_per_op:.0f}" if f.agent_us_per_op is not None else "-"
                 line += f" | {f.per_s:>8.0f} {x:>7} {f.serial_p50_ms:>6.2f} {plus:>6} {f.serial_p99_ms:>6.2f} {cpu:>6}"
             lines.append(line)
+        if self.hop is not None:
+            for name in self.floors:
+                beyond = ", ".join(f"{op} {ratios[name][op]['serial_p50_beyond_hop_ms']:+.2f}" for op in self.ops)
+                lines.append(f"{name}: p50 beyond its floor and the bare hop (ms, the agent's own): {beyond}")
         if self.rss_mb:
             rss = ", ".join(f"{k} {v} MB" for k, v in self.rss_mb.items())
             lines.append(f"agent resident memory after the load: {rss}")
@@ -196,11 +205,15 @@ def spread(runs: list[Table]) -> str:
             xs = sorted(t.ratios()[name][op]["throughput_x"] for t in runs)
             ps = sorted(t.ratios()[name][op]["serial_p50_plus_ms"] for t in runs)
             cpu = sorted(t.rows[name][op].agent_us_per_op or 0.0 for t in runs)
-            lines.append(
+            line = (
                 f"  {name:22} {op:7} throughput x {xs[0]:.2f} / {statistics.median(xs):.2f} / {xs[-1]:.2f}"
                 f"   p50 +ms {ps[0]:+.2f} / {statistics.median(ps):+.2f} / {ps[-1]:+.2f}"
                 f"   agent us/op {cpu[0]:.0f} / {statistics.median(cpu):.0f} / {cpu[-1]:.0f}"
             )
+            if first.hop is not None:
+                bs = sorted(t.ratios()[name][op]["serial_p50_beyond_hop_ms"] for t in runs)
+                line += f"   beyond the hop +ms {bs[0]:+.2f} / {statistics.median(bs):+.2f} / {bs[-1]:+.2f}"
+            lines.append(line)
     return "\n".join(lines)
 
 

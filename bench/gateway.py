@@ -10,7 +10,10 @@ store (unix socket, client ``metashift.client``). Rows, each beside its floor:
   Pulsar's ``EtcdMetadataStore`` pattern (get: Range; put: Txn with Put + prev_kv; create: Txn
   ``create_revision == 0`` then Put + prev_kv) (the floor of the next row);
 - ``etcd direct (store)``: ``metashift.open_store`` on the etcd (for reference);
-- ``agent -> etcd``: the Python client through the agent.
+- ``agent -> etcd``: the Python client through the agent;
+- ``gRPC hop (echo)``: a bare gRPC call to an echo server in another process (``grpc_hop``), with
+  the gateway's sizes: the floor under any gateway on grpcio in Python. Below the table, each
+  agent row's p50 beyond its floor and this hop: the gateway's own added latency.
 
 For get, put (blind) and create of 1 KB values: throughput with ``--concurrency`` calls in flight,
 p50/p99 one call at a time, the agent process's CPU per call (us, every thread's ``schedstat``
@@ -55,9 +58,11 @@ from bench.floors import (
     spread,
     start_agent,
 )
+from bench.grpc_hop import Hop
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 
 OPS = ["get", "put", "create"]
+HOP = "gRPC hop (echo)"
 #: Keys the concurrent gets and puts go round.
 KEYS = 200
 
@@ -77,10 +82,11 @@ async def _store_path(name: str, store: metashift.MetadataStore, base: str, agen
 
 
 async def _run(
-    n: int, urls: dict[str, str], etcd_endpoint: str | None, agents: dict[str, Agent], args: argparse.Namespace
+    n: int, urls: dict[str, str], etcd_endpoint: str | None, agents: dict[str, Agent], hop: Hop,
+    args: argparse.Namespace,
 ) -> Table:
     base = f"/bench{n}"
-    paths: list[Path] = []
+    paths: list[Path] = [hop.path(HOP)]
     floors: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as stack:
 
@@ -110,6 +116,7 @@ async def _run(
                                            agents["etcd"]))  # fmt: skip
         table = await measure(paths, OPS, args.ops, args.concurrency, args.rounds)
     table.floors = floors
+    table.hop = HOP
     table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
     return table
 
@@ -131,6 +138,7 @@ async def main(argv: list[str] | None = None) -> int:
     agents: dict[str, Agent] = {}
     workdir = tempfile.mkdtemp(prefix="ms-gwbench-")
     tables: list[Table] = []
+    hop: Hop | None = None
     try:
         for kind, given, cls in (("zk", args.zk, LocalZooKeeper), ("etcd", args.etcd, LocalEtcd)):
             if args.only and args.only != kind:
@@ -146,14 +154,17 @@ async def main(argv: list[str] | None = None) -> int:
                 etcd_endpoint = server.endpoint
         for kind, url in urls.items():
             agents[kind] = start_agent(url, workdir, f"agent-{kind}")
+        hop = Hop(os.path.join(workdir, "echo.sock"))
         for n in range(args.repeat):
-            tables.append(await _run(n, urls, etcd_endpoint, agents, args))
+            tables.append(await _run(n, urls, etcd_endpoint, agents, hop, args))
             if not args.json:
                 print(tables[-1].render(
                     f"run {n + 1}: gRPC gateway (metashift.client), 1 KB values, {args.rounds} rounds of "
                     f"{args.ops} calls per path, load {os.getloadavg()[0]:.1f}", args.concurrency))
                 print(flush=True)
     finally:
+        if hop is not None:
+            await hop.close()
         for agent in agents.values():
             agent.stop()
         for server in servers:

@@ -1,0 +1,136 @@
+"""A bare gRPC hop, the floor under any gateway written on grpcio in Python: an echo server in its
+own process (``grpc.aio`` on uvloop, the agent's settings from ``metashift.grpc_env``, a unix
+socket), and a path that calls it as ``metashift.client`` calls the agent (messages on one open
+bidirectional stream, answered in order), with the sizes of the gateway's calls (get: a short
+request and a 1 KB answer; put and create: a 1 KB request and a short answer).
+
+Its one-at-a-time p50 is what a gRPC call costs between two Python processes on this machine
+before any work is done; ``bench/gateway.py`` shows the gateway's own added latency beyond it.
+
+    .venv/bin/python bench/grpc_hop.py --serve unix:/tmp/echo.sock     (the server; the benchmark starts it)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import metashift.grpc_env  # noqa: F401  (gRPC's environment, set before grpc loads)
+
+# isort: split
+import grpc
+import grpc.aio
+
+from bench.floors import VALUE, CallPath
+
+_SERVICE, _METHOD = "metashift.bench.Echo", "Call"
+#: What the echo answers: the request itself when it is short (a put's answer stands for the
+#: gateway's short answer), a 1 KB value when the request is short (a get).
+_SHORT = 64
+
+
+def _identity(b: bytes) -> bytes:
+    return b
+
+
+def _answer(request: bytes) -> bytes:
+    return VALUE if len(request) <= _SHORT else request[:_SHORT]
+
+
+async def _echo(requests: AsyncIterator[bytes], _context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+    async for request in requests:
+        yield _answer(request)
+
+
+async def serve(address: str) -> None:
+    """Serve the echo on ``address`` until killed."""
+    server = grpc.aio.server()
+    handler = grpc.stream_stream_rpc_method_handler(_echo, request_deserializer=_identity,
+                                                    response_serializer=_identity)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {_METHOD: handler}),))
+    server.add_insecure_port(address)
+    await server.start()
+    await server.wait_for_termination()
+
+
+class Hop:
+    """The echo server's process and a channel to it."""
+
+    def __init__(self, socket_path: str) -> None:
+        self.address = f"unix:{socket_path}"
+        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", self.address])
+        deadline = time.monotonic() + 60
+        while not os.path.exists(socket_path):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the gRPC echo server did not start")
+            time.sleep(0.05)
+        self.channel = grpc.aio.insecure_channel(self.address)
+        self._stream: Any = None
+        self._answers: deque[asyncio.Future[bytes]] = deque()
+        self._writing = asyncio.Lock()  # one write at a time on a gRPC stream
+        self._reader: asyncio.Task[None] | None = None
+
+    async def call(self, payload: bytes) -> bytes:
+        """One message out and its answer back, on the one stream (opened at the first call)."""
+        if self._stream is None:
+            self._stream = self.channel.stream_stream(f"/{_SERVICE}/{_METHOD}", request_serializer=_identity,
+                                                      response_deserializer=_identity)()
+            self._reader = asyncio.get_running_loop().create_task(self._read())
+        answer: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self._answers.append(answer)
+        async with self._writing:
+            await self._stream.write(payload)
+        return await answer
+
+    async def _read(self) -> None:
+        async for message in self._stream:  # answered in order
+            self._answers.popleft().set_result(message)
+
+    def path(self, name: str) -> CallPath:
+        """The hop as a benchmark path: get, put and create with the gateway's sizes."""
+        short, value = b"/bench/node", VALUE
+        return CallPath(name, {
+            "get": (lambda i: self.call(short), lambda i: self.call(short)),
+            "put": (lambda i: self.call(value), lambda i: self.call(value)),
+            "create": (lambda i: self.call(value), lambda i: self.call(value)),
+        })
+
+    async def close(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        await self.channel.close()
+        self.stop()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--serve", required=True, metavar="ADDRESS", help="serve the echo on ADDRESS (unix:PATH)")
+    args = parser.parse_args()
+    from metashift.stores.aio import run_loop
+
+    run_loop(serve(args.serve))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
