@@ -57,3 +57,16 @@ async def test_a_batch_held_past_its_deadline_fails_every_call_and_writes_nothin
     assert client.coalescer.batches_sent == before + 1
     await agent.gate.open()
     assert not any(await asyncio.gather(*(direct.exists(f"/held{i}") for i in range(6))))
+
+
+async def test_the_first_call_of_a_turn_goes_alone_and_those_after_it_together(
+    gateways: Gateways, zk_url: str, open_stores: Callable[..., Any]
+) -> None:
+    agent = await gateways.start(zk_url)
+    client: AgentClient = await open_stores(agent.address)
+    await client.put("/t", b"v")  # a lone call: sent as it is, at once
+    assert (client.coalescer.batches_sent, client.coalescer.ops_in_batches) == (0, 0)
+    got = await asyncio.gather(*(client.get("/t") for _ in range(4)), client.exists("/t"))
+    assert [g[0] for g in got[:4]] == [b"v"] * 4 and got[4] is True  # type: ignore[index]
+    # the first went alone; the four after it in the same turn, as one Batch of reads
+    assert (client.coalescer.batches_sent, client.coalescer.ops_in_batches) == (1, 4)

@@ -4,9 +4,10 @@
 A caller that has many calls in flight (a broker's managed ledgers, 32 tasks of a benchmark) pays
 a whole request for each when each goes alone; through the agent's gateway that is a gRPC call
 per read or write on both sides, which costs more than the store's own round trip. ``Coalescer``
-collects the calls made in one turn of the event loop and, at the end of that turn, sends the
-reads as one batch and the writes as another (a single call goes as it is). Nothing waits for a
-batch to fill: a lone call is sent in the same turn it was made. Each caller gets its own result
+sends the first call of a turn of the event loop at once, as it is, and collects the calls made
+after it in the same turn: at the end of that turn it sends their reads as one batch and their
+writes as another (a single one goes as it is). Nothing waits for a batch to fill: a lone call is
+sent in the same turn it was made, from its caller's own task. Each caller gets its own result
 or error, exactly what the single call would give; a batch that fails as a whole (the connection
 went, writes held past their deadline) fails each of its calls with that error.
 """
@@ -43,12 +44,16 @@ class Coalescer:
     async def run(self, op: Op) -> OpResult:
         """Send ``op`` with the others of this turn: its result, or the error the call raises."""
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[OpResult] = loop.create_future()
-        self._pending.append((op, future))
         if not self._scheduled:
+            # the first call of a turn goes at once from its caller's own task: a lone call (a
+            # broker's usual) pays no extra turn, future or task; those after it in this turn
+            # go together at its end
             self._scheduled = True
             loop.call_soon(self._flush)
-        return await future  # a caller that goes away leaves its call sent, as a single call would
+            return await self._send_one(op)
+        future: asyncio.Future[OpResult] = loop.create_future()
+        self._pending.append((op, future))
+        return await future  # a caller that goes away leaves its call sent
 
     def _flush(self) -> None:
         self._scheduled = False
