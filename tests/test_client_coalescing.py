@@ -59,14 +59,20 @@ async def test_a_batch_held_past_its_deadline_fails_every_call_and_writes_nothin
     assert not any(await asyncio.gather(*(direct.exists(f"/held{i}") for i in range(6))))
 
 
-async def test_the_first_call_of_a_turn_goes_alone_and_those_after_it_together(
+async def test_a_call_alone_of_its_kind_in_its_turn_goes_as_it_is(
     gateways: Gateways, zk_url: str, open_stores: Callable[..., Any]
 ) -> None:
     agent = await gateways.start(zk_url)
     client: AgentClient = await open_stores(agent.address)
-    await client.put("/t", b"v")  # a lone call: sent as it is, at once
+    direct: MetadataStore = await open_stores(zk_url)
+    await client.put("/t", b"v")  # a lone call
+    # a read and a write side by side: each alone of its kind, each sent as it is
+    got, stat = await asyncio.gather(client.get("/t"), client.put("/u", b"w", expected_version=-1))
+    assert got is not None and got[0] == b"v" and isinstance(stat, Stat) and stat.version == 0
     assert (client.coalescer.batches_sent, client.coalescer.ops_in_batches) == (0, 0)
-    got = await asyncio.gather(*(client.get("/t") for _ in range(4)), client.exists("/t"))
-    assert [g[0] for g in got[:4]] == [b"v"] * 4 and got[4] is True  # type: ignore[index]
-    # the first went alone; the four after it in the same turn, as one Batch of reads
+    assert (await direct.get("/u")) is not None
+    with pytest.raises(NotFound):  # a lone call's error is its caller's
+        await client.delete("/missing")
+    reads = await asyncio.gather(*(client.get("/t") for _ in range(4)))
+    assert [r[0] for r in reads] == [b"v"] * 4  # type: ignore[index]
     assert (client.coalescer.batches_sent, client.coalescer.ops_in_batches) == (1, 4)
