@@ -104,6 +104,12 @@ class Forwarder:
             return False  # the ordinary path answers it
         return False
 
+    def flush(self) -> None:
+        """Send the requests forwarded so far now: the caller has no more to forward for now."""
+        store = self.router.active
+        if isinstance(store, ZooKeeperStore):
+            store.flush()
+
     # ---- reads ------------------------------------------------------------------------------------
 
     def _read(self, store: ZooKeeperStore, session: ZkSession, xid: int, op: int, data: bytes,

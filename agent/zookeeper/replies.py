@@ -3,7 +3,7 @@
 Answers are made in any order (a forwarded read comes back while a held write still waits, reads
 of a run are served side by side); each request takes its place in line when it arrives, and the
 answers at the head of the line that are ready go out in one socket write, once per turn of the
-event loop.
+event loop; the answer to a connection's only request in flight goes at once.
 """
 
 from __future__ import annotations
@@ -49,7 +49,11 @@ class Replies:
     def fill(self, slot: Slot, data: bytes) -> None:
         """``slot``'s answer is made; it goes out once every answer before it has."""
         slot.data = data
-        if not self._scheduled and self._line and self._line[0].data is not None:
+        line = self._line
+        if len(line) == 1 and line[0] is slot and not self._scheduled:
+            self._flush()  # the connection's only request: its answer goes now, not a turn later
+            return
+        if not self._scheduled and line and line[0].data is not None:
             self._scheduled = True
             self._loop.call_soon(self._flush)
 

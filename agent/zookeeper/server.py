@@ -179,11 +179,14 @@ class ZooKeeperServer:
             conn.facts.session_id = session.id
             queue: asyncio.Queue[tuple[wire.RequestHeader, Any, Slot] | None] = asyncio.Queue()
             worker = asyncio.create_task(self._work(session, conn, queue))
-            forward = self.forwarder.try_forward
+            forward, flush = self.forwarder.try_forward, self.forwarder.flush
             replies = conn.replies
             while True:
                 data = buffered_packet(reader, MAX_PACKET)  # pipelined requests: usually already here
                 if data is None:
+                    # none more from this client for now: what it sent the store goes now, not
+                    # at the end of the loop's turn (one request at a time, that turn is latency)
+                    flush()
                     data = await _read_packet(reader)
                 if data is None or conn.closed:
                     break

@@ -169,6 +169,11 @@ class ZKConnection(Connection):
         self._out.append(payload)
         return f
 
+    def flush(self) -> None:
+        """Write the requests queued in this turn now, not at its end."""
+        if self._out:
+            self._flush()
+
     def _flush(self) -> None:
         out, self._out = self._out, []
         if not out or self.writer is None:

@@ -131,6 +131,13 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
         request = RawRequest(opcode, self._rechroot.path(path) + rest, opcode in (Op.DELETE, Op.SET_DATA))
         return bool(self._session.send_raw(request, Pending(done, None)))
 
+    def flush(self) -> None:
+        """Write now the requests sent so far in this turn of the event loop (they would go at its
+        end, together with the later ones): for a caller that knows no more are coming."""
+        conn = self._session.conn
+        if conn is not None and not conn.closing:
+            conn.flush()
+
     def forward_create(self, opcode: int, path: str, data_field: bytes, flags: int, done: Done) -> bool:
         """Send a create (``Op.CREATE`` or ``Op.CREATE2``) with the store's ACL, under the chroot;
         ``data_field``: its data in wire form, length first (``wire.CreateFields``). The answer's
