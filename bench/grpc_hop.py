@@ -6,6 +6,8 @@ request and a 1 KB answer; put and create: a 1 KB request and a short answer).
 
 Its one-at-a-time p50 is what a gRPC call costs between two Python processes on this machine
 before any work is done; ``bench/gateway.py`` shows the gateway's own added latency beyond it.
+Its throughput is not a floor: the client coalesces calls made side by side into Batch calls,
+the hop sends every message alone.
 
     .venv/bin/python bench/grpc_hop.py --serve unix:/tmp/echo.sock     (the server; the benchmark starts it)
 """
