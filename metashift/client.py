@@ -34,6 +34,7 @@ from typing import Any
 import grpc
 
 from metashift.client_calls import CallsEnded, CallStream
+from metashift.client_session import SessionStream
 from metashift.proto import wire
 from metashift.proto.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb
@@ -118,14 +119,14 @@ class AgentClient(MetadataStore):
         self._rpc_watch = stub.Watch
         self._calls = CallStream(lambda metadata: stub.Calls(metadata=metadata)) if streamed_calls else None
         """Calls made one after another go on one Calls stream (``client_calls``), not a gRPC call each."""
-        self._rpc_session = pb_grpc.SessionStub(self._channel).Open
+        open_session = pb_grpc.SessionStub(self._channel).Open
+        self._session = SessionStream(
+            lambda wait_for_ready: open_session(wait_for_ready=wait_for_ready, metadata=self._auth),
+            target=target, name=name, timeout=session_timeout, on_started=self._started, on_event=self._session_event,
+        )
         self._metadata: tuple[tuple[str, str], ...] = self._auth
-        self._session_call: Any = None
-        self._session_task: asyncio.Task[None] | None = None
-        self._keepalive_task: asyncio.Task[None] | None = None
         self._watch_task: asyncio.Task[None] | None = None
         self._watch_ready: asyncio.Future[None] | None = None
-        self._closed_ack: asyncio.Event = asyncio.Event()
         self._closing = False
         self.coalescer = Coalescer(self._unary, self._batch)
         """Sends calls made side by side as one Batch call (its figures: ``batches_sent``, ``ops_in_batches``)."""
@@ -134,7 +135,7 @@ class AgentClient(MetadataStore):
 
     async def _open(self) -> AgentClient:
         try:
-            call, started = await asyncio.wait_for(self._attach(wait_for_ready=False), self.timeout)
+            await asyncio.wait_for(self._session.open(), self.timeout)
         except TimeoutError:
             await self._channel.close()
             raise StoreUnavailable(f"no answer from the metashift agent at {self.target}") from None
@@ -144,27 +145,10 @@ class AgentClient(MetadataStore):
         except BaseException:
             await self._channel.close()
             raise
-        self._started(call, started)
-        self._session_task = asyncio.create_task(self._session_loop(call))
-        self._keepalive_task = asyncio.create_task(self._keepalive_loop())
         return self
 
-    async def _attach(self, *, wait_for_ready: bool) -> tuple[Any, pb.SessionStarted]:
-        call = self._rpc_session(wait_for_ready=wait_for_ready, metadata=self._auth)
-        try:
-            hello = pb.Hello(timeout_ms=int(self.session_timeout * 1000), client_name=self.name)
-            await call.write(pb.SessionRequest(hello=hello))
-            response = await call.read()
-        except BaseException:
-            call.cancel()
-            raise
-        if response is grpc.aio.EOF or response.WhichOneof("kind") != "started":
-            call.cancel()
-            raise StoreUnavailable(f"the metashift agent at {self.target} did not start a session")
-        return call, response.started
-
-    def _started(self, call: Any, started: pb.SessionStarted) -> None:
-        self._session_call = call
+    def _started(self, started: pb.SessionStarted) -> None:
+        """A session started (at open, or after a re-attach): its figures, and its id on every call."""
         self.session_id = started.session_id
         self.node_id = started.node_id
         self.max_value_size = started.max_value_size
@@ -176,22 +160,11 @@ class AgentClient(MetadataStore):
         if self._closing:
             return
         self._closing = True
-        call = self._session_call
-        if call is not None and self._session_task is not None and not self._session_task.done():
-            try:  # bounded as a whole: an agent that stopped reading must not hold our close
-                await asyncio.wait_for(self._say_goodbye(call), self.timeout)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, TimeoutError, grpc.aio.UsageError):
-                pass
-        await cancel_and_wait((self._keepalive_task, self._watch_task, self._session_task), f"client of {self.target}")
+        await self._session.close(self.timeout)
+        await cancel_and_wait((self._watch_task,), f"client of {self.target}")
         if self._calls is not None:
             await self._calls.close()
         await self._channel.close()
-
-    async def _say_goodbye(self, call: Any) -> None:
-        """Close the session on the agent and wait for its answer: its ephemerals are gone then."""
-        await call.write(pb.SessionRequest(close=pb.CloseSession()))
-        await call.done_writing()
-        await self._closed_ack.wait()
 
     async def __aenter__(self) -> AgentClient:
         return self
@@ -200,69 +173,6 @@ class AgentClient(MetadataStore):
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
-
-    # ---- the session stream ---------------------------------------------------------------------
-
-    async def _session_loop(self, call: Any) -> None:
-        while True:
-            how = await self._pump(call)
-            if self._closing or how == "closed":
-                return
-            if how == "broken":
-                self._session_event(SessionEvent.CONNECTION_LOST)
-            delay = 0.05
-            while True:
-                try:
-                    call, started = await self._attach(wait_for_ready=True)
-                    break
-                except (grpc.aio.AioRpcError, MetadataStoreError) as err:
-                    log.debug("re-attaching to %s failed: %s", self.target, err)
-                    await asyncio.sleep(delay)
-                    delay = min(delay * 2, 1.0)
-            self._started(call, started)
-            if how == "broken":
-                self._session_event(SessionEvent.SESSION_LOST)
-            self._session_event(SessionEvent.SESSION_REESTABLISHED)
-
-    async def _pump(self, call: Any) -> str:
-        """Read the session stream until it ends: "closed" (we closed it), "lost" (the agent ended
-        our session and told us so) or "broken"."""
-        lost = False
-        try:
-            while True:
-                response = await call.read()
-                if response is grpc.aio.EOF:
-                    return "lost" if lost else "broken"
-                kind = response.WhichOneof("kind")
-                if kind == "event":
-                    event = wire.SESSION_EVENT_FROM_PB.get(response.event.type)
-                    if event is not None:
-                        if event is SessionEvent.SESSION_LOST:
-                            lost = True
-                        self._session_event(event)
-                elif kind == "closed":
-                    self._closed_ack.set()
-                    return "closed"
-        except grpc.aio.AioRpcError:
-            return "lost" if lost else "broken"
-        except asyncio.CancelledError:  # the call was cancelled under us, or we are
-            task = asyncio.current_task()
-            if self._closing or (task is not None and task.cancelling()):
-                raise
-            return "broken"
-
-    async def _keepalive_loop(self) -> None:
-        seq = 0
-        while True:
-            await asyncio.sleep(max(self.session_timeout / 3, 0.1))
-            seq += 1
-            call = self._session_call
-            try:
-                await call.write(pb.SessionRequest(keep_alive=pb.KeepAlive(seq=seq)))
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
-                pass  # the session loop notices the broken stream and re-attaches
-            except Exception:
-                log.debug("keep-alive write failed", exc_info=True)
 
     # ---- notifications --------------------------------------------------------------------------
 

@@ -70,7 +70,7 @@ async def test_broken_stream_ends_the_session_and_the_client_reattaches(
     client.add_session_listener(events.append)
     first_session = client.session_id
     await client.put("/mine", b"x", ephemeral=True)
-    client._session_call.cancel()  # the stream breaks without a goodbye (like a dead connection)
+    client._session._call.cancel()  # the stream breaks without a goodbye (like a dead connection)
 
     async def gone() -> bool:
         return not await direct.exists("/mine")
