@@ -7,7 +7,7 @@ create its own ACL (the store's credentials decide who may touch what, never the
 it on the current connection with an xid of the session's, and hands the answer back with the
 chroot taken off the paths it names. The answer's Stat is ZooKeeper's own, untouched. No task, no
 timer, no future per request: the answer is a callback from the connection's read loop, and the
-requests of one turn of the event loop go out in one socket write (``protocol.ZKConnection``).
+requests of one turn of the event loop go out in one socket write (``connection.ZKConnection``).
 A request that finds the session not connected is not sent (``forward`` returns False): the
 caller takes the ordinary path, which waits for the connection and retries reads.
 """

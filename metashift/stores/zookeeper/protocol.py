@@ -19,13 +19,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import struct
 from collections.abc import Callable
 from typing import Any
 
 from aiozk import exc as zk_exc
 from aiozk import protocol
-from aiozk.connection import Connection, size_struct
 from aiozk.protocol.primitives import Int, UString
 from aiozk.protocol.request import Request
 from aiozk.protocol.response import Response
@@ -33,22 +31,9 @@ from aiozk.retry import RetryPolicy as AiozkRetryPolicy
 from aiozk.session import Session
 from aiozk.states import SessionStateMachine, States
 
-from metashift.stores.aio import buffered_packet
-
-from . import fast_writes
-from .counter_bumps import OPCODE_BUMPS, bump_error
-from .fast_reads import (
-    OPCODE_GET_CHILDREN,
-    OPCODE_GET_DATA,
-    OPCODE_MULTI_READ,
-    get_children_response,
-    get_data_response,
-    multi_read_response,
-)
-from .forward import Pending, RawReply, RawRequest
+from .connection import ZKConnection, discard
+from .forward import Pending, RawRequest
 from .wire.constants import EventType
-from .wire.jute import INT as SIZE
-from .wire.jute import REPLY as REPLY_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -124,144 +109,6 @@ class StateMachine(SessionStateMachine):
         old = self.current_state
         super().transition_to(state)
         self._on_transition(old, state)
-
-
-class ZKConnection(Connection):
-    """A connection that reports its own end instead of waiting for the next missed heartbeat,
-    and that writes the requests sent in one turn of the event loop with one socket write
-    (aiozk: one write, one system call, per request: the hot spot of pipelined bulk reads)."""
-
-    def __init__(self, host: str, port: int, session: ZKSession) -> None:
-        super().__init__(host, port, watch_handler=session.event_dispatch, read_timeout=session.read_timeout)
-        self._session = session
-        self._out: list[bytes] = []
-        #: xids of the forwarded requests (``forward.RawRequest``) awaiting their answer
-        self._raw: set[int] = set()
-
-    def send_raw(self, request: RawRequest, xid: int, pending: Pending) -> None:
-        """Send a request already in wire form; ``pending`` gets its ``RawReply`` (or the error
-        that ended the connection) from the read loop."""
-        payload = request.serialize(xid)
-        self.opcode_xref[xid] = request.opcode
-        self.pending[xid] = pending
-        self._raw.add(xid)
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(size_struct.pack(len(payload)))
-        self._out.append(payload)
-
-    def send(self, request: Any, xid: int | None = None) -> asyncio.Future[Any]:
-        f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if self.closing:
-            f.set_exception(zk_exc.ConnectError(self.host, self.port))
-            return f
-        if request.special_xid:
-            xid = request.special_xid
-        payload = request.serialize(xid)
-        self.opcode_xref[xid] = request.opcode
-        if xid in protocol.SPECIAL_XIDS:
-            self.pending_specials[xid].append(f)
-        else:
-            self.pending[xid] = f
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(size_struct.pack(len(payload)))
-        self._out.append(payload)
-        return f
-
-    def flush(self) -> None:
-        """Write the requests queued in this turn now, not at its end."""
-        if self._out:
-            self._flush()
-
-    def _flush(self) -> None:
-        out, self._out = self._out, []
-        if not out or self.writer is None:
-            return
-        try:
-            self.writer.write(b"".join(out))
-        except Exception:
-            log.exception("Exception during write")
-            self.abort()
-
-    async def read_response(self, initial_connect: bool = False) -> Any:
-        """aiozk's, reading header and payload at once (one timer, none when the bytes are
-        already buffered: pipelined answers usually are), with getData, getChildren and
-        multiRead answers parsed by ``struct`` instead of aiozk's generic parts (the hot spot of
-        bulk reads; ``fast_reads``), writes' answers and notifications likewise (``fast_writes``), and
-        counter bumps only scanned for a failure (``counter_bumps``)."""
-        if initial_connect or self.pending_specials[protocol.CLOSE_XID]:
-            return await super().read_response(initial_connect)
-        reader = self.reader
-        raw = buffered_packet(reader)  # pipelined answers: usually already here
-        if raw is None:
-            try:
-                (size,) = SIZE.unpack(await reader.readexactly(4))
-                if len(reader._buffer) >= size:  # already here: no timer
-                    raw = await reader.readexactly(size)
-                else:
-                    async with asyncio.timeout(self.read_timeout):
-                        raw = await reader.readexactly(size)
-            except asyncio.IncompleteReadError:
-                raise ConnectionAbortedError from None
-            except TimeoutError:
-                raise zk_exc.UnfinishedRead from None
-        xid, zxid, error_code = REPLY_HEADER.unpack_from(raw)
-        if xid in self._raw:  # a forwarded request: its answer as ZooKeeper sent it
-            self._raw.discard(xid)
-            self.opcode_xref.pop(xid, None)
-            return xid, zxid, RawReply(error_code, raw[REPLY_HEADER.size :])
-        if error_code:
-            self.opcode_xref.pop(xid)
-            return xid, zxid, zk_exc.get_response_error(error_code)
-        if xid == protocol.WATCH_XID:
-            return xid, zxid, fast_writes.watch_event(raw, REPLY_HEADER.size)
-        opcode = self.opcode_xref.pop(xid)
-        if opcode == OPCODE_GET_DATA:
-            return xid, zxid, get_data_response(raw, REPLY_HEADER.size)[0]
-        if opcode == OPCODE_GET_CHILDREN:
-            return xid, zxid, get_children_response(raw, REPLY_HEADER.size)[0]
-        if opcode == OPCODE_BUMPS:
-            return xid, zxid, bump_error(raw, REPLY_HEADER.size)
-        if opcode == OPCODE_MULTI_READ:
-            try:
-                return xid, zxid, multi_read_response(raw, REPLY_HEADER.size)
-            except (struct.error, ValueError, UnicodeDecodeError) as e:  # not what ZooKeeper 3.6+ answers
-                return xid, zxid, zk_exc.UnfinishedRead(f"malformed multiRead answer: {e}")
-        try:
-            parsed = fast_writes.answer(opcode, raw, REPLY_HEADER.size)
-        except (struct.error, ValueError, UnicodeDecodeError) as e:
-            return xid, zxid, zk_exc.UnfinishedRead(f"malformed answer to opcode {opcode}: {e}")
-        if parsed is not None:
-            return xid, zxid, parsed
-        return xid, zxid, protocol.response_xref[opcode].deserialize(raw[REPLY_HEADER.size :])
-
-    async def _read(self, size: int = -1) -> bytes:
-        # aiozk reads in a loop of wait_for()s, a new task per chunk: the hot spot of pipelined reads.
-        try:
-            async with asyncio.timeout(self.read_timeout):
-                data: bytes = await self.reader.readexactly(size)
-                return data
-        except asyncio.IncompleteReadError:
-            raise ConnectionAbortedError from None
-        except TimeoutError:
-            raise zk_exc.UnfinishedRead from None
-
-    async def read_loop(self) -> None:
-        await super().read_loop()
-        if not self.closing:
-            self._session.connection_dropped(self)
-
-
-def discard(conn: Any) -> None:
-    """Close a connection now: pending requests fail with ConnectError, the socket goes."""
-    conn.closing = True
-    if conn.read_loop_task is not None and not conn.read_loop_task.done():
-        conn.read_loop_task.cancel()
-    if conn.pending_count():
-        conn.abort()
-    if conn.writer is not None:
-        conn.writer.close()
 
 
 class SessionExpired(Exception):

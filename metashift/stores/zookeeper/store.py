@@ -17,9 +17,10 @@ from ..aio import cancel_and_wait
 from ..store import Store
 from ..urls import StoreURL
 from .bulk import ZooKeeperBulk
+from .connection import discard
 from .forward import Done, Pending, RawRequest, Rechroot, acl_vector
 from .operations import DEFAULT_MAX_VALUE_SIZE
-from .protocol import ZKSession, discard
+from .protocol import ZKSession
 from .session import SessionEvents
 from .watches import add_watch_request, notifications, remove_watch_request, watch_refused
 from .wire.constants import Op
