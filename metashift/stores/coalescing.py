@@ -6,9 +6,10 @@ a whole request for each when each goes alone; through the agent's gateway that 
 per read or write on both sides, which costs more than the store's own round trip. ``Coalescer``
 collects the calls made in one turn of the event loop and, at the end of that turn, sends the
 reads as one batch and the writes as another (a single call goes as it is, sent by its caller).
-Nothing waits for a batch to fill: a lone call is sent in the same turn it was made. Each caller gets its own result
-or error, exactly what the single call would give; a batch that fails as a whole (the connection
-went, writes held past their deadline) fails each of its calls with that error.
+Nothing waits for a batch to fill: a lone call is sent in the same turn it was made. Each caller
+gets its own result or error, exactly what the single call would give; a batch that fails as a
+whole (the connection went, writes held past their deadline) fails each of its calls with that
+error.
 """
 
 from __future__ import annotations
