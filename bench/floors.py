@@ -115,17 +115,25 @@ class Figures:
     serial_p50_ms: float = 0.0
     serial_p99_ms: float = 0.0
     agent_us_per_op: float | None = None
+    serial_agent_us_per_op: float | None = None
+    """The agent's CPU per call one at a time: what a call costs it at a broker's low rates, where
+    every call wakes it from sleep (several times its share with many in flight)."""
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
 
     @classmethod
-    def of(cls, serial: list[float], per_s: float, latencies: list[float], cpu_ns: int | None, calls: int) -> Figures:
+    def of(
+        cls, serial: list[float], per_s: float, latencies: list[float], cpu_ns: int | None, calls: int,
+        serial_cpu_ns: int | None = None,
+    ) -> Figures:
         """From a one-at-a-time run's latencies, a concurrent run's rate and latencies, and the
-        agent's CPU (ns) over the concurrent run's ``calls`` (None: no agent on the path)."""
+        agent's CPU (ns) over the concurrent run's ``calls`` and over the one-at-a-time calls
+        (None: no agent on the path)."""
         s, p = latency_figures(serial), latency_figures(latencies)
         cpu = None if cpu_ns is None else round(cpu_ns / calls / 1000, 1)
-        return cls(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"], cpu)
+        lone = None if serial_cpu_ns is None else round(serial_cpu_ns / len(serial) / 1000, 1)
+        return cls(round(per_s), p["p50_ms"], p["p99_ms"], s["p50_ms"], s["p99_ms"], cpu, lone)
 
 
 @dataclass
@@ -169,9 +177,9 @@ class Table:
         lines = [title]
         head = f"{'path':24}"
         for op in self.ops:
-            head += f" | {op + '/s':>8} {'x floor':>7} {'p50':>6} {'+ms':>6} {'p99':>6} {'us/op':>6}"
+            head += f" | {op + '/s':>8} {'x floor':>7} {'p50':>6} {'+ms':>6} {'p99':>6} {'us/op':>6} {'lone':>5}"
         lines.append(head)
-        sub = f" | {'(' + str(inflight) + ' in flight)':>16} {'(one at a time, ms)':>20} {'agent':>6}"
+        sub = f" | {'(' + str(inflight) + ' in flight)':>16} {'(one at a time, ms)':>20} {'agent':>6} {'agent':>5}"
         lines.append(f"{'':24}" + sub * len(self.ops))
         ratios = self.ratios()
         for name, row in self.rows.items():
@@ -182,7 +190,9 @@ class Table:
                 x = f"{r['throughput_x']:.2f}x" if r else "hop" if name == self.hop else "floor"
                 plus = f"{r['serial_p50_plus_ms']:+.2f}" if r else ""
                 cpu = f"{f.agent_us_per_op:.0f}" if f.agent_us_per_op is not None else "-"
-                line += f" | {f.per_s:>8.0f} {x:>7} {f.serial_p50_ms:>6.2f} {plus:>6} {f.serial_p99_ms:>6.2f} {cpu:>6}"
+                lone = f"{f.serial_agent_us_per_op:.0f}" if f.serial_agent_us_per_op is not None else "-"
+                line += (f" | {f.per_s:>8.0f} {x:>7} {f.serial_p50_ms:>6.2f} {plus:>6} {f.serial_p99_ms:>6.2f} {cpu:>6}"
+                         f" {lone:>5}")
             lines.append(line)
         if self.hop is not None:
             for name in self.floors:
@@ -205,10 +215,12 @@ def spread(runs: list[Table]) -> str:
             xs = sorted(t.ratios()[name][op]["throughput_x"] for t in runs)
             ps = sorted(t.ratios()[name][op]["serial_p50_plus_ms"] for t in runs)
             cpu = sorted(t.rows[name][op].agent_us_per_op or 0.0 for t in runs)
+            lone = sorted(t.rows[name][op].serial_agent_us_per_op or 0.0 for t in runs)
             line = (
                 f"  {name:22} {op:7} throughput x {xs[0]:.2f} / {statistics.median(xs):.2f} / {xs[-1]:.2f}"
                 f"   p50 +ms {ps[0]:+.2f} / {statistics.median(ps):+.2f} / {ps[-1]:+.2f}"
                 f"   agent us/op {cpu[0]:.0f} / {statistics.median(cpu):.0f} / {cpu[-1]:.0f}"
+                f" (one at a time {lone[0]:.0f} / {statistics.median(lone):.0f} / {lone[-1]:.0f})"
             )
             if first.hop is not None:
                 bs = sorted(t.ratios()[name][op]["serial_p50_beyond_hop_ms"] for t in runs)
@@ -309,9 +321,12 @@ async def measure(paths: list[Path], ops: list[str], calls: int, inflight: int, 
         lat: dict[str, list[float]] = {p.name: [] for p in paths}
         rates: dict[str, list[float]] = {p.name: [] for p in paths}
         cpu: dict[str, int] = {p.name: 0 for p in paths}
+        lone_cpu: dict[str, int] = {p.name: 0 for p in paths}
         for r in range(rounds):
             for path in paths if r % 2 == 0 else paths[::-1]:
+                before = path.agent.cpu_ns() if path.agent else 0
                 lone[path.name] += await path.serial(op, lone_calls)
+                lone_cpu[path.name] += path.agent.cpu_ns() - before if path.agent else 0
                 before = path.agent.cpu_ns() if path.agent else 0
                 rate, latencies = await path.concurrent(op, calls, inflight)
                 cpu[path.name] += path.agent.cpu_ns() - before if path.agent else 0
@@ -321,6 +336,7 @@ async def measure(paths: list[Path], ops: list[str], calls: int, inflight: int, 
             table.rows[path.name][op] = Figures.of(
                 lone[path.name], statistics.median(rates[path.name]), lat[path.name],
                 cpu[path.name] if path.agent else None, calls * rounds,
+                lone_cpu[path.name] if path.agent else None,
             )  # fmt: skip
     return table
 
