@@ -56,12 +56,17 @@ class Agent:
         return 0.0
 
     def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_process(self.proc, 15)
+
+
+def stop_process(proc: subprocess.Popen[bytes], within: float) -> None:
+    """SIGTERM ``proc``, and SIGKILL it if it has not ended ``within`` seconds later."""
+    proc.terminate()
+    try:
+        proc.wait(within)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = None) -> Agent:
@@ -210,10 +215,11 @@ def spread(runs: list[Table]) -> str:
         return ""
     lines = [f"spread over {len(runs)} runs (min / median / max)"]
     first = runs[0]
+    ratios = [t.ratios() for t in runs]
     for name in first.floors:
         for op in first.ops:
-            xs = sorted(t.ratios()[name][op]["throughput_x"] for t in runs)
-            ps = sorted(t.ratios()[name][op]["serial_p50_plus_ms"] for t in runs)
+            xs = sorted(r[name][op]["throughput_x"] for r in ratios)
+            ps = sorted(r[name][op]["serial_p50_plus_ms"] for r in ratios)
             cpu = sorted(t.rows[name][op].agent_us_per_op or 0.0 for t in runs)
             lone = sorted(t.rows[name][op].serial_agent_us_per_op or 0.0 for t in runs)
             line = (
@@ -223,7 +229,7 @@ def spread(runs: list[Table]) -> str:
                 f" (one at a time {lone[0]:.0f} / {statistics.median(lone):.0f} / {lone[-1]:.0f})"
             )
             if first.hop is not None:
-                bs = sorted(t.ratios()[name][op]["serial_p50_beyond_hop_ms"] for t in runs)
+                bs = sorted(r[name][op]["serial_p50_beyond_hop_ms"] for r in ratios)
                 line += f"   beyond the hop +ms {bs[0]:+.2f} / {statistics.median(bs):+.2f} / {bs[-1]:+.2f}"
             lines.append(line)
     return "\n".join(lines)
@@ -324,12 +330,13 @@ async def measure(paths: list[Path], ops: list[str], calls: int, inflight: int, 
         lone_cpu: dict[str, int] = {p.name: 0 for p in paths}
         for r in range(rounds):
             for path in paths if r % 2 == 0 else paths[::-1]:
-                before = path.agent.cpu_ns() if path.agent else 0
+                agent_ns = path.agent.cpu_ns if path.agent else lambda: 0
+                before = agent_ns()
                 lone[path.name] += await path.serial(op, lone_calls)
-                lone_cpu[path.name] += path.agent.cpu_ns() - before if path.agent else 0
-                before = path.agent.cpu_ns() if path.agent else 0
+                between = agent_ns()
                 rate, latencies = await path.concurrent(op, calls, inflight)
-                cpu[path.name] += path.agent.cpu_ns() - before if path.agent else 0
+                lone_cpu[path.name] += between - before
+                cpu[path.name] += agent_ns() - between
                 rates[path.name].append(rate)
                 lat[path.name] += latencies
         for path in paths:

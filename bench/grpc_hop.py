@@ -33,7 +33,7 @@ import metashift.grpc_env  # noqa: F401  (gRPC's environment, set before grpc lo
 import grpc
 import grpc.aio
 
-from bench.floors import VALUE, CallPath
+from bench.floors import VALUE, CallPath, stop_process
 
 _SERVICE, _METHOD = "metashift.bench.Echo", "Call"
 #: What the echo answers: the request itself when it is short (a put's answer stands for the
@@ -115,13 +115,7 @@ class Hop:
         self.stop()
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 10)
 
 
 def main() -> int:
