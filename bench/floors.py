@@ -1,5 +1,6 @@
-"""What the agent benchmarks share: an agent process and its CPU and memory, the raw etcd floor
-(Pulsar's own txn pattern), latency and throughput figures, and the table with ratios.
+"""What the agent benchmarks share: an agent process and its CPU and memory, latency and
+throughput figures, the paths measured side by side, and the table with ratios (the raw etcd
+floor is ``raw_etcd``).
 
 The agent's CPU per operation is read from the kernel (every thread's ``schedstat``, in ns): it is
 the least noisy figure on a shared machine, where throughput and latency move with the load.
@@ -18,9 +19,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-
-import grpc
-from aetcd import rpc
 
 VALUE = b"v" * 1024
 
@@ -152,12 +150,16 @@ class Table:
     hop: str | None = None
     """The row of a bare hop to the agent (``grpc_hop``): each floored row's p50 beyond its floor
     and that hop is the agent's own."""
+    bare: dict[str, str] = field(default_factory=dict)
+    """Agent row -> the row of the bare gateway to its store (``grpc_hop --store``): its p50 beyond
+    the floor is the least a grpc.aio gateway adds; the agent's beyond it is the agent's own work."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "rows": {name: {op: f.as_dict() for op, f in row.items()} for name, row in self.rows.items()},
             "floors": self.floors,
             "hop": self.hop,
+            "bare": self.bare,
             "ratios": self.ratios(),
             "agent_rss_mb": self.rss_mb,
         }
@@ -176,23 +178,27 @@ class Table:
                 }
                 if self.hop is not None:
                     out[name][op]["serial_p50_beyond_hop_ms"] = round(plus - self.rows[self.hop][op].serial_p50_ms, 3)
+                if name in self.bare:
+                    bare = self.rows[self.bare[name]][op].serial_p50_ms
+                    out[name][op]["bare_p50_plus_ms"] = round(bare - under.serial_p50_ms, 3)
+                    out[name][op]["serial_p50_beyond_bare_ms"] = round(row.serial_p50_ms - bare, 3)
         return out
 
     def render(self, title: str, inflight: int) -> str:
         lines = [title]
-        head = f"{'path':24}"
+        head = f"{'path':25}"
         for op in self.ops:
             head += f" | {op + '/s':>8} {'x floor':>7} {'p50':>6} {'+ms':>6} {'p99':>6} {'us/op':>6} {'lone':>5}"
         lines.append(head)
         sub = f" | {'(' + str(inflight) + ' in flight)':>16} {'(one at a time, ms)':>20} {'agent':>6} {'agent':>5}"
-        lines.append(f"{'':24}" + sub * len(self.ops))
+        lines.append(f"{'':25}" + sub * len(self.ops))
         ratios = self.ratios()
         for name, row in self.rows.items():
-            line = f"{name:24}"
+            line = f"{name:25}"
             for op in self.ops:
                 f = row[op]
                 r = ratios.get(name, {}).get(op)
-                x = f"{r['throughput_x']:.2f}x" if r else "hop" if name == self.hop else "floor"
+                x = f"{r['throughput_x']:.2f}x" if r else "hop" if name in (self.hop, *self.bare.values()) else "floor"
                 plus = f"{r['serial_p50_plus_ms']:+.2f}" if r else ""
                 cpu = f"{f.agent_us_per_op:.0f}" if f.agent_us_per_op is not None else "-"
                 lone = f"{f.serial_agent_us_per_op:.0f}" if f.serial_agent_us_per_op is not None else "-"
@@ -203,10 +209,20 @@ class Table:
             for name in self.floors:
                 beyond = ", ".join(f"{op} {ratios[name][op]['serial_p50_beyond_hop_ms']:+.2f}" for op in self.ops)
                 lines.append(f"{name}: p50 beyond its floor and the bare hop (ms, the agent's own): {beyond}")
+        for name, bare in self.bare.items():
+            least = ", ".join(f"{op} {ratios[name][op]['bare_p50_plus_ms']:+.2f}" for op in self.ops)
+            beyond = ", ".join(f"{op} {ratios[name][op]['serial_p50_beyond_bare_ms']:+.2f}" for op in self.ops)
+            lines.append(f"{name}: the bare gateway ({bare}) adds p50 {least} ms to its floor; the agent adds {beyond}"
+                         " beyond it")
         if self.rss_mb:
             rss = ", ".join(f"{k} {v} MB" for k, v in self.rss_mb.items())
             lines.append(f"agent resident memory after the load: {rss}")
         return "\n".join(lines)
+
+
+def _spread_of(xs: list[float], fmt: str) -> str:
+    xs = sorted(xs)
+    return " / ".join(format(x, fmt) for x in (xs[0], statistics.median(xs), xs[-1]))
 
 
 def spread(runs: list[Table]) -> str:
@@ -218,19 +234,18 @@ def spread(runs: list[Table]) -> str:
     ratios = [t.ratios() for t in runs]
     for name in first.floors:
         for op in first.ops:
-            xs = sorted(r[name][op]["throughput_x"] for r in ratios)
-            ps = sorted(r[name][op]["serial_p50_plus_ms"] for r in ratios)
-            cpu = sorted(t.rows[name][op].agent_us_per_op or 0.0 for t in runs)
-            lone = sorted(t.rows[name][op].serial_agent_us_per_op or 0.0 for t in runs)
+            def of(key: str, fmt: str = "+.2f") -> str:
+                return _spread_of([r[name][op][key] for r in ratios], fmt)  # noqa: B023 - used at once
+
             line = (
-                f"  {name:22} {op:7} throughput x {xs[0]:.2f} / {statistics.median(xs):.2f} / {xs[-1]:.2f}"
-                f"   p50 +ms {ps[0]:+.2f} / {statistics.median(ps):+.2f} / {ps[-1]:+.2f}"
-                f"   agent us/op {cpu[0]:.0f} / {statistics.median(cpu):.0f} / {cpu[-1]:.0f}"
-                f" (one at a time {lone[0]:.0f} / {statistics.median(lone):.0f} / {lone[-1]:.0f})"
+                f"  {name:22} {op:7} throughput x {of('throughput_x', '.2f')}   p50 +ms {of('serial_p50_plus_ms')}"
+                f"   agent us/op {_spread_of([t.rows[name][op].agent_us_per_op or 0.0 for t in runs], '.0f')}"
+                f" (one at a time {_spread_of([t.rows[name][op].serial_agent_us_per_op or 0.0 for t in runs], '.0f')})"
             )
             if first.hop is not None:
-                bs = sorted(r[name][op]["serial_p50_beyond_hop_ms"] for r in ratios)
-                line += f"   beyond the hop +ms {bs[0]:+.2f} / {statistics.median(bs):+.2f} / {bs[-1]:+.2f}"
+                line += f"   beyond the hop +ms {of('serial_p50_beyond_hop_ms')}"
+            if name in first.bare:
+                line += f"   bare gateway +ms {of('bare_p50_plus_ms')}, agent beyond {of('serial_p50_beyond_bare_ms')}"
             lines.append(line)
     return "\n".join(lines)
 
@@ -346,59 +361,3 @@ async def measure(paths: list[Path], ops: list[str], calls: int, inflight: int, 
                 lone_cpu[path.name] if path.agent else None,
             )  # fmt: skip
     return table
-
-
-# ---- the raw etcd floor: Pulsar's EtcdMetadataStore pattern ----------------------------------------
-
-
-class RawEtcd:
-    """etcd's KV service called directly, one request per operation, the way Pulsar's
-    ``EtcdMetadataStore`` shapes it: a get is a Range of the key; a put is a Txn with the compare
-    of its expected version (``create_revision == 0`` for a create, ``version == v + 1`` for a
-    compare-and-set, none for a blind put) and a Put with ``prev_kv``."""
-
-    def __init__(self, endpoint: str, prefix: str) -> None:
-        self.channel = grpc.aio.insecure_channel(endpoint.split("://", 1)[-1])
-        self.kv = rpc.KVStub(self.channel)
-        self.prefix = prefix
-
-    def key(self, path: str) -> bytes:
-        return (self.prefix + path).encode()
-
-    async def get(self, path: str) -> Any:
-        resp = await self.kv.Range(rpc.RangeRequest(key=self.key(path)))
-        return resp.kvs[0] if resp.kvs else None
-
-    async def put(self, path: str, value: bytes, expected_version: int | None = None) -> int:
-        key = self.key(path)
-        compares = []
-        if expected_version == -1:
-            compares.append(rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.CREATE,
-                                        create_revision=0))
-        elif expected_version is not None:
-            compares.append(rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION,
-                                        version=expected_version + 1))
-        put = rpc.PutRequest(key=key, value=value, prev_kv=True)
-        resp = await self.kv.Txn(rpc.TxnRequest(compare=compares, success=[rpc.RequestOp(request_put=put)],
-                                                failure=[]))
-        if not resp.succeeded:
-            raise RuntimeError(f"compare failed on {path}")
-        r = resp.responses[0].response_put
-        return int(r.prev_kv.version) if r.HasField("prev_kv") else 0
-
-    async def close(self) -> None:
-        await self.channel.close()
-
-
-async def raw_etcd_path(endpoint: str, base: str, keys: int, put: str) -> tuple[CallPath, RawEtcd]:
-    """The raw etcd floor as a path (``put``: what the benchmark calls a blind put), its ``keys``
-    keys written; the caller closes the ``RawEtcd``."""
-    etcd = RawEtcd(endpoint, "/raw-floor")
-    await etcd.put(f"{base}/node", VALUE)
-    await asyncio.gather(*(etcd.put(f"{base}/k{k}", VALUE) for k in range(keys)))
-    calls: dict[str, tuple[Call, Call]] = {
-        "get": (lambda i: etcd.get(f"{base}/node"), lambda i: etcd.get(f"{base}/k{i % keys}")),
-        put: (lambda i: etcd.put(f"{base}/node", VALUE), lambda i: etcd.put(f"{base}/k{i % keys}", VALUE)),
-        "create": (lambda i: etcd.put(f"{base}/c{i}", VALUE, -1), lambda i: etcd.put(f"{base}/p{i}", VALUE, -1)),
-    }
-    return CallPath("etcd raw (Pulsar txns)", calls), etcd

@@ -14,6 +14,10 @@ store (unix socket, client ``metashift.client``). Rows, each beside its floor:
 - ``gRPC hop (echo)``: a bare gRPC call to an echo server in another process (``grpc_hop``), with
   the gateway's sizes: the floor under any gateway on grpcio in Python. Below the table, each
   agent row's p50 beyond its floor and this hop: the gateway's own added latency.
+- ``bare gateway -> zookeeper`` and ``-> etcd``: the same echo server making one call of the store
+  per message (``grpc_hop --store``), the barest gateway there is. Below the table, what it adds
+  to the store's direct p50 (the least a grpc.aio gateway can add on this machine) and what the
+  agent adds beyond it (the agent's own work). Its throughput is not a floor (it answers in order).
 
 For get, put (blind) and create of 1 KB values: throughput with ``--concurrency`` calls in flight,
 p50/p99 one call at a time, the agent process's CPU per call (us, every thread's ``schedstat``
@@ -54,15 +58,16 @@ from bench.floors import (
     Table,
     add_rounds_argument,
     measure,
-    raw_etcd_path,
     spread,
     start_agent,
 )
 from bench.grpc_hop import Hop
+from bench.raw_etcd import raw_etcd_path
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 
 OPS = ["get", "put", "create"]
 HOP = "gRPC hop (echo)"
+BARE = {"zk": "bare gateway -> zookeeper", "etcd": "bare gateway -> etcd"}
 #: Keys the concurrent gets and puts go round.
 KEYS = 200
 
@@ -75,19 +80,25 @@ def _store_calls(store: metashift.MetadataStore, base: str, keys: int) -> dict[s
     }
 
 
-async def _store_path(name: str, store: metashift.MetadataStore, base: str, agent: Agent | None = None) -> CallPath:
+async def _write_tree(store: metashift.MetadataStore, base: str) -> None:
+    """What the gets and puts of a path under ``base`` read and write."""
     await store.put(f"{base}/node", VALUE)
     await asyncio.gather(*(store.put(f"{base}/k{k}", VALUE) for k in range(KEYS)))
+
+
+async def _store_path(name: str, store: metashift.MetadataStore, base: str, agent: Agent | None = None) -> CallPath:
+    await _write_tree(store, base)
     return CallPath(name, _store_calls(store, base, KEYS), agent)
 
 
 async def _run(
     n: int, urls: dict[str, str], etcd_endpoint: str | None, agents: dict[str, Agent], hop: Hop,
-    args: argparse.Namespace,
+    bare: dict[str, Hop], args: argparse.Namespace,
 ) -> Table:
     base = f"/bench{n}"
     paths: list[Path] = [hop.path(HOP)]
     floors: dict[str, str] = {}
+    bare_rows: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as stack:
 
         async def store(url: str) -> metashift.MetadataStore:
@@ -100,9 +111,16 @@ async def _run(
             stack.push_async_callback(opened.close)
             return opened
 
+        async def bare_path(kind: str, direct: metashift.MetadataStore, agent_row: str) -> None:
+            await _write_tree(direct, base + "-bare")
+            bare_rows[agent_row] = BARE[kind]
+            paths.append(bare[kind].store_path(BARE[kind], base + "-bare", KEYS))
+
         if "zk" in urls:
             floors["agent -> zookeeper"] = "zookeeper direct"
-            paths.append(await _store_path("zookeeper direct", await store(urls["zk"]), base + "-direct"))
+            direct = await store(urls["zk"])
+            paths.append(await _store_path("zookeeper direct", direct, base + "-direct"))
+            await bare_path("zk", direct, "agent -> zookeeper")
             paths.append(await _store_path("agent -> zookeeper", await client(agents["zk"]), base + "-agent",
                                            agents["zk"]))  # fmt: skip
         if "etcd" in urls:
@@ -111,12 +129,15 @@ async def _run(
                 raw, etcd = await raw_etcd_path(etcd_endpoint, base, KEYS, "put")
                 stack.push_async_callback(etcd.close)
                 paths.append(raw)
-            paths.append(await _store_path("etcd direct (store)", await store(urls["etcd"]), base + "-direct"))
+            direct = await store(urls["etcd"])
+            paths.append(await _store_path("etcd direct (store)", direct, base + "-direct"))
+            await bare_path("etcd", direct, "agent -> etcd")
             paths.append(await _store_path("agent -> etcd", await client(agents["etcd"]), base + "-agent",
                                            agents["etcd"]))  # fmt: skip
         table = await measure(paths, OPS, args.ops, args.concurrency, args.rounds)
     table.floors = floors
     table.hop = HOP
+    table.bare = bare_rows
     table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
     return table
 
@@ -139,6 +160,7 @@ async def main(argv: list[str] | None = None) -> int:
     workdir = tempfile.mkdtemp(prefix="ms-gwbench-")
     tables: list[Table] = []
     hop: Hop | None = None
+    bare: dict[str, Hop] = {}
     try:
         for kind, given, cls in (("zk", args.zk, LocalZooKeeper), ("etcd", args.etcd, LocalEtcd)):
             if args.only and args.only != kind:
@@ -155,16 +177,19 @@ async def main(argv: list[str] | None = None) -> int:
         for kind, url in urls.items():
             agents[kind] = start_agent(url, workdir, f"agent-{kind}")
         hop = Hop(os.path.join(workdir, "echo.sock"))
+        for kind, url in urls.items():
+            bare[kind] = Hop(os.path.join(workdir, f"bare-{kind}.sock"), url)
         for n in range(args.repeat):
-            tables.append(await _run(n, urls, etcd_endpoint, agents, hop, args))
+            tables.append(await _run(n, urls, etcd_endpoint, agents, hop, bare, args))
             if not args.json:
                 print(tables[-1].render(
                     f"run {n + 1}: gRPC gateway (metashift.client), 1 KB values, {args.rounds} rounds of "
                     f"{args.ops} calls per path, load {os.getloadavg()[0]:.1f}", args.concurrency))
                 print(flush=True)
     finally:
-        if hop is not None:
-            await hop.close()
+        for closing in (hop, *bare.values()):
+            if closing is not None:
+                await closing.close()
         for agent in agents.values():
             agent.stop()
         for server in servers:

@@ -6,10 +6,16 @@ request and a 1 KB answer; put and create: a 1 KB request and a short answer).
 
 Its one-at-a-time p50 is what a gRPC call costs between two Python processes on this machine
 before any work is done; ``bench/gateway.py`` shows the gateway's own added latency beyond it.
-Its throughput is not a floor: the client coalesces calls made side by side into Batch calls,
-the hop sends every message alone.
 
-    .venv/bin/python bench/grpc_hop.py --serve unix:/tmp/echo.sock     (the server; the benchmark starts it)
+Given a store (``--store URL``), the server is the barest gateway there is: each message is one
+call of that store (``metashift.open_store``: a get, a blind put or a create of the path the
+message names) and its answer. Its p50 beyond the store's direct p50 is what a ``grpc.aio``
+server pays to put a store behind a gRPC call on this machine (a thread wakeup per message for
+gRPC's poller, and the loop's wakeups after it slept waiting for the store), the least any
+gateway written on it can add. Neither hop's throughput is a floor: the client coalesces calls
+made side by side into Batch calls, the hop answers its messages one by one, in order.
+
+    .venv/bin/python bench/grpc_hop.py --serve unix:/tmp/echo.sock [--store URL]   (the benchmark starts it)
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
@@ -54,10 +60,38 @@ async def _echo(requests: AsyncIterator[bytes], _context: grpc.aio.ServicerConte
         yield _answer(request)
 
 
-async def serve(address: str) -> None:
-    """Serve the echo on ``address`` until killed."""
+#: A store call as a message: its operation, its path, then (put, create) a newline and the value.
+_GET, _PUT, _CREATE = b"g", b"p", b"c"
+
+
+def _store_answerer(store: Any) -> Callable[[AsyncIterator[bytes], Any], AsyncIterator[bytes]]:
+    """The bare gateway's handler: each message is one call of ``store``, answered in order."""
+
+    async def answer(requests: AsyncIterator[bytes], _context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        async for request in requests:
+            op, rest = request[:1], request[1:]
+            if op == _GET:
+                found = await store.get(rest.decode())
+                yield found[0] if found is not None else b""
+                continue
+            path, _, value = rest.partition(b"\n")
+            await store.put(path.decode(), value, -1 if op == _CREATE else None)
+            yield request[:_SHORT]
+
+    return answer
+
+
+async def serve(address: str, store_url: str | None = None) -> None:
+    """Serve the echo on ``address`` until killed; with ``store_url``, the bare gateway."""
     server = grpc.aio.server()
-    handler = grpc.stream_stream_rpc_method_handler(_echo, request_deserializer=_identity,
+    handle: Callable[[AsyncIterator[bytes], Any], AsyncIterator[bytes]]
+    if store_url is None:
+        handle = _echo
+    else:
+        import metashift
+
+        handle = _store_answerer(await metashift.open_store(store_url))
+    handler = grpc.stream_stream_rpc_method_handler(handle, request_deserializer=_identity,
                                                     response_serializer=_identity)
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE, {_METHOD: handler}),))
     server.add_insecure_port(address)
@@ -66,11 +100,12 @@ async def serve(address: str) -> None:
 
 
 class Hop:
-    """The echo server's process and a channel to it."""
+    """The echo server's process (the bare gateway's, given a store) and a channel to it."""
 
-    def __init__(self, socket_path: str) -> None:
+    def __init__(self, socket_path: str, store_url: str | None = None) -> None:
         self.address = f"unix:{socket_path}"
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", self.address])
+        cmd = [sys.executable, os.path.abspath(__file__), "--serve", self.address]
+        self.proc = subprocess.Popen(cmd + (["--store", store_url] if store_url else []))
         deadline = time.monotonic() + 60
         while not os.path.exists(socket_path):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -108,6 +143,20 @@ class Hop:
             "create": (lambda i: self.call(value), lambda i: self.call(value)),
         })
 
+    def store_path(self, name: str, base: str, keys: int) -> CallPath:
+        """The bare gateway as a benchmark path: the calls of ``gateway``'s store paths under
+        ``base`` (``base/node``, ``base/k0``.. ``base/k{keys-1}`` written already)."""
+
+        def put(op: bytes, path: str) -> Any:
+            return self.call(op + path.encode() + b"\n" + VALUE)
+
+        return CallPath(name, {
+            "get": (lambda i: self.call(_GET + f"{base}/node".encode()),
+                    lambda i: self.call(_GET + f"{base}/k{i % keys}".encode())),
+            "put": (lambda i: put(_PUT, f"{base}/node"), lambda i: put(_PUT, f"{base}/k{i % keys}")),
+            "create": (lambda i: put(_CREATE, f"{base}/c{i}"), lambda i: put(_CREATE, f"{base}/p{i}")),
+        })
+
     async def close(self) -> None:
         if self._reader is not None:
             self._reader.cancel()
@@ -121,10 +170,11 @@ class Hop:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--serve", required=True, metavar="ADDRESS", help="serve the echo on ADDRESS (unix:PATH)")
+    parser.add_argument("--store", metavar="URL", help="answer each message with a call of this store")
     args = parser.parse_args()
     from metashift.stores.aio import run_loop
 
-    run_loop(serve(args.serve))
+    run_loop(serve(args.serve, args.store))
     return 0
 
 

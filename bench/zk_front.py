@@ -54,10 +54,10 @@ from bench.floors import (
     Table,
     add_rounds_argument,
     measure,
-    raw_etcd_path,
     spread,
     start_agent,
 )
+from bench.raw_etcd import raw_etcd_path
 from bench.zk_pipelined import PipelinedZk
 from metashift.local_servers import LocalEtcd, LocalZooKeeper, free_port
 
