@@ -2,49 +2,7 @@
 command-line overrides, each later source winning. Every key is checked before anything starts;
 an unknown or bad key raises ``ConfigError`` naming it.
 
-```toml
-node_id = "broker-1"            # default: the host name
-role = "broker"                 # broker | bookie
-listen = "unix:/run/metashift/agent.sock"   # or "tcp://0.0.0.0:7650" (TLS required)
-socket_mode = "0660"            # file mode of the unix socket
-metrics = "127.0.0.1:9464"      # Prometheus /metrics; "" disables
-log_level = "info"
-
-[source]
-url = "zk://zk1:2181,zk2:2181/pulsar"
-username = ""                   # or in the URL (user:password@); the password may come from a file
-password = ""
-password_file = ""
-
-[tls]                           # for a tcp:// listen address
-cert = "/etc/metashift/tls/agent.pem"
-key = "/etc/metashift/tls/agent.key"
-client_ca = "/etc/metashift/tls/ca.pem"     # set: mutual TLS, clients need a certificate it signed
-allow_insecure_tcp = false      # plain TCP, for tests only
-
-[gate]
-hold_timeout = 30               # seconds a held write waits when its caller set no deadline
-drain_timeout = 30              # seconds SIGTERM waits for calls in flight
-
-[session]
-timeout = 10                    # seconds without keep-alive before a client session ends
-max_timeout = 60
-
-[target]                        # credentials for a migration's target (the flag names its URL)
-username = ""
-password = ""
-password_file = ""
-
-[coordinator]
-enabled = true                  # false: this agent never stands for election
-prepare_timeout = 20            # seconds to wait for every live participant's acknowledgement
-participant_timeout = 5         # seconds without a heartbeat after which an agent (or the coordinator) is dead
-outage_timeout = 300            # seconds a store may stay unreachable in SYNCING before the migration FAILS
-spark_master = "local[*]"       # where the coordinator runs the copy
-spark_delta_threshold = 10000   # changed paths in the freeze from which a Spark pass carries them
-ledgers_roots = ["/ledgers"]    # BookKeeper ledgers roots: their ledger-id generators are carried by a jump
-counters = ["/counters/*"]      # other sequential parents, carried exactly ('*' = one path segment)
-```
+``packaging/agent.toml`` is the sample, with every key and its default.
 
 Environment: ``METASHIFT_NODE_ID``, ``METASHIFT_ROLE``, ``METASHIFT_LISTEN``, ``METASHIFT_METRICS``,
 ``METASHIFT_SOURCE_URL``, ``METASHIFT_SOURCE_USERNAME``, ``METASHIFT_SOURCE_PASSWORD``, … : for
@@ -62,22 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metashift.agent.config_values import ConfigError, from_text, typed
 from metashift.stores import StoreURL, parse_url
-from metashift.stores.errors import InvalidPath, InvalidStoreURL
-from metashift.stores.paths import validate as validate_path
+from metashift.stores.errors import InvalidStoreURL
 
 ROLES = ("broker", "bookie")
 #: Longest unix socket path the OS takes (sun_path is 108 bytes with its terminating NUL).
 MAX_SOCKET_PATH_BYTES = 107
 ENV_PREFIX = "METASHIFT_"
-
-
-class ConfigError(ValueError):
-    """A configuration the agent cannot run with; ``key`` names the culprit (``source.url``)."""
-
-    def __init__(self, key: str, message: str) -> None:
-        self.key = key
-        super().__init__(f"config key {key}: {message}")
 
 
 @dataclass(frozen=True)
@@ -152,8 +102,8 @@ class AgentConfig:
     TLS is configured (tls.cert, tls.key: served with TLS) or tls.allow_insecure_tcp."""
 
 
-# key -> (kind, default) ; kind drives parsing of strings from the environment / command line
-_SCHEMA: dict[str, str] = {
+#: Every key -> its kind (``config_values``), which reads it from the environment and the command line.
+SCHEMA: dict[str, str] = {
     "node_id": "str",
     "role": "str",
     "listen": "str",
@@ -205,16 +155,16 @@ def load(
     if path is not None:
         flat.update(_read_file(Path(path)))
     environ = os.environ if env is None else env
-    for key, kind in _SCHEMA.items():
+    for key, kind in SCHEMA.items():
         name = env_name(key)
         if name in environ:
-            flat[key] = _from_text(key, kind, environ[name])
+            flat[key] = from_text(key, kind, environ[name])
     for key, value in (overrides or {}).items():
         if value is None:
             continue
-        if key not in _SCHEMA:
+        if key not in SCHEMA:
             raise ConfigError(key, "unknown key")
-        flat[key] = _from_text(key, _SCHEMA[key], value) if isinstance(value, str) else value
+        flat[key] = from_text(key, SCHEMA[key], value) if isinstance(value, str) else value
     return build(flat)
 
 
@@ -243,69 +193,20 @@ def _read_file(path: Path) -> dict[str, Any]:
         else:
             flat[key] = value
     for key in flat:
-        if key not in _SCHEMA:
+        if key not in SCHEMA:
             section = key.split(".", 1)[0]
-            sections = {k.split(".", 1)[0] for k in _SCHEMA if "." in k}
+            sections = {k.split(".", 1)[0] for k in SCHEMA if "." in k}
             if "." in key and section not in sections:
                 raise ConfigError(key, f"unknown section [{section}]")
             raise ConfigError(key, "unknown key")
     return flat
 
 
-def _from_text(key: str, kind: str, text: str) -> Any:
-    if kind == "bool":
-        low = text.strip().lower()
-        if low in ("1", "true", "yes", "on"):
-            return True
-        if low in ("0", "false", "no", "off"):
-            return False
-        raise ConfigError(key, f"must be true or false, not {text!r}")
-    if kind == "count":
-        try:
-            return int(text)
-        except ValueError:
-            raise ConfigError(key, f"must be a whole number, not {text!r}") from None
-    if kind == "float":
-        try:
-            return float(text)
-        except ValueError:
-            raise ConfigError(key, f"must be a number, not {text!r}") from None
-    if kind == "paths":  # comma-separated in the environment and on the command line
-        return [part.strip() for part in text.split(",") if part.strip()]
-    return text
-
-
-def _typed(flat: dict[str, Any], key: str, kind: str) -> Any:
-    value = flat[key]
-    if kind == "str" and not isinstance(value, str):
-        raise ConfigError(key, f"must be a string, not {type(value).__name__}")
-    if kind == "bool" and not isinstance(value, bool):
-        raise ConfigError(key, f"must be true or false, not {value!r}")
-    if kind == "count" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ConfigError(key, f"must be a whole number of at least 0, not {value!r}")
-    if kind == "paths":
-        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-            raise ConfigError(key, f"must be a list of paths, not {value!r}")
-        for v in value:
-            try:
-                validate_path(v)
-            except InvalidPath as e:
-                raise ConfigError(key, str(e)) from None
-        return tuple(value)
-    if kind == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(key, f"must be a number, not {value!r}")
-        if not value > 0:
-            raise ConfigError(key, f"must be a positive number of seconds, not {value!r}")
-        return float(value)
-    return value
-
-
 def build(flat: Mapping[str, Any]) -> AgentConfig:
     """Check a flat mapping of keys and make the config."""
-    values = {key: _typed(dict(flat), key, _SCHEMA[key]) for key in flat if key in _SCHEMA}
+    values = {key: typed(dict(flat), key, SCHEMA[key]) for key in flat if key in SCHEMA}
     for key in flat:
-        if key not in _SCHEMA:
+        if key not in SCHEMA:
             raise ConfigError(key, "unknown key")
     kwargs: dict[str, Any] = {"source": _source(values)}
     if values.get("node_id") is not None:

@@ -21,14 +21,13 @@ on without (its lease lapsed), would be stale: the histories of the clients woul
 linearizable. The freeze lasts a fraction of a second, so a read waits at most that long in the
 normal course.
 
-The gate is in one ``GateState`` at a time; ``TRANSITIONS`` lists every legal move and each move
-is checked against it (an illegal one raises ``GateStateError``).
+The gate is in one ``GateState`` at a time (``gate_states``: every legal move listed once, each move
+checked against it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 import time
 from collections import deque
@@ -36,6 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
+from metashift.agent.gate_states import FLOWING, READABLE, SHUTTING_DOWN, GateState, check_move
 from metashift.agent.router import Router
 from metashift.proto.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.stores import MetadataStore
@@ -46,48 +46,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class GateState(enum.Enum):
-    """Where the write gate stands."""
-
-    OPEN = "open"
-    """Writes flow to the active store."""
-    CLOSED = "closed"
-    """New writes wait in line (held); ``close`` drains the writes in flight."""
-    RELEASING = "releasing"
-    """Reopened: the held writes go out one at a time in arrival order; new ones queue behind."""
-    STOPPING = "stopping"
-    """The agent is going away with the gate open: writes flow, but none may wait."""
-    STOPPED = "stopped"
-    """The agent is going away with the gate closed: every write fails at once (nothing written)."""
-
-
-_S = GateState
-#: Every legal move of the gate, listed once (a state's own name: the call leaves it as it is).
-TRANSITIONS: dict[GateState, frozenset[GateState]] = {
-    _S.OPEN: frozenset({_S.OPEN, _S.CLOSED, _S.STOPPING}),
-    _S.CLOSED: frozenset({_S.CLOSED, _S.OPEN, _S.RELEASING, _S.STOPPED}),
-    _S.RELEASING: frozenset({_S.RELEASING, _S.OPEN, _S.CLOSED, _S.STOPPING}),
-    _S.STOPPING: frozenset({_S.STOPPING, _S.STOPPED}),
-    _S.STOPPED: frozenset({_S.STOPPED, _S.STOPPING}),
-}
-#: States in which a write goes straight to the store (when no held write is ahead of it).
-_FLOWING = frozenset({_S.OPEN, _S.STOPPING})
-#: States in which a read goes to the store (releasing: the router already points where the held
-#: writes go, and a read may be ordered before the writes not yet answered).
-_READABLE = frozenset({_S.OPEN, _S.RELEASING, _S.STOPPING})
 #: How often a held read looks again at the fence (a lease comes back by time and heartbeat, not by
 #: a move of the gate); a move of the gate wakes it at once.
 READ_RECHECK_SECONDS = 0.05
-_SHUTTING_DOWN = frozenset({_S.STOPPING, _S.STOPPED})
-
-
-class GateStateError(RuntimeError):
-    """A move of the write gate that ``TRANSITIONS`` does not allow (a bug in whoever drives it)."""
-
-    def __init__(self, old: GateState, new: GateState) -> None:
-        self.old, self.new = old, new
-        allowed = ", ".join(sorted(s.name for s in TRANSITIONS[old]))
-        super().__init__(f"write gate: illegal move {old.name} -> {new.name} (from {old.name}: {allowed})")
 
 
 def _orphan_done(task: asyncio.Task[Any]) -> None:
@@ -172,9 +133,7 @@ class WriteGate:
 
     def _move(self, new: GateState) -> None:
         """Go to ``new``, if ``TRANSITIONS`` allows it from here."""
-        if new not in TRANSITIONS[self._state]:
-            raise GateStateError(self._state, new)
-        self._state = new
+        self._state = check_move(self._state, new)
 
     @property
     def is_open(self) -> bool:
@@ -184,10 +143,10 @@ class WriteGate:
     @property
     def shutting_down(self) -> bool:
         """``shutdown`` was called: writes that would wait fail at once."""
-        return self._state in _SHUTTING_DOWN
+        return self._state in SHUTTING_DOWN
 
     def _must_wait(self) -> bool:
-        return self._state not in _FLOWING or bool(self._held) or not self._leased()
+        return self._state not in FLOWING or bool(self._held) or not self._leased()
 
     @property
     def held(self) -> int:
@@ -211,7 +170,7 @@ class WriteGate:
 
     def reads_flow(self) -> bool:
         """A read may be answered now, from ``router.active``."""
-        return self._state in _READABLE and self._leased()
+        return self._state in READABLE and self._leased()
 
     async def readable(self, wait: float | None = None) -> MetadataStore:
         """The store to read from, once reads may be answered (at once unless the gate is closed

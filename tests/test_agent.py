@@ -20,7 +20,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from metashift import cli
-from metashift.agent.config import ConfigError, build, env_name, load
+from metashift.agent.config import SCHEMA, ConfigError, build, env_name, load
 from metashift.client import AgentClient
 from metashift.local_servers import free_port
 from tests.harness import Gateways, eventually
@@ -40,6 +40,18 @@ def test_sample_config_loads() -> None:
     cfg = load(ROOT / "packaging" / "agent.toml", env={})
     assert cfg.role == "broker" and cfg.listen.kind == "unix" and cfg.socket_mode == 0o660
     assert cfg.source.scheme == "zk"
+
+
+def test_sample_config_names_every_key() -> None:
+    """The sample is the configuration's documentation: every key is in it, set or commented."""
+    named, section = set(), ""
+    for line in (ROOT / "packaging" / "agent.toml").read_text().splitlines():
+        text = line.removeprefix("#").strip()
+        if text.startswith("[") and "]" in text:
+            section = text[1 : text.index("]")] + "."
+        elif "=" in text and text.split("=", 1)[0].strip().isidentifier():
+            named.add(section + text.split("=", 1)[0].strip())
+    assert set(SCHEMA) - named == set()
 
 
 def test_file_then_environment_then_overrides(tmp_path: Path) -> None:

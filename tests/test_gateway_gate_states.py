@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from metashift.agent.gate import TRANSITIONS, GateState, GateStateError, WriteGate
+from metashift.agent.gate import WriteGate
+from metashift.agent.gate_states import TRANSITIONS, GateState, GateStateError
 from metashift.agent.router import Router
 from metashift.proto.errors import HeldForMigration
 from metashift.stores import MetadataStore
