@@ -82,14 +82,15 @@ def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = N
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"the agent exited with {proc.returncode} (log: {workdir}/{name}.log)")
-        if os.path.exists(sock) and (zk_port is None or _listening(zk_port)):
+        if os.path.exists(sock) and (zk_port is None or listening(zk_port)):
             return agent
         time.sleep(0.1)
     agent.stop()
     raise RuntimeError(f"the agent did not start (log: {workdir}/{name}.log)")
 
 
-def _listening(port: int) -> bool:
+def listening(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5):
             return True
@@ -151,8 +152,10 @@ class Table:
     """The row of a bare hop to the agent (``grpc_hop``): each floored row's p50 beyond its floor
     and that hop is the agent's own."""
     bare: dict[str, str] = field(default_factory=dict)
-    """Agent row -> the row of the bare gateway to its store (``grpc_hop --store``): its p50 beyond
-    the floor is the least a grpc.aio gateway adds; the agent's beyond it is the agent's own work."""
+    """Agent row -> the row of the barest server in its place (``grpc_hop --store``, ``tcp_proxy``):
+    its p50 beyond the floor is the least such a server adds; the agent's beyond it is its own work."""
+    bare_throughput: bool = False
+    """Whether the bare rows' throughput is a floor too (a proxy's is; the bare gateway answers in order)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -181,6 +184,8 @@ class Table:
                 if name in self.bare:
                     bare = self.rows[self.bare[name]][op].serial_p50_ms
                     out[name][op]["bare_p50_plus_ms"] = round(bare - under.serial_p50_ms, 3)
+                    bare_rate = self.rows[self.bare[name]][op].per_s
+                    out[name][op]["bare_throughput_x"] = round(bare_rate / max(under.per_s, 1e-9), 2)
                     out[name][op]["serial_p50_beyond_bare_ms"] = round(row.serial_p50_ms - bare, 3)
         return out
 
@@ -212,8 +217,10 @@ class Table:
         for name, bare in self.bare.items():
             least = ", ".join(f"{op} {ratios[name][op]['bare_p50_plus_ms']:+.2f}" for op in self.ops)
             beyond = ", ".join(f"{op} {ratios[name][op]['serial_p50_beyond_bare_ms']:+.2f}" for op in self.ops)
-            lines.append(f"{name}: the bare gateway ({bare}) adds p50 {least} ms to its floor; the agent adds {beyond}"
-                         " beyond it")
+            lines.append(f"{name}: {bare} adds p50 {least} ms to its floor; the agent adds {beyond} beyond it")
+            if self.bare_throughput:
+                rates = ", ".join(f"{op} {ratios[name][op]['bare_throughput_x']:.2f}x" for op in self.ops)
+                lines.append(f"{name}: {bare} gives {rates} its floor's throughput")
         if self.rss_mb:
             rss = ", ".join(f"{k} {v} MB" for k, v in self.rss_mb.items())
             lines.append(f"agent resident memory after the load: {rss}")
@@ -245,7 +252,9 @@ def spread(runs: list[Table]) -> str:
             if first.hop is not None:
                 line += f"   beyond the hop +ms {of('serial_p50_beyond_hop_ms')}"
             if name in first.bare:
-                line += f"   bare gateway +ms {of('bare_p50_plus_ms')}, agent beyond {of('serial_p50_beyond_bare_ms')}"
+                line += f"   bare +ms {of('bare_p50_plus_ms')}, agent beyond {of('serial_p50_beyond_bare_ms')}"
+                if first.bare_throughput:
+                    line += f"   bare throughput x {of('bare_throughput_x', '.2f')}"
             lines.append(line)
     return "\n".join(lines)
 

@@ -39,7 +39,7 @@ import metashift.grpc_env  # noqa: F401  (gRPC's environment, set before grpc lo
 import grpc
 import grpc.aio
 
-from bench.floors import VALUE, CallPath, stop_process
+from bench.floors import VALUE, Agent, CallPath, stop_process
 
 _SERVICE, _METHOD = "metashift.bench.Echo", "Call"
 #: What the echo answers: the request itself when it is short (a put's answer stands for the
@@ -104,6 +104,7 @@ class Hop:
 
     def __init__(self, socket_path: str, store_url: str | None = None) -> None:
         self.address = f"unix:{socket_path}"
+        self.socket_path = socket_path
         cmd = [sys.executable, os.path.abspath(__file__), "--serve", self.address]
         self.proc = subprocess.Popen(cmd + (["--store", store_url] if store_url else []))
         deadline = time.monotonic() + 60
@@ -141,7 +142,7 @@ class Hop:
             "get": (lambda i: self.call(short), lambda i: self.call(short)),
             "put": (lambda i: self.call(value), lambda i: self.call(value)),
             "create": (lambda i: self.call(value), lambda i: self.call(value)),
-        })
+        }, self.process())
 
     def store_path(self, name: str, base: str, keys: int) -> CallPath:
         """The bare gateway as a benchmark path: the calls of ``gateway``'s store paths under
@@ -155,7 +156,11 @@ class Hop:
                     lambda i: self.call(_GET + f"{base}/k{i % keys}".encode())),
             "put": (lambda i: put(_PUT, f"{base}/node"), lambda i: put(_PUT, f"{base}/k{i % keys}")),
             "create": (lambda i: put(_CREATE, f"{base}/c{i}"), lambda i: put(_CREATE, f"{base}/p{i}")),
-        })
+        }, self.process())
+
+    def process(self) -> Agent:
+        """The server's process, as an ``Agent`` of the benchmark (its CPU is read the same way)."""
+        return Agent(self.proc, self.socket_path)
 
     async def close(self) -> None:
         if self._reader is not None:

@@ -5,6 +5,10 @@ Starts a local ZooKeeper and etcd and two ``metashift agent`` processes serving 
 
 - ``zookeeper direct``: kazoo against the ZooKeeper (the floor of the next row);
 - ``agent -> zookeeper``: kazoo against the agent in front of it;
+- ``bare proxy -> zookeeper``: the same through a bare uvloop TCP proxy in its own process
+  (``tcp_proxy``: bytes copied, nothing parsed), the least any process in the path costs here.
+  Below the table: what it adds to the direct p50 and takes of the direct throughput, and the
+  agent's p50 beyond it (the front's own work);
 - ``etcd raw (Pulsar txns)``: etcd's KV service called directly, one request per operation in
   Pulsar's ``EtcdMetadataStore`` pattern (get: Range; set: Txn with Put + prev_kv; create: Txn
   ``create_revision == 0`` then Put + prev_kv), from asyncio (the floor of the next row);
@@ -45,6 +49,7 @@ from kazoo.client import KazooClient
 if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import tcp_proxy
 from bench.floors import (
     VALUE,
     Agent,
@@ -62,6 +67,7 @@ from bench.zk_pipelined import PipelinedZk
 from metashift.local_servers import LocalEtcd, LocalZooKeeper, free_port
 
 OPS = ["get", "set", "create"]
+BARE = "bare proxy -> zookeeper"
 
 
 def _serial(fn: Callable[[int], Any], ops: int) -> list[float]:
@@ -148,32 +154,35 @@ async def _run(
     n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, Agent], args: argparse.Namespace
 ) -> Table:
     base, keys = f"/bench{n}", 1000
+    proxy = agents[BARE]
     servers = [
-        ("zookeeper direct", zk.port, None),
-        ("agent -> zookeeper", agents["zk"].zk_port, agents["zk"]),
-        ("agent -> etcd", agents["etcd"].zk_port, agents["etcd"]),
+        ("zookeeper direct", zk.port, None, base),
+        (BARE, proxy.zk_port, proxy, base + "-proxy"),  # the proxy's clients are at ZooKeeper's root too
+        ("agent -> zookeeper", agents["zk"].zk_port, agents["zk"], base),
+        ("agent -> etcd", agents["etcd"].zk_port, agents["etcd"], base),
     ]
     paths: dict[str, Path] = {}
     closers: list[Any] = []
     try:
-        for name, port, agent in servers:
+        for name, port, agent, under in servers:
             assert port is not None
             if args.client == "kazoo":
-                kazoo = KazooPath(name, f"127.0.0.1:{port}", base, keys, agent)
+                kazoo = KazooPath(name, f"127.0.0.1:{port}", under, keys, agent)
                 paths[name] = kazoo
                 closers.append(kazoo.close)
             else:
-                paths[name], close = await _pipelined_path(name, port, base, keys, agent)
+                paths[name], close = await _pipelined_path(name, port, under, keys, agent)
                 closers.append(close)
         paths["etcd raw (Pulsar txns)"], etcd_floor = await raw_etcd_path(etcd.endpoint, base, keys, "set")
         closers.append(etcd_floor.close)
-        order = ["zookeeper direct", "agent -> zookeeper", "etcd raw (Pulsar txns)", "agent -> etcd"]
+        order = ["zookeeper direct", BARE, "agent -> zookeeper", "etcd raw (Pulsar txns)", "agent -> etcd"]
         table = await measure([paths[name] for name in order], OPS, args.ops, args.inflight, args.rounds)
     finally:
         for close in closers:
             await close()
     table.floors = {"agent -> zookeeper": "zookeeper direct", "agent -> etcd": "etcd raw (Pulsar txns)"}
-    table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
+    table.bare, table.bare_throughput = {"agent -> zookeeper": BARE}, True
+    table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items() if name != BARE}
     return table
 
 
@@ -197,6 +206,7 @@ def main() -> int:
         etcd.start()
         agents["zk"] = start_agent(zk.url + "/via-agent", workdir, "agent-zk", zk_port=free_port())
         agents["etcd"] = start_agent(etcd.url + "/via-agent", workdir, "agent-etcd", zk_port=free_port())
+        agents[BARE] = tcp_proxy.start(free_port(), zk.port)
         for n in range(args.repeat):
             tables.append(asyncio.run(_run(n, zk, etcd, agents, args)))
             if not args.json:
