@@ -40,6 +40,7 @@ import grpc
 import grpc.aio
 
 from bench.floors import VALUE, Agent, CallPath, stop_process
+from metashift.stores.errors import MetadataStoreError
 
 _SERVICE, _METHOD = "metashift.bench.Echo", "Call"
 #: What the echo answers: the request itself when it is short (a put's answer stands for the
@@ -70,12 +71,16 @@ def _store_answerer(store: Any) -> Callable[[AsyncIterator[bytes], Any], AsyncIt
     async def answer(requests: AsyncIterator[bytes], _context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         async for request in requests:
             op, rest = request[:1], request[1:]
-            if op == _GET:
-                found = await store.get(rest.decode())
-                yield found[0] if found is not None else b""
+            try:
+                if op == _GET:
+                    found = await store.get(rest.decode())
+                    yield found[0] if found is not None else b""
+                    continue
+                path, _, value = rest.partition(b"\n")
+                await store.put(path.decode(), value, -1 if op == _CREATE else None)
+            except MetadataStoreError as err:  # answered, not raised: the stream (and the bench) goes on
+                yield f"!{err}".encode()
                 continue
-            path, _, value = rest.partition(b"\n")
-            await store.put(path.decode(), value, -1 if op == _CREATE else None)
             yield request[:_SHORT]
 
     return answer
