@@ -2,7 +2,8 @@
 command-line overrides, each later source winning. Every key is checked before anything starts;
 an unknown or bad key raises ``ConfigError`` naming it.
 
-``packaging/agent.toml`` is the sample, with every key and its default.
+``packaging/agent.toml`` is the sample: every key, set to its default or commented out with an
+example (a test checks that it names every key and nothing else).
 
 Environment: ``METASHIFT_NODE_ID``, ``METASHIFT_ROLE``, ``METASHIFT_LISTEN``, ``METASHIFT_METRICS``,
 ``METASHIFT_SOURCE_URL``, ``METASHIFT_SOURCE_USERNAME``, ``METASHIFT_SOURCE_PASSWORD``, … : for
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from metashift.agent.config_values import ConfigError, from_text, typed
+from metashift.agent.config_values import ConfigError, from_text, typed  # ConfigError: raised from here too
 from metashift.stores import StoreURL, parse_url
 from metashift.stores.errors import InvalidStoreURL
 
@@ -204,7 +205,7 @@ def _read_file(path: Path) -> dict[str, Any]:
 
 def build(flat: Mapping[str, Any]) -> AgentConfig:
     """Check a flat mapping of keys and make the config."""
-    values = {key: typed(dict(flat), key, SCHEMA[key]) for key in flat if key in SCHEMA}
+    values = {key: typed(key, SCHEMA[key], value) for key, value in flat.items() if key in SCHEMA}
     for key in flat:
         if key not in SCHEMA:
             raise ConfigError(key, "unknown key")

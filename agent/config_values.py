@@ -41,9 +41,8 @@ def from_text(key: str, kind: str, text: str) -> Any:
     return text
 
 
-def typed(flat: dict[str, Any], key: str, kind: str) -> Any:
-    """``flat[key]`` checked as a ``kind`` (a list of paths becomes a tuple, a number a float)."""
-    value = flat[key]
+def typed(key: str, kind: str, value: Any) -> Any:
+    """``key``'s ``value`` checked as a ``kind`` (a list of paths becomes a tuple, a number a float)."""
     if kind == "str" and not isinstance(value, str):
         raise ConfigError(key, f"must be a string, not {type(value).__name__}")
     if kind == "bool" and not isinstance(value, bool):

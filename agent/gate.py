@@ -132,7 +132,7 @@ class WriteGate:
         return self._state
 
     def _move(self, new: GateState) -> None:
-        """Go to ``new``, if ``TRANSITIONS`` allows it from here."""
+        """Go to ``new``, if ``gate_states.TRANSITIONS`` allows it from here."""
         self._state = check_move(self._state, new)
 
     @property

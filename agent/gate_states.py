@@ -35,6 +35,7 @@ FLOWING = frozenset({_S.OPEN, _S.STOPPING})
 #: States in which a read goes to the store (releasing: the router already points where the held
 #: writes go, and a read may be ordered before the writes not yet answered).
 READABLE = frozenset({_S.OPEN, _S.RELEASING, _S.STOPPING})
+#: States of an agent that is going away.
 SHUTTING_DOWN = frozenset({_S.STOPPING, _S.STOPPED})
 
 

@@ -28,7 +28,7 @@ VALUE = b"v" * 1024
 
 @dataclass
 class Agent:
-    """A ``metashift agent`` process started for a benchmark."""
+    """A server process a benchmark measures: a ``metashift agent``, or a bare server in its place."""
 
     proc: subprocess.Popen[bytes]
     socket_path: str
@@ -153,7 +153,10 @@ class Table:
     and that hop is the agent's own."""
     bare: dict[str, str] = field(default_factory=dict)
     """Agent row -> the row of the barest server in its place (``grpc_hop --store``, ``tcp_proxy``):
-    its p50 beyond the floor is the least such a server adds; the agent's beyond it is its own work."""
+    its p50 beyond its floor is the least such a server adds; the agent's beyond it is its own work."""
+    bare_floors: dict[str, str] = field(default_factory=dict)
+    """Bare row -> its floor, where it is not its agent's (a bare gateway reaches etcd through the
+    store layer, whose direct row is its floor, not the raw etcd one)."""
     bare_throughput: bool = False
     """Whether the bare rows' throughput is a floor too (a proxy's is; the bare gateway answers in order)."""
 
@@ -163,12 +166,16 @@ class Table:
             "floors": self.floors,
             "hop": self.hop,
             "bare": self.bare,
+            "bare_floors": self.bare_floors,
+            "bare_throughput": self.bare_throughput,
             "ratios": self.ratios(),
             "agent_rss_mb": self.rss_mb,
         }
 
     def ratios(self) -> dict[str, dict[str, dict[str, float]]]:
-        """Per row with a floor: throughput ratio and p50 difference (ms) per operation."""
+        """Per row with a floor, per operation: its throughput ratio and p50 difference (ms), its p50
+        beyond the hop, and beside a bare row what that row adds to its own floor (p50, and
+        throughput when it is a floor) and the row's p50 beyond it."""
         out: dict[str, dict[str, dict[str, float]]] = {}
         for name, floor in self.floors.items():
             out[name] = {}
@@ -182,11 +189,12 @@ class Table:
                 if self.hop is not None:
                     out[name][op]["serial_p50_beyond_hop_ms"] = round(plus - self.rows[self.hop][op].serial_p50_ms, 3)
                 if name in self.bare:
-                    bare = self.rows[self.bare[name]][op].serial_p50_ms
-                    out[name][op]["bare_p50_plus_ms"] = round(bare - under.serial_p50_ms, 3)
-                    bare_rate = self.rows[self.bare[name]][op].per_s
-                    out[name][op]["bare_throughput_x"] = round(bare_rate / max(under.per_s, 1e-9), 2)
-                    out[name][op]["serial_p50_beyond_bare_ms"] = round(row.serial_p50_ms - bare, 3)
+                    bare_name = self.bare[name]
+                    bare, its_floor = self.rows[bare_name][op], self.rows[self.bare_floors.get(bare_name, floor)][op]
+                    out[name][op]["bare_p50_plus_ms"] = round(bare.serial_p50_ms - its_floor.serial_p50_ms, 3)
+                    if self.bare_throughput:
+                        out[name][op]["bare_throughput_x"] = round(bare.per_s / max(its_floor.per_s, 1e-9), 2)
+                    out[name][op]["serial_p50_beyond_bare_ms"] = round(row.serial_p50_ms - bare.serial_p50_ms, 3)
         return out
 
     def render(self, title: str, inflight: int) -> str:
@@ -198,12 +206,14 @@ class Table:
         sub = f" | {'(' + str(inflight) + ' in flight)':>16} {'(one at a time, ms)':>20} {'agent':>6} {'agent':>5}"
         lines.append(f"{'':25}" + sub * len(self.ops))
         ratios = self.ratios()
+        bares = set(self.bare.values())
         for name, row in self.rows.items():
             line = f"{name:25}"
             for op in self.ops:
                 f = row[op]
                 r = ratios.get(name, {}).get(op)
-                x = f"{r['throughput_x']:.2f}x" if r else "hop" if name in (self.hop, *self.bare.values()) else "floor"
+                kind = "hop" if name == self.hop else "bare" if name in bares else "floor"
+                x = f"{r['throughput_x']:.2f}x" if r else kind
                 plus = f"{r['serial_p50_plus_ms']:+.2f}" if r else ""
                 cpu = f"{f.agent_us_per_op:.0f}" if f.agent_us_per_op is not None else "-"
                 lone = f"{f.serial_agent_us_per_op:.0f}" if f.serial_agent_us_per_op is not None else "-"
@@ -215,6 +225,8 @@ class Table:
                 beyond = ", ".join(f"{op} {ratios[name][op]['serial_p50_beyond_hop_ms']:+.2f}" for op in self.ops)
                 lines.append(f"{name}: p50 beyond its floor and the bare hop (ms, the agent's own): {beyond}")
         for name, bare in self.bare.items():
+            if name not in self.floors:  # no floor measured (a store given by URL): nothing to compare
+                continue
             least = ", ".join(f"{op} {ratios[name][op]['bare_p50_plus_ms']:+.2f}" for op in self.ops)
             beyond = ", ".join(f"{op} {ratios[name][op]['serial_p50_beyond_bare_ms']:+.2f}" for op in self.ops)
             lines.append(f"{name}: {bare} adds p50 {least} ms to its floor; the agent adds {beyond} beyond it")

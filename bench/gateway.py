@@ -16,8 +16,10 @@ store (unix socket, client ``metashift.client``). Rows, each beside its floor:
   agent row's p50 beyond its floor and this hop: the gateway's own added latency.
 - ``bare gateway -> zookeeper`` and ``-> etcd``: the same echo server making one call of the store
   per message (``grpc_hop --store``), the barest gateway there is. Below the table, what it adds
-  to the store's direct p50 (the least a grpc.aio gateway can add on this machine) and what the
-  agent adds beyond it (the agent's own work). Its throughput is not a floor (it answers in order).
+  to the store's direct p50 (``zookeeper direct``, ``etcd direct (store)``: it reaches the store
+  through the store layer, as the agent does), the least a grpc.aio gateway can add on this
+  machine, and what the agent adds beyond it (the agent's own work). Its throughput is not a
+  floor (it answers in order).
 
 For get, put (blind) and create of 1 KB values: throughput with ``--concurrency`` calls in flight,
 p50/p99 one call at a time, the agent process's CPU per call (us, every thread's ``schedstat``
@@ -99,6 +101,7 @@ async def _run(
     paths: list[Path] = [hop.path(HOP)]
     floors: dict[str, str] = {}
     bare_rows: dict[str, str] = {}
+    bare_floors: dict[str, str] = {}
     async with contextlib.AsyncExitStack() as stack:
 
         async def store(url: str) -> metashift.MetadataStore:
@@ -111,16 +114,17 @@ async def _run(
             stack.push_async_callback(opened.close)
             return opened
 
-        async def bare_path(kind: str, direct: metashift.MetadataStore, agent_row: str) -> None:
+        async def add_bare_path(kind: str, direct: metashift.MetadataStore, agent_row: str, floor: str) -> None:
+            """The bare gateway to the store ``direct`` opens, beside ``agent_row``; ``floor``: its row."""
             await _write_tree(direct, base + "-bare")
-            bare_rows[agent_row] = BARE[kind]
+            bare_rows[agent_row], bare_floors[BARE[kind]] = BARE[kind], floor
             paths.append(bare[kind].store_path(BARE[kind], base + "-bare", KEYS))
 
         if "zk" in urls:
             floors["agent -> zookeeper"] = "zookeeper direct"
             direct = await store(urls["zk"])
             paths.append(await _store_path("zookeeper direct", direct, base + "-direct"))
-            await bare_path("zk", direct, "agent -> zookeeper")
+            await add_bare_path("zk", direct, "agent -> zookeeper", "zookeeper direct")
             paths.append(await _store_path("agent -> zookeeper", await client(agents["zk"]), base + "-agent",
                                            agents["zk"]))  # fmt: skip
         if "etcd" in urls:
@@ -131,13 +135,13 @@ async def _run(
                 paths.append(raw)
             direct = await store(urls["etcd"])
             paths.append(await _store_path("etcd direct (store)", direct, base + "-direct"))
-            await bare_path("etcd", direct, "agent -> etcd")
+            await add_bare_path("etcd", direct, "agent -> etcd", "etcd direct (store)")
             paths.append(await _store_path("agent -> etcd", await client(agents["etcd"]), base + "-agent",
                                            agents["etcd"]))  # fmt: skip
         table = await measure(paths, OPS, args.ops, args.concurrency, args.rounds)
     table.floors = floors
     table.hop = HOP
-    table.bare = bare_rows
+    table.bare, table.bare_floors = bare_rows, bare_floors
     table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
     return table
 
@@ -187,13 +191,16 @@ async def main(argv: list[str] | None = None) -> int:
                     f"{args.ops} calls per path, load {os.getloadavg()[0]:.1f}", args.concurrency))
                 print(flush=True)
     finally:
-        for closing in (hop, *bare.values()):
+        for closing in (hop, *bare.values()):  # each, whatever the others did
             if closing is not None:
-                await closing.close()
+                with contextlib.suppress(Exception):
+                    await closing.close()
         for agent in agents.values():
-            agent.stop()
+            with contextlib.suppress(Exception):
+                agent.stop()
         for server in servers:
-            server.cleanup()
+            with contextlib.suppress(Exception):
+                server.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)
     if args.json:
         runs = [t.as_dict() for t in tables]

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
@@ -40,7 +40,7 @@ import grpc
 import grpc.aio
 
 from bench.floors import VALUE, Agent, CallPath, stop_process
-from metashift.stores.errors import MetadataStoreError
+from metashift.stores import MetadataStore
 
 _SERVICE, _METHOD = "metashift.bench.Echo", "Call"
 #: What the echo answers: the request itself when it is short (a put's answer stands for the
@@ -63,9 +63,12 @@ async def _echo(requests: AsyncIterator[bytes], _context: grpc.aio.ServicerConte
 
 #: A store call as a message: its operation, its path, then (put, create) a newline and the value.
 _GET, _PUT, _CREATE = b"g", b"p", b"c"
+#: The first byte of the bare gateway's answer to a call that failed (then the error's text; the
+#: benchmark's values never start with it).
+_FAILED = b"!"
 
 
-def _store_answerer(store: Any) -> Callable[[AsyncIterator[bytes], Any], AsyncIterator[bytes]]:
+def _store_answerer(store: MetadataStore) -> Callable[[AsyncIterator[bytes], Any], AsyncIterator[bytes]]:
     """The bare gateway's handler: each message is one call of ``store``, answered in order."""
 
     async def answer(requests: AsyncIterator[bytes], _context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
@@ -74,12 +77,12 @@ def _store_answerer(store: Any) -> Callable[[AsyncIterator[bytes], Any], AsyncIt
             try:
                 if op == _GET:
                     found = await store.get(rest.decode())
-                    yield found[0] if found is not None else b""
+                    yield found[0] if found is not None else _FAILED + b"no such node"
                     continue
                 path, _, value = rest.partition(b"\n")
                 await store.put(path.decode(), value, -1 if op == _CREATE else None)
-            except MetadataStoreError as err:  # answered, not raised: the stream (and the bench) goes on
-                yield f"!{err}".encode()
+            except Exception as err:  # answered, not raised: the stream goes on, the caller raises it
+                yield _FAILED + str(err).encode()
                 continue
             yield request[:_SHORT]
 
@@ -116,7 +119,8 @@ class Hop:
         while not os.path.exists(socket_path):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError("the gRPC echo server did not start")
+                what = "the bare gateway" if store_url else "the gRPC echo server"
+                raise RuntimeError(f"{what} did not start (exit {self.proc.poll()})")
             time.sleep(0.05)
         self.channel = grpc.aio.insecure_channel(self.address)
         self._stream: Any = None
@@ -137,8 +141,14 @@ class Hop:
         return await answer
 
     async def _read(self) -> None:
-        async for message in self._stream:  # answered in order
-            self._answers.popleft().set_result(message)
+        try:
+            async for message in self._stream:  # answered in order
+                self._answers.popleft().set_result(message)
+        finally:  # the stream ended or broke: no answer comes to the calls still waiting
+            while self._answers:
+                waiting = self._answers.popleft()
+                if not waiting.done():
+                    waiting.set_exception(RuntimeError(f"the stream to {self.address} ended"))
 
     def path(self, name: str) -> CallPath:
         """The hop as a benchmark path: get, put and create with the gateway's sizes."""
@@ -153,15 +163,23 @@ class Hop:
         """The bare gateway as a benchmark path: the calls of ``gateway``'s store paths under
         ``base`` (``base/node``, ``base/k0``.. ``base/k{keys-1}`` written already)."""
 
-        def put(op: bytes, path: str) -> Any:
-            return self.call(op + path.encode() + b"\n" + VALUE)
+        def put(op: bytes, path: str) -> Awaitable[bytes]:
+            return self.store_call(op + path.encode() + b"\n" + VALUE)
 
         return CallPath(name, {
-            "get": (lambda i: self.call(_GET + f"{base}/node".encode()),
-                    lambda i: self.call(_GET + f"{base}/k{i % keys}".encode())),
+            "get": (lambda i: self.store_call(_GET + f"{base}/node".encode()),
+                    lambda i: self.store_call(_GET + f"{base}/k{i % keys}".encode())),
             "put": (lambda i: put(_PUT, f"{base}/node"), lambda i: put(_PUT, f"{base}/k{i % keys}")),
             "create": (lambda i: put(_CREATE, f"{base}/c{i}"), lambda i: put(_CREATE, f"{base}/p{i}")),
         }, self.process())
+
+    async def store_call(self, message: bytes) -> bytes:
+        """One call of the bare gateway's store: its answer, or the store's error raised (as the
+        other rows' calls raise theirs), not timed as a success."""
+        answer = await self.call(message)
+        if answer.startswith(_FAILED):
+            raise RuntimeError(f"the bare gateway's store: {answer[1:].decode(errors='replace')}")
+        return answer
 
     def process(self) -> Agent:
         """The server's process, as an ``Agent`` of the benchmark (its CPU is read the same way)."""

@@ -45,17 +45,25 @@ class _Client(asyncio.Protocol):
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
-        self.transport: Any = None
+        self.transport: Any = None  # uvloop's transports are not asyncio.Transport subclasses
         self.upstream: Any = None
         self.early: list[bytes] = []
+        self.connecting: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
 
-    def connection_made(self, transport: Any) -> None:  # uvloop's, not an asyncio.Transport
+    def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        asyncio.get_running_loop().create_task(self._connect())
+        self.connecting = asyncio.get_running_loop().create_task(self._connect())
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
-        upstream, _ = await loop.create_connection(lambda: _Upstream(self), "127.0.0.1", self.upstream_port)
+        try:
+            upstream, _ = await loop.create_connection(lambda: _Upstream(self), "127.0.0.1", self.upstream_port)
+        except OSError:
+            self.transport.close()  # no server: the client sees its connection end
+            return
+        if self.transport.is_closing():  # the client went while we connected (a readiness probe)
+            upstream.close()
+            return
         self.upstream = upstream
         for data in self.early:
             upstream.write(data)

@@ -1,7 +1,8 @@
 """Benchmark (not a test): ZooKeeper's client protocol through the agent beside its floors, in one run.
 
-Starts a local ZooKeeper and etcd and two ``metashift agent`` processes serving ZooKeeper's protocol
-(``--zk-listen``): one in front of the ZooKeeper, one in front of etcd. Rows, each beside its floor:
+Starts a local ZooKeeper and etcd, two ``metashift agent`` processes serving ZooKeeper's protocol
+(``--zk-listen``), one in front of the ZooKeeper and one in front of etcd, and a bare TCP proxy in
+front of the ZooKeeper. Rows, each beside its floor:
 
 - ``zookeeper direct``: kazoo against the ZooKeeper (the floor of the next row);
 - ``agent -> zookeeper``: kazoo against the agent in front of it;
@@ -151,10 +152,9 @@ async def _pipelined_path(name: str, port: int, base: str, keys: int, agent: Age
 
 
 async def _run(
-    n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, Agent], args: argparse.Namespace
+    n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, Agent], proxy: Agent, args: argparse.Namespace
 ) -> Table:
     base, keys = f"/bench{n}", 1000
-    proxy = agents[BARE]
     servers = [
         ("zookeeper direct", zk.port, None, base),
         (BARE, proxy.zk_port, proxy, base + "-proxy"),  # the proxy's clients are at ZooKeeper's root too
@@ -182,7 +182,7 @@ async def _run(
             await close()
     table.floors = {"agent -> zookeeper": "zookeeper direct", "agent -> etcd": "etcd raw (Pulsar txns)"}
     table.bare, table.bare_throughput = {"agent -> zookeeper": BARE}, True
-    table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items() if name != BARE}
+    table.rss_mb = {name: agent.rss_mb() for name, agent in agents.items()}
     return table
 
 
@@ -200,23 +200,25 @@ def main() -> int:
     workdir = tempfile.mkdtemp(prefix="ms-zkbench-")
     zk, etcd = LocalZooKeeper(), LocalEtcd()
     agents: dict[str, Agent] = {}
+    proxy: Agent | None = None
     tables: list[Table] = []
     try:
         zk.start()
         etcd.start()
         agents["zk"] = start_agent(zk.url + "/via-agent", workdir, "agent-zk", zk_port=free_port())
         agents["etcd"] = start_agent(etcd.url + "/via-agent", workdir, "agent-etcd", zk_port=free_port())
-        agents[BARE] = tcp_proxy.start(free_port(), zk.port)
+        proxy = tcp_proxy.start(free_port(), zk.port)
         for n in range(args.repeat):
-            tables.append(asyncio.run(_run(n, zk, etcd, agents, args)))
+            tables.append(asyncio.run(_run(n, zk, etcd, agents, proxy, args)))
             if not args.json:
                 print(tables[-1].render(
                     f"run {n + 1}: ZooKeeper protocol ({args.client} client), 1 KB values, {args.rounds} rounds "
                     f"of {args.ops} calls per path, load {os.getloadavg()[0]:.1f}", args.inflight))
                 print(flush=True)
     finally:
-        for agent in agents.values():
-            agent.stop()
+        for process in (*agents.values(), proxy):
+            if process is not None:
+                process.stop()
         zk.cleanup()
         etcd.cleanup()
         shutil.rmtree(workdir, ignore_errors=True)

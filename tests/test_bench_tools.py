@@ -5,7 +5,10 @@ print); what is checked is that every path answered and every comparison is ther
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -15,12 +18,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _run(script: str, *args: str) -> dict[str, Any]:
-    done = subprocess.run(
+    # its own process group: a benchmark that hangs is interrupted (its servers and agents are
+    # stopped by its own cleanup), then killed with everything it started
+    bench = subprocess.Popen(
         [sys.executable, str(ROOT / "bench" / script), "--ops", "40", "--rounds", "1", "--json", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report: dict[str, Any] = json.loads(done.stdout)
+    try:
+        out, err = bench.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        bench.send_signal(signal.SIGINT)
+        try:
+            bench.communicate(timeout=30)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(bench.pid, signal.SIGKILL)
+        raise AssertionError(f"{script} did not finish within 180 s") from None
+    assert bench.returncode == 0, err[-3000:]
+    report: dict[str, Any] = json.loads(out)
     assert len(report["runs"]) == 1
     run: dict[str, Any] = report["runs"][0]
     return run
