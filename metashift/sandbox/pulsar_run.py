@@ -19,6 +19,7 @@ from typing import Any
 
 from metashift.coordinator import control
 from metashift.pulsar_cluster import PulsarCluster, PulsarNotInstalled, PulsarStartError, find_release, scenario
+from metashift.pulsar_cluster.figures import PulsarFigures
 from metashift.stores import open_store
 
 from .options import Options, say
@@ -59,7 +60,7 @@ class PulsarSandbox:
             self.work_dir, release, hold_timeout=o.hold_timeout, prepare_timeout=o.prepare_timeout,
             spark_master=o.spark_master, say=say,
         )  # fmt: skip
-        r.pulsar = scenario.PulsarFigures(release.version)
+        r.pulsar = PulsarFigures(release.version)
         await self.cluster.start()
         self._lap("cluster")
         run = scenario.MigrationRun(self.cluster, say)
