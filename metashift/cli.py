@@ -192,38 +192,6 @@ def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 # ---- sample data, copy, verify, benchmark -------------------------------------------------------
 
 
-def _progress_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--progress", action=argparse.BooleanOptionalAction, default=None,
-        help="progress bars on stderr (default: when stderr is a terminal)",
-    )  # fmt: skip
-
-
-def _rules(args: argparse.Namespace) -> Any:
-    from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_EXCLUDED, DEFAULT_LEDGERS_ROOTS, Rules
-
-    return Rules(
-        excluded=tuple(DEFAULT_EXCLUDED) + tuple(args.exclude or ()),
-        counters=tuple(args.counter) if args.counter else DEFAULT_COUNTERS,
-        ledgers_roots=tuple(r for r in args.ledgers_root if r) if args.ledgers_root else DEFAULT_LEDGERS_ROOTS,
-    )
-
-
-def _rules_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--exclude", action="append", metavar="PATH", help="another subtree not to copy (repeatable)")
-    p.add_argument(
-        "--counter", action="append", metavar="PATTERN",
-        help="plain sequential parents, carried exactly ('*' = one segment; repeatable; replaces the "
-        "default /counters/*)",
-    )  # fmt: skip
-    p.add_argument(
-        "--ledgers-root", action="append", metavar="PATH",
-        help="a BookKeeper ledgers root (zkLedgersRootPath) whose ledger-id generator (PATH/idgen, "
-        "PATH/idgen-long) is carried by a jump to a new HOB- node (repeatable; replaces the default "
-        "/ledgers; '' for none)",
-    )  # fmt: skip
-
-
 async def _generate(args: argparse.Namespace) -> int:
     import json
     import signal
@@ -252,16 +220,6 @@ async def _generate(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     return 0
-
-
-def _spark_job_flags(p: argparse.ArgumentParser) -> None:
-    """What copy and verify both take: the two stores, the Spark master, output, rules, progress."""
-    p.add_argument("--source", required=True, metavar="URL")
-    p.add_argument("--target", required=True, metavar="URL")
-    p.add_argument("--spark-master", metavar="M", help="Spark master URL (default local[*])")
-    p.add_argument("--json", action="store_true", help="print the report as JSON")
-    _rules_flags(p)
-    _progress_flag(p)
 
 
 def _add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -299,53 +257,6 @@ def _ledger_ids(text: str) -> int:
     return value
 
 
-_CONFLICTS_SHOWN = 50
-
-
-def _copy(args: argparse.Namespace) -> int:
-    from metashift.spark.copy import copy_tree
-    from metashift.spark.report import CopyConflict, dumps, make_progress
-
-    try:
-        report = copy_tree(
-            args.source, args.target, master=args.spark_master, verify=args.verify, rules=_rules(args),
-            progress=make_progress(args.progress),
-        )  # fmt: skip
-    except CopyConflict as e:
-        # every conflicting path (up to a screenful), then the one-line error
-        for path, why in e.conflicts[:_CONFLICTS_SHOWN]:
-            print(f"conflict: {path}: {why}", file=sys.stderr)
-        if len(e.conflicts) > _CONFLICTS_SHOWN:
-            print(f"conflict: ... and {len(e.conflicts) - _CONFLICTS_SHOWN} more", file=sys.stderr)
-        raise
-    print(dumps(report) if args.json else report.text(), flush=True)
-    return 1 if report.verify is not None and not report.verify.ok else 0
-
-
-def _add_copy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("copy", help="copy every persistent node (exact versions) and the sequence counters, on Spark")
-    _spark_job_flags(p)
-    p.add_argument("--verify", action="store_true", help="verify the target afterwards (exit 1 on any mismatch)")
-    p.set_defaults(handler=_copy)
-
-
-def _verify(args: argparse.Namespace) -> int:
-    from metashift.spark.report import dumps, make_progress
-    from metashift.spark.verify import verify_tree
-
-    report = verify_tree(
-        args.source, args.target, master=args.spark_master, rules=_rules(args), progress=make_progress(args.progress)
-    )
-    print(dumps(report) if args.json else report.text(), flush=True)
-    return 0 if report.ok else 1
-
-
-def _add_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("verify", help="compare every persistent node and the counters of two stores, on Spark")
-    _spark_job_flags(p)
-    p.set_defaults(handler=_verify)
-
-
 def _bench(args: argparse.Namespace) -> int:
     from metashift.benchmarks.copy import main as copy_bench
 
@@ -372,8 +283,8 @@ _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
     _add_demo,
     _add_servers,
     _add_generate,
-    _add_copy,
-    _add_verify,
+    lambda sub: _add_copy(sub),
+    lambda sub: _add_verify(sub),
     _add_bench,
     lambda sub: _add_migrate(sub),
 ]
@@ -383,6 +294,18 @@ def _add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     from metashift.migrate_command import add_migrate
 
     add_migrate(sub, _run)
+
+
+def _add_copy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from metashift.copy_command import add_copy
+
+    add_copy(sub)
+
+
+def _add_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from metashift.copy_command import add_verify
+
+    add_verify(sub)
 
 
 def build_parser() -> argparse.ArgumentParser:
