@@ -27,7 +27,7 @@ VALUE = b"v" * 1024
 
 
 @dataclass
-class Agent:
+class ServerProcess:
     """A server process a benchmark measures: a ``metashift agent``, or a bare server in its place."""
 
     proc: subprocess.Popen[bytes]
@@ -67,7 +67,7 @@ def stop_process(proc: subprocess.Popen[bytes], within: float) -> None:
         proc.wait()
 
 
-def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = None) -> Agent:
+def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = None) -> ServerProcess:
     """Start an agent in front of ``source`` (with the ZooKeeper front on ``zk_port`` when given)."""
     env = {**os.environ, "METASHIFT_COORDINATOR_ENABLED": "false", "METASHIFT_LOG_LEVEL": "warning"}
     sock = f"{workdir}/{name}.sock"
@@ -77,7 +77,7 @@ def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = N
         cmd += ["--zk-listen", f"127.0.0.1:{zk_port}"]
     log = open(os.path.join(workdir, f"{name}.log"), "wb")  # lives as long as the agent
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
-    agent = Agent(proc, sock, zk_port)
+    agent = ServerProcess(proc, sock, zk_port)
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -309,7 +309,7 @@ class Path(Protocol):
     """One way to reach a store (direct, or through an agent) that a benchmark measures."""
 
     name: str
-    agent: Agent | None
+    agent: ServerProcess | None
 
     async def serial(self, op: str, calls: int) -> list[float]: ...
 
@@ -323,7 +323,7 @@ class CallPath:
 
     name: str
     calls: dict[str, tuple[Call, Call]]
-    agent: Agent | None = None
+    agent: ServerProcess | None = None
     issued: dict[str, int] = field(default_factory=dict)
 
     def _first(self, op: str, calls: int) -> int:

@@ -53,10 +53,10 @@ import metashift
 import metashift.client
 from bench.floors import (
     VALUE,
-    Agent,
     Call,
     CallPath,
     Path,
+    ServerProcess,
     Table,
     add_rounds_argument,
     measure,
@@ -88,13 +88,15 @@ async def _write_tree(store: metashift.MetadataStore, base: str) -> None:
     await asyncio.gather(*(store.put(f"{base}/k{k}", VALUE) for k in range(KEYS)))
 
 
-async def _store_path(name: str, store: metashift.MetadataStore, base: str, agent: Agent | None = None) -> CallPath:
+async def _store_path(
+    name: str, store: metashift.MetadataStore, base: str, agent: ServerProcess | None = None
+) -> CallPath:
     await _write_tree(store, base)
     return CallPath(name, _store_calls(store, base, KEYS), agent)
 
 
 async def _run(
-    n: int, urls: dict[str, str], etcd_endpoint: str | None, agents: dict[str, Agent], hop: Hop,
+    n: int, urls: dict[str, str], etcd_endpoint: str | None, agents: dict[str, ServerProcess], hop: Hop,
     bare: dict[str, Hop], args: argparse.Namespace,
 ) -> Table:
     base = f"/bench{n}"
@@ -109,7 +111,7 @@ async def _run(
             stack.push_async_callback(opened.close)
             return opened
 
-        async def client(agent: Agent) -> metashift.MetadataStore:
+        async def client(agent: ServerProcess) -> metashift.MetadataStore:
             opened = await metashift.client.connect(f"unix:{agent.socket_path}")
             stack.push_async_callback(opened.close)
             return opened
@@ -160,7 +162,7 @@ async def main(argv: list[str] | None = None) -> int:
     servers: list[LocalZooKeeper | LocalEtcd] = []
     urls: dict[str, str] = {}
     etcd_endpoint: str | None = None
-    agents: dict[str, Agent] = {}
+    agents: dict[str, ServerProcess] = {}
     workdir = tempfile.mkdtemp(prefix="ms-gwbench-")
     tables: list[Table] = []
     hop: Hop | None = None

@@ -39,7 +39,7 @@ import metashift.grpc_env  # noqa: F401  (gRPC's environment, set before grpc lo
 import grpc
 import grpc.aio
 
-from bench.floors import VALUE, Agent, CallPath, stop_process
+from bench.floors import VALUE, CallPath, ServerProcess, stop_process
 from metashift.stores import MetadataStore
 
 _SERVICE, _METHOD = "metashift.bench.Echo", "Call"
@@ -181,9 +181,9 @@ class Hop:
             raise RuntimeError(f"the bare gateway's store: {answer[1:].decode(errors='replace')}")
         return answer
 
-    def process(self) -> Agent:
-        """The server's process, as an ``Agent`` of the benchmark (its CPU is read the same way)."""
-        return Agent(self.proc, self.socket_path)
+    def process(self) -> ServerProcess:
+        """The server's process, as a ``ServerProcess`` of the benchmark (its CPU is read the same way)."""
+        return ServerProcess(self.proc, self.socket_path)
 
     async def close(self) -> None:
         if self._reader is not None:

@@ -22,7 +22,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.floors import Agent, listening
+from bench.floors import ServerProcess, listening
 
 
 class _Upstream(asyncio.Protocol):
@@ -86,11 +86,11 @@ async def serve(port: int, upstream_port: int) -> None:
     await server.serve_forever()
 
 
-def start(port: int, upstream_port: int) -> Agent:
-    """The proxy's process, as an ``Agent`` of the benchmark (its CPU is read the same way)."""
+def start(port: int, upstream_port: int) -> ServerProcess:
+    """The proxy's process, as a ``ServerProcess`` of the benchmark (its CPU is read the same way)."""
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", str(port), "--to",
                              str(upstream_port)])  # fmt: skip
-    proxy = Agent(proc, "", port)
+    proxy = ServerProcess(proc, "", port)
     deadline = time.monotonic() + 60
     while not listening(port):
         if proc.poll() is not None or time.monotonic() > deadline:

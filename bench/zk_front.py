@@ -53,10 +53,10 @@ if __package__ in (None, ""):  # run as a script: the repository root, so that `
 from bench import tcp_proxy
 from bench.floors import (
     VALUE,
-    Agent,
     Call,
     CallPath,
     Path,
+    ServerProcess,
     Table,
     add_rounds_argument,
     measure,
@@ -101,7 +101,7 @@ class KazooPath:
     """A path driven by kazoo (its own thread: the calls block this one, which nothing else needs
     while a path takes its turn)."""
 
-    def __init__(self, name: str, hosts: str, base: str, keys: int, agent: Agent | None) -> None:
+    def __init__(self, name: str, hosts: str, base: str, keys: int, agent: ServerProcess | None) -> None:
         self.name, self.agent, self.base, self.keys = name, agent, base, keys
         self.k = KazooClient(hosts=hosts, timeout=30)
         self.k.start(timeout=30)
@@ -137,7 +137,9 @@ class KazooPath:
         self.k.close()
 
 
-async def _pipelined_path(name: str, port: int, base: str, keys: int, agent: Agent | None) -> tuple[CallPath, Any]:
+async def _pipelined_path(
+    name: str, port: int, base: str, keys: int, agent: ServerProcess | None
+) -> tuple[CallPath, Any]:
     """A path on the pipelined client (``zk_pipelined``): its calls in flight on one session."""
     zk = await PipelinedZk.connect("127.0.0.1", port)
     await zk.create(base, b"")
@@ -152,7 +154,8 @@ async def _pipelined_path(name: str, port: int, base: str, keys: int, agent: Age
 
 
 async def _run(
-    n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, Agent], proxy: Agent, args: argparse.Namespace
+    n: int, zk: LocalZooKeeper, etcd: LocalEtcd, agents: dict[str, ServerProcess], proxy: ServerProcess,
+    args: argparse.Namespace,
 ) -> Table:
     base, keys = f"/bench{n}", 1000
     servers = [
@@ -199,8 +202,8 @@ def main() -> int:
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="ms-zkbench-")
     zk, etcd = LocalZooKeeper(), LocalEtcd()
-    agents: dict[str, Agent] = {}
-    proxy: Agent | None = None
+    agents: dict[str, ServerProcess] = {}
+    proxy: ServerProcess | None = None
     tables: list[Table] = []
     try:
         zk.start()
