@@ -1,4 +1,5 @@
-"""What the agent benchmarks share: an agent process and its CPU and memory, latency and
+"""What the agent benchmarks share: a server process (an agent, or a bare server in its place) and
+its CPU and memory, latency and
 throughput figures, the paths measured side by side, and the table with ratios (the raw etcd
 floor is ``raw_etcd``).
 
@@ -78,15 +79,22 @@ def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = N
     log = open(os.path.join(workdir, f"{name}.log"), "wb")  # lives as long as the agent
     proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     agent = ServerProcess(proc, sock, zk_port)
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"the agent exited with {proc.returncode} (log: {workdir}/{name}.log)")
-        if os.path.exists(sock) and (zk_port is None or listening(zk_port)):
-            return agent
-        time.sleep(0.1)
-    agent.stop()
-    raise RuntimeError(f"the agent did not start (log: {workdir}/{name}.log)")
+    wait_serving(agent, lambda: os.path.exists(sock) and (zk_port is None or listening(zk_port)), 90,
+                 f"the agent (log: {workdir}/{name}.log)")  # fmt: skip
+    return agent
+
+
+def wait_serving(server: ServerProcess, ready: Callable[[], bool], within: float, what: str) -> None:
+    """Return once ``ready()``; when the process ends first or ``within`` seconds pass, stop it and
+    raise ``RuntimeError`` naming ``what``."""
+    deadline = time.monotonic() + within
+    while not ready():
+        code = server.proc.poll()
+        if code is not None or time.monotonic() > deadline:
+            server.stop()
+            how = f"exited with {code}" if code is not None else f"not serving within {within:g} s"
+            raise RuntimeError(f"{what} did not start: {how}")
+        time.sleep(0.05)
 
 
 def listening(port: int) -> bool:
@@ -209,10 +217,10 @@ class Table:
         bares = set(self.bare.values())
         for name, row in self.rows.items():
             line = f"{name:25}"
+            kind = "hop" if name == self.hop else "bare" if name in bares else "floor"
             for op in self.ops:
                 f = row[op]
                 r = ratios.get(name, {}).get(op)
-                kind = "hop" if name == self.hop else "bare" if name in bares else "floor"
                 x = f"{r['throughput_x']:.2f}x" if r else kind
                 plus = f"{r['serial_p50_plus_ms']:+.2f}" if r else ""
                 cpu = f"{f.agent_us_per_op:.0f}" if f.agent_us_per_op is not None else "-"
@@ -220,18 +228,21 @@ class Table:
                 line += (f" | {f.per_s:>8.0f} {x:>7} {f.serial_p50_ms:>6.2f} {plus:>6} {f.serial_p99_ms:>6.2f} {cpu:>6}"
                          f" {lone:>5}")
             lines.append(line)
+
+        def per_op(name: str, key: str, fmt: str = "+.2f", unit: str = "") -> str:
+            return ", ".join(f"{op} {ratios[name][op][key]:{fmt}}{unit}" for op in self.ops)
+
         if self.hop is not None:
             for name in self.floors:
-                beyond = ", ".join(f"{op} {ratios[name][op]['serial_p50_beyond_hop_ms']:+.2f}" for op in self.ops)
-                lines.append(f"{name}: p50 beyond its floor and the bare hop (ms, the agent's own): {beyond}")
+                lines.append(f"{name}: p50 beyond its floor and the bare hop (ms, the agent's own): "
+                             f"{per_op(name, 'serial_p50_beyond_hop_ms')}")  # fmt: skip
         for name, bare in self.bare.items():
             if name not in self.floors:  # no floor measured (a store given by URL): nothing to compare
                 continue
-            least = ", ".join(f"{op} {ratios[name][op]['bare_p50_plus_ms']:+.2f}" for op in self.ops)
-            beyond = ", ".join(f"{op} {ratios[name][op]['serial_p50_beyond_bare_ms']:+.2f}" for op in self.ops)
-            lines.append(f"{name}: {bare} adds p50 {least} ms to its floor; the agent adds {beyond} beyond it")
+            lines.append(f"{name}: {bare} adds p50 {per_op(name, 'bare_p50_plus_ms')} ms to its floor; the agent "
+                         f"adds {per_op(name, 'serial_p50_beyond_bare_ms')} beyond it")  # fmt: skip
             if self.bare_throughput:
-                rates = ", ".join(f"{op} {ratios[name][op]['bare_throughput_x']:.2f}x" for op in self.ops)
+                rates = per_op(name, "bare_throughput_x", ".2f", "x")
                 lines.append(f"{name}: {bare} gives {rates} its floor's throughput")
         if self.rss_mb:
             rss = ", ".join(f"{k} {v} MB" for k, v in self.rss_mb.items())

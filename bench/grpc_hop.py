@@ -25,7 +25,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -39,7 +38,7 @@ import metashift.grpc_env  # noqa: F401  (gRPC's environment, set before grpc lo
 import grpc
 import grpc.aio
 
-from bench.floors import VALUE, CallPath, ServerProcess, stop_process
+from bench.floors import VALUE, CallPath, ServerProcess, stop_process, wait_serving
 from metashift.stores import MetadataStore
 
 _SERVICE, _METHOD = "metashift.bench.Echo", "Call"
@@ -115,13 +114,8 @@ class Hop:
         self.socket_path = socket_path
         cmd = [sys.executable, os.path.abspath(__file__), "--serve", self.address]
         self.proc = subprocess.Popen(cmd + (["--store", store_url] if store_url else []))
-        deadline = time.monotonic() + 60
-        while not os.path.exists(socket_path):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                what = "the bare gateway" if store_url else "the gRPC echo server"
-                raise RuntimeError(f"{what} did not start (exit {self.proc.poll()})")
-            time.sleep(0.05)
+        what = "the bare gateway" if store_url else "the gRPC echo server"
+        wait_serving(self.process(), lambda: os.path.exists(socket_path), 60, what)
         self.channel = grpc.aio.insecure_channel(self.address)
         self._stream: Any = None
         self._answers: deque[asyncio.Future[bytes]] = deque()

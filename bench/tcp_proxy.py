@@ -16,13 +16,12 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from typing import Any
 
 if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench.floors import ServerProcess, listening
+from bench.floors import ServerProcess, listening, wait_serving
 
 
 class _Upstream(asyncio.Protocol):
@@ -91,12 +90,7 @@ def start(port: int, upstream_port: int) -> ServerProcess:
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", str(port), "--to",
                              str(upstream_port)])  # fmt: skip
     proxy = ServerProcess(proc, "", port)
-    deadline = time.monotonic() + 60
-    while not listening(port):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proxy.stop()
-            raise RuntimeError("the bare TCP proxy did not start")
-        time.sleep(0.05)
+    wait_serving(proxy, lambda: listening(port), 60, "the bare TCP proxy")
     return proxy
 
 
