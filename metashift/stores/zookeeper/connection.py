@@ -63,10 +63,7 @@ class ZKConnection(Connection):
         self.opcode_xref[xid] = request.opcode
         self.pending[xid] = pending
         self._raw.add(xid)
-        if not self._out:
-            asyncio.get_running_loop().call_soon(self._flush)
-        self._out.append(size_struct.pack(len(payload)))
-        self._out.append(payload)
+        self._queue(payload)
 
     def send(self, request: Any, xid: int | None = None) -> asyncio.Future[Any]:
         f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -81,11 +78,15 @@ class ZKConnection(Connection):
             self.pending_specials[xid].append(f)
         else:
             self.pending[xid] = f
+        self._queue(payload)
+        return f
+
+    def _queue(self, payload: bytes) -> None:
+        """``payload`` framed, to go out with the others of this turn (the first schedules the write)."""
         if not self._out:
             asyncio.get_running_loop().call_soon(self._flush)
         self._out.append(size_struct.pack(len(payload)))
         self._out.append(payload)
-        return f
 
     def flush(self) -> None:
         """Write the requests queued in this turn now, not at its end."""
