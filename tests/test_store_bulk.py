@@ -45,3 +45,34 @@ async def test_read_trees_lists_and_reads_subtrees_breadth_first(kind: str, requ
         assert [page async for page in store.read_trees(["/nothing"])] == []
         read = await store.read_many(["/a", "/nothing", "/a-x/y"])
         assert read == [NodeRead("/a", b"A", 2), None, NodeRead("/a-x/y", b"Y", 3)]
+
+
+@pytest.mark.parametrize("kind", ["zk", "etcd"])
+async def test_ephemeral_owners_and_write_positions(kind: str, request: pytest.FixtureRequest) -> None:
+    """``Stat.owner`` names the session an ephemeral lives on, the same for every reader and in a
+    walk; ``position_of`` and ``NodeInfo.position`` grow with every write (``migrate check`` and
+    the writes to a store a cluster left)."""
+    url = request.getfixturevalue(f"{kind}_url")
+    async with await open_store(url) as one, await open_store(url) as two:
+        mine = await one.put("/members/one", b"1", ephemeral=True)
+        theirs = await two.put("/members/two", b"2", ephemeral=True)
+        plain = await one.put("/members/plain", b"p")
+        assert mine.owner != 0 and theirs.owner != 0 and mine.owner != theirs.owner
+        assert plain.owner == 0
+        for reader in (one, two):
+            got = {p: (await reader.get(f"/members/{p}")) for p in ("one", "two", "plain")}
+            assert {p: g[1].owner for p, g in got.items() if g is not None} == {
+                "one": mine.owner, "two": theirs.owner, "plain": 0}
+        listed = {n.path: n for page in [p async for p in two.walk("/")] for n in page}
+        assert (listed["/members/one"].owner, listed["/members/two"].owner) == (mine.owner, theirs.owner)
+        assert listed["/members/plain"].owner == 0 and not listed["/members/plain"].ephemeral
+        before = await one.position_of("/members/plain")
+        assert before is not None and before == listed["/members/plain"].position
+        assert await one.position_of("/members/nothing") is None
+        await two.put("/members/plain", b"q")
+        after = await one.position_of("/members/plain")
+        assert after is not None and after > before
+        assert after > max(n.position for n in listed.values())
+        await one.put("/members/later", b"x")
+        later = await one.position_of("/members/later")
+        assert later is not None and later > after

@@ -31,6 +31,10 @@ class NodeInfo:
     size: int
     """Length of the value in bytes."""
     ephemeral: bool = False
+    owner: int = 0
+    """The store session an ephemeral lives on (``Stat.owner``); 0 for a persistent node."""
+    position: int = 0
+    """Where in the store's history the node was last written (``BulkStore.position_of``)."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +125,14 @@ class BulkStore(ABC):
         if isinstance(result, MetadataStoreError):
             raise result
         return result
+
+    @abstractmethod
+    async def position_of(self, path: str) -> int | None:
+        """Where in the store's history ``path`` was last written (created or changed), ``None``
+        when it does not exist: ZooKeeper's mzxid, etcd's mod_revision, Oxia's modification
+        time in ms. Positions of one store compare: a node written after another has a higher
+        one (on Oxia to the server clock's millisecond). ``NodeInfo.position`` of a walk is
+        the same number: a walk finds what was written after a position was taken."""
 
     @abstractmethod
     async def children_version(self, path: str) -> int | None:

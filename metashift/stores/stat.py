@@ -19,3 +19,7 @@ class Stat:
     ephemeral: bool = False
     created_by_self: bool = False
     """True when this store object's own session owns the (ephemeral) node."""
+    owner: int = 0
+    """The id of the store session an ephemeral lives on (ZooKeeper's ephemeralOwner, etcd's
+    lease, Oxia's session id); 0 for a persistent node, or where it is not known (the agent's
+    gRPC API does not carry it). Tells apart who registered what (``migrate check``)."""

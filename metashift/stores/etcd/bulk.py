@@ -75,7 +75,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
                 path = self._keys.path_of(kv.key)
                 if path is None or path == paths.SEPARATOR or (pruned and _pruned(path, prune, pruned)):
                     continue
-                page.append(NodeInfo(path, kv.version - 1, len(kv.value), kv.lease != 0))
+                page.append(NodeInfo(path, kv.version - 1, len(kv.value), kv.lease != 0, kv.lease, kv.mod_revision))
             if page:
                 yield page
             if not resp.more or not resp.kvs:
@@ -188,6 +188,11 @@ class EtcdBulk(EtcdOperations, BulkStore):
         for i in todo:
             results[i] = failed[i] if i in failed else items[i].version - items[i].current
         return results
+
+    async def position_of(self, path: str) -> int | None:
+        """The key's mod_revision: the revision that last wrote it."""
+        resp = await self._conn.range(path, rpc.RangeRequest(key=self._keys.key(paths.validate(path))))
+        return int(resp.kvs[0].mod_revision) if resp.kvs else None
 
     async def children_version(self, path: str) -> int | None:
         """The stored etcd version of the key of ``path``: the counter behind sequential children of

@@ -56,10 +56,11 @@ def compare(key: bytes, expected_version: int) -> Any:
     return rpc.Compare(key=key, result=rpc.Compare.EQUAL, target=rpc.Compare.VERSION, version=expected_version + 1)
 
 
-def put_stat(path: str, put_response: Any, ephemeral: bool) -> Stat:
-    """The Stat of a put, Pulsar's way: version = prevKv.version, 0 without one; createdBySelf."""
+def put_stat(path: str, put_response: Any, ephemeral: bool, lease: int = 0) -> Stat:
+    """The Stat of a put, Pulsar's way: version = prevKv.version, 0 without one; createdBySelf.
+    ``lease``: the session lease an ephemeral was put on (its owner)."""
     version = put_response.prev_kv.version if put_response.HasField("prev_kv") else 0
-    return Stat(path, int(version), 0, 0, ephemeral=ephemeral, created_by_self=True)
+    return Stat(path, int(version), 0, 0, ephemeral=ephemeral, created_by_self=True, owner=lease if ephemeral else 0)
 
 
 def child_names(prefix: bytes, kvs: Any) -> list[str]:
@@ -88,7 +89,7 @@ class EtcdOperations(BatchedStore):
 
     def _stat(self, path: str, kv: Any) -> Stat:
         owned = kv.lease != 0 and kv.lease == self._lease.id
-        return Stat(path, kv.version - 1, 0, 0, ephemeral=kv.lease != 0, created_by_self=owned)
+        return Stat(path, kv.version - 1, 0, 0, ephemeral=kv.lease != 0, created_by_self=owned, owner=kv.lease)
 
     # ---- reads ----------------------------------------------------------------------------------
 
@@ -162,14 +163,14 @@ class EtcdOperations(BatchedStore):
         lease = self._lease.require(path) if ephemeral else 0
         put = rpc.PutRequest(key=key, value=value, lease=lease, prev_kv=True)
         if expected_version is None:
-            return put_stat(path, await self._conn.put(path, put), ephemeral)
+            return put_stat(path, await self._conn.put(path, put), ephemeral, lease)
         txn = rpc.TxnRequest(
             compare=[compare(key, expected_version)], success=[rpc.RequestOp(request_put=put)], failure=[]
         )
         resp = await self._conn.txn(path, txn)
         if not resp.succeeded:
             raise AlreadyExists(path) if expected_version == -1 else BadVersion(path)
-        return put_stat(path, resp.responses[0].response_put, ephemeral)
+        return put_stat(path, resp.responses[0].response_put, ephemeral, lease)
 
     async def _delete(self, path: str, expected_version: int | None) -> None:
         key = self._keys.key(path)
@@ -239,7 +240,7 @@ class EtcdOperations(BatchedStore):
             elif isinstance(op, ExistsOp):
                 results.append(r.response_range.count > 0)
             elif isinstance(op, PutOp):
-                results.append(put_stat(op.path, r.response_put, op.ephemeral))
+                results.append(put_stat(op.path, r.response_put, op.ephemeral, self._lease.id))
             else:
                 results.append(NotFound(op.path) if r.response_delete_range.deleted == 0 else None)
         return results

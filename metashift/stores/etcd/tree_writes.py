@@ -121,12 +121,13 @@ class EtcdTreeWrites(EtcdOperations):
         i = 0
         for op in ops:
             if isinstance(op, CreateNode):
-                results.append(Stat(op.path, 0, 0, 0, ephemeral=op.ephemeral, created_by_self=True))
+                results.append(Stat(op.path, 0, 0, 0, ephemeral=op.ephemeral, created_by_self=True,
+                                    owner=self._lease.id if op.ephemeral else 0))
                 i += 1
             elif isinstance(op, SetNode):
                 prev = responses[i].response_put.prev_kv
                 stat = Stat(op.path, int(prev.version), 0, 0, ephemeral=prev.lease != 0,
-                            created_by_self=prev.lease != 0 and prev.lease == self._lease.id)
+                            created_by_self=prev.lease != 0 and prev.lease == self._lease.id, owner=prev.lease)
                 listing = responses[i + 1].response_range
                 prefix = self._keys.children_prefix(op.path)
                 count = len(await self.get_children(op.path)) if listing.more else len(child_names(prefix, listing.kvs))

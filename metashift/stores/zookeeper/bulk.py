@@ -240,7 +240,9 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
                         continue
                     if path != root:
                         stat = resp.stat
-                        page.append(NodeInfo(path, stat.version, stat.data_length, stat.ephemeral_owner != 0))
+                        owner = stat.ephemeral_owner
+                        page.append(NodeInfo(path, stat.version, stat.data_length, owner != 0, owner,
+                                             stat.last_modified_zxid))
                     for name in resp.children:
                         child = paths.join(path, name)
                         if child not in prune:
@@ -333,6 +335,11 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
             if results[i] == 0 and item.current < item.version:
                 results[i] = item.version - item.current
         return results
+
+    async def position_of(self, path: str) -> int | None:
+        """The node's mzxid: the zxid of the transaction that last wrote it."""
+        zstat = await self._exists_stat(paths.validate(path))
+        return None if zstat is None else int(zstat.last_modified_zxid)
 
     async def children_version(self, path: str) -> int | None:
         """The ``cversion`` of ``path`` (its count of child creations and deletions), or ``None``

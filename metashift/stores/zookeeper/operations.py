@@ -104,6 +104,7 @@ class ZooKeeperOperations(BatchedStore):
             modification_timestamp=zstat.modified,
             ephemeral=owner != 0,
             created_by_self=owner != 0 and owner == self._session.session_id,
+            owner=owner,
         )
 
     # ---- reads ----------------------------------------------------------------------------------
@@ -237,5 +238,6 @@ class ZooKeeperOperations(BatchedStore):
                 assert isinstance(op, PutOp)
                 now = int(time.time() * 1000)
                 real = self._namespace.relative(answer.path) or op.path
-                out.append(Stat(real, 0, now, now, op.ephemeral, op.ephemeral))
+                out.append(Stat(real, 0, now, now, op.ephemeral, op.ephemeral,
+                                self._session.session_id if op.ephemeral else 0))
         return out
