@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from metashift.agent.dry_open import CheckAnswerer
 from metashift.agent.gate import WriteGate
 from metashift.agent.home import Home
 from metashift.agent.registration import Registration
@@ -75,6 +76,7 @@ class Participant:
         participant_timeout: float = 5.0,
         home: Home | None = None,
         on_phase: PhaseListener | None = None,
+        agent_version: str = "",
     ) -> None:
         self.gate = gate
         self.router = gate.router
@@ -85,8 +87,11 @@ class Participant:
         self._open_target = open_target
         self.participant_timeout = participant_timeout
         self.registration = Registration(
-            self.home.store, ParticipantRecord(node_id, role, address), participant_timeout
+            self.home.store, ParticipantRecord(node_id, role, address, agent_version=agent_version),
+            participant_timeout,
         )
+        self.checks = CheckAnswerer(open_target, lambda: self.registration)
+        """Answers ``migrate check``'s dry opens of a target."""
         self.drain_timeout = drain_timeout
         self._on_phase = on_phase
         self.phase = Phase.NOT_STARTED
@@ -141,9 +146,11 @@ class Participant:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._follow(), name="participant"),
                        loop.create_task(self._beat(), name="heartbeat")]
+        self.checks.start()
 
     async def stop(self) -> None:
         self._unlisten()
+        await self.checks.stop()
         if self._lease_timer is not None:
             self._lease_timer.cancel()
         await cancel_and_wait(self._tasks, "participant")
@@ -219,6 +226,8 @@ class Participant:
     def _on_notification(self, notification: Notification) -> None:
         if notification.path == paths.FLAG or notification.path == self.record.path:
             self._wake.set()
+        else:
+            self.checks.on_notification(notification)
 
     def _on_session_event(self, event: SessionEvent) -> None:
         if event in (SessionEvent.SESSION_REESTABLISHED, SessionEvent.RECONNECTED):

@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from metashift.migration import paths
 from metashift.migration.liveness import LEASE_SHARE
-from metashift.migration.participants import ParticipantRecord
+from metashift.migration.participants import DryOpen, ParticipantRecord
 from metashift.stores import BadVersion, MetadataStore, NotFound
 
 log = logging.getLogger(__name__)
@@ -66,7 +66,7 @@ class Registration:
         fresh = dataclasses.replace(self.record.beating(), acknowledged=None, path="", version=-1)
         sent = time.monotonic()
         stat = await self.store.put(paths.PARTICIPANT_PREFIX, fresh.to_json(), ephemeral=True, sequential=True)
-        self.record = dataclasses.replace(fresh, path=stat.path, version=stat.version)
+        self.record = dataclasses.replace(fresh, path=stat.path, version=stat.version, owner=stat.owner)
         self._renewed(sent)
         log.info("registered as participant %s in %s", stat.path, self.store.url)
 
@@ -92,7 +92,7 @@ class Registration:
                     log.info("participant record %s is gone; registering again", self.record.path)
                     self.record = dataclasses.replace(self.record, path="", version=-1)
                 continue
-            self.record = dataclasses.replace(record, version=stat.version)
+            self.record = dataclasses.replace(record, version=stat.version, owner=stat.owner or record.owner)
             self._renewed(sent)
             return
         raise BadVersion(self.record.path or paths.PARTICIPANTS, "participant record kept changing under its agent")
@@ -108,6 +108,11 @@ class Registration:
                 return
             await self._rewrite(lambda r: r.beating().acknowledging(epoch))
             log.info("acknowledged migration epoch %d", epoch)
+
+    async def answer(self, dry_open: DryOpen) -> None:
+        """Record the answer to a ``migrate check`` (with a heartbeat)."""
+        async with self._lock:
+            await self._rewrite(lambda r: r.beating().answering(dry_open))
 
     async def leave(self) -> None:
         """Delete the record (the agent moved its home elsewhere)."""

@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from metashift import __version__
 from metashift.agent.auth import TokenAuth, read_token
 from metashift.agent.config import AgentConfig, ConfigError
 from metashift.agent.gate import WriteGate
@@ -128,7 +129,7 @@ class Agent:
             gate=self.gate, registry=self.registry, open_target=self.open_target,
             node_id=config.node_id, role=config.role, address=self.address,
             drain_timeout=config.drain_timeout, participant_timeout=config.coordinator.participant_timeout,
-            home=self.home, on_phase=self._phase_changed,
+            home=self.home, on_phase=self._phase_changed, agent_version=__version__,
         )
         await self.participant.start()
         await server.start()

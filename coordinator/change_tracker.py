@@ -43,6 +43,9 @@ class ChangeTracker:
         """Changed since they were last carried over (``take``)."""
         self.since_pass: set[str] = set()
         """Changed since the last full pass began: mismatches there are expected."""
+        self.created: set[str] = set()
+        """Created since ``take_created`` last took them (``MemberGuard`` looks at who holds the
+        ephemerals among them)."""
         self.broken: str | None = None
         self.anchored = False
         """Following since a full pass began (this coordinator's, or a ``pass`` marker seen)."""
@@ -113,6 +116,7 @@ class ChangeTracker:
         """Drop what was collected."""
         self.pending.clear()
         self.since_pass.clear()
+        self.created.clear()
         self._changed_at.clear()
         self._carrying = None
 
@@ -123,6 +127,7 @@ class ChangeTracker:
             return
         for path in [p for p, seq in self._changed_at.items() if seq <= mark]:
             self.pending.pop(path, None)
+            self.created.discard(path)  # the leader looked at who holds it (``MemberGuard``)
             del self._changed_at[path]
         if self._watch_confirmed:
             self.anchored = True  # followed since before that round began: knows every change since
@@ -155,6 +160,11 @@ class ChangeTracker:
         self._removers = []
         self._wide = False
         self.anchored = False
+
+    def take_created(self) -> set[str]:
+        """The paths created since the last call; collecting goes on."""
+        taken, self.created = self.created, set()
+        return taken
 
     def take(self) -> dict[str, NotificationType]:
         """The changes collected since the last ``take``; collecting goes on."""
@@ -189,6 +199,8 @@ class ChangeTracker:
             return
         if n.type is not NotificationType.DELETED or n.path not in self.pending:
             self.pending[n.path] = n.type  # a write after a delete is what counts
+        if n.type is NotificationType.CREATED:
+            self.created.add(n.path)
         self.since_pass.add(n.path)
         if self.standby:
             self._seq += 1

@@ -4,20 +4,24 @@ and written to the source store (where the cluster lives and the flag is), no ag
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from metashift.migration import paths
-from metashift.migration.flag import FlagChanged, MigrationFlag, move, new_flag, now_ms, write_flag
+from metashift.migration.flag import FlagChanged, Forced, MigrationFlag, move, new_flag, now_ms, write_flag
 from metashift.migration.origin import StoreState, read_state
 from metashift.migration.participants import list_participants
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, StoreURL, open_store, parse_url
 
+from .after_switch import AfterSwitch, writes_after
 from .cleanup import empty_target, first_path
 from .election import LeaderElection
+from .preflight import DRY_OPEN_WAIT, Preflight
+from .preflight import check as preflight_check
 
 #: How long ``start`` waits for the coordinator to remove a failed migration's copy.
 CLEAN_WAIT = 60.0
@@ -64,30 +68,61 @@ async def _startable(source: MetadataStore, target: StoreURL) -> StoreState:
         await asyncio.sleep(0.2)
 
 
-async def start(source: MetadataStore, target_url: str | StoreURL, *, clean_target: bool = False) -> MigrationFlag:
-    """Start a migration to ``target_url``: checks, then the flag (created, or replacing a FAILED
-    one, or one the cluster came back from). Raises ``MigrationRefused`` (nothing written) when a
-    migration runs or completed from here, when no agent is registered, when the target is the
-    source, or when the target is not empty. ``clean_target``: a target that is not empty is
-    emptied first (its migration flag kept: ``cleanup``), unless a cluster lives or migrates there."""
+class PreflightRefused(MigrationRefused):
+    """The pre-flight check found problems (a member bypassing the agents, an agent that cannot
+    open the target); ``report`` names each. ``--force --reason`` overrides."""
+
+    def __init__(self, report: Preflight) -> None:
+        self.report = report
+        n = len(report.problems)
+        super().__init__(
+            f"not starting: the pre-flight check found {n} problem{'s' if n > 1 else ''} (listed above; "
+            "metashift migrate check shows them all; --force --reason TEXT starts anyway)"
+        )
+
+
+async def start(
+    source: MetadataStore, target_url: str | StoreURL, *, clean_target: bool = False, force_reason: str | None = None,
+    wait: float = DRY_OPEN_WAIT,
+) -> MigrationFlag:
+    """``start_checked``, for callers that want only the flag."""
+    flag, _report = await start_checked(source, target_url, clean_target=clean_target, force_reason=force_reason,
+                                        wait=wait)
+    return flag
+
+
+async def start_checked(
+    source: MetadataStore, target_url: str | StoreURL, *, clean_target: bool = False, force_reason: str | None = None,
+    wait: float = DRY_OPEN_WAIT,
+) -> tuple[MigrationFlag, Preflight]:
+    """Start a migration to ``target_url``: the pre-flight check (``preflight``), then the flag
+    (created, or replacing a FAILED one, or one the cluster came back from). Raises
+    ``MigrationRefused`` (nothing written) when a migration runs or completed from here, when no
+    agent is registered, when the target is the source, or when the target is not empty; and
+    ``PreflightRefused`` when a member bypasses the agents or an agent cannot open the target,
+    unless ``force_reason`` is given (it goes into the flag, with what was overridden).
+    ``clean_target``: a target that is not empty is emptied first (its migration flag kept:
+    ``cleanup``), unless a cluster lives or migrates there. ``wait``: how long the check waits
+    for the agents' dry opens of the target."""
     target = parse_url(target_url) if isinstance(target_url, str) else target_url
     state = await _startable(source, target)
-    participants = await list_participants(source)
-    if not participants:
-        raise MigrationRefused(f"no agent is registered under {paths.PARTICIPANTS}: nobody would act on a migration")
-    async with await open_store(target, watch=False) as store:
-        found = await first_path(store)
-        if found is not None and not clean_target:
-            raise MigrationRefused(
-                f"the target {target} is not empty: it holds {found} (--clean-target removes what is there)"
-            )
-        if found is not None:
-            await check_cleanable(store)
-            await empty_target(store)
+    report = await preflight_check(source, target, wait=wait, clean_target=clean_target, startable=False)
+    if report.refusals:
+        raise MigrationRefused(report.refusals[0])
+    if report.problems and force_reason is None:
+        raise PreflightRefused(report)
+    if clean_target:
+        async with await open_store(target, watch=False) as store:
+            if await first_path(store) is not None:
+                await check_cleanable(store)
+                await empty_target(store)
     flag = state.flag
+    forced = None
+    if force_reason is not None:
+        forced = Forced(force_reason, tuple(report.problems), tuple(report.bypassing_owners))
     try:
-        fresh = new_flag(target.public(), flag, state.arrived_epoch)
-        return await write_flag(source, fresh, flag.version if flag else -1)
+        fresh = dataclasses.replace(new_flag(target.public(), flag, state.arrived_epoch), forced=forced)
+        return await write_flag(source, fresh, flag.version if flag else -1), report
     except FlagChanged:
         raise MigrationRefused("another command changed the migration flag at the same moment; try again") from None
 
@@ -150,6 +185,8 @@ class Status:
     copy: dict[str, Any] | None
     leader: str | None
     state: StoreState | None = None
+    after_switch: AfterSwitch | None = None
+    """Read from a store the cluster left: what was written there since the switch."""
 
     def to_dict(self) -> dict[str, Any]:
         flag = self.flag
@@ -169,10 +206,14 @@ class Status:
             "released": flag.released if flag else True,
             "lives_on": state.left_for,
             "origin": {"epoch": origin.epoch, "source": origin.source_url} if origin else None,
+            "forced": flag.forced.to_dict() if flag and flag.forced else None,
+            "writes_after_switch": self.after_switch.to_dict() if self.after_switch else None,
         }
 
 
-async def status(source: MetadataStore) -> Status:
+async def status(source: MetadataStore, *, after_switch: bool = False) -> Status:
+    """Where the migration stands, read from ``source``. ``after_switch``: read from a store the
+    cluster left, also walk it for what was written there since the switch (``after_switch``)."""
     state = await read_state(source)
     flag = state.current_flag
     epoch = flag.epoch if flag else 0
@@ -201,4 +242,7 @@ async def status(source: MetadataStore) -> Status:
                 copy["total"] = None  # a pass that had not counted its nodes (or never will: it was stopped)
             copy["stopped"] = flag.phase is Phase.FAILED and not copy.get("verified")
     leader = await LeaderElection(source, "").leader()
-    return Status(flag, participants, copy, leader, state)
+    written = None
+    if after_switch and state.left_for is not None and flag is not None and flag.switch_position is not None:
+        written = await writes_after(source, flag.switch_position)
+    return Status(flag, participants, copy, leader, state, written)

@@ -50,10 +50,14 @@ class DeltaRounds:
                report: dict[str, Any] | None = None, at: int | None = None) -> None:
         raise NotImplementedError
 
+    async def _members_joined(self, flag: MigrationFlag, *, wait: bool = False) -> str | None:
+        raise NotImplementedError
+
     async def _deltas(self, flag: MigrationFlag) -> str | None:
         previous: int | None = None
         for _ in range(MAX_DELTA_PASSES):
             carried, failure = await self._delta_round(flag)
+            failure = failure or await self._members_joined(flag)
             if failure is not None:
                 return failure
             if carried is None:

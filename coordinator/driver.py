@@ -99,6 +99,8 @@ class Coordinator:
         self.leading = False
         self._deposed = False
         self._changed = asyncio.Event()
+        self._switched: tuple[int, int | None] = (0, None)
+        """(epoch, the source's position at its COMPLETED write), as this coordinator made it."""
 
     # ---- life cycle -----------------------------------------------------------------------------
 
@@ -277,6 +279,9 @@ class Coordinator:
             return
         # not released yet: the agents hold every write until what changed just before is carried
         await move(self.source, flag, Phase.COMPLETED, coordinator=self.node_id, released=False)
+        # where the source stood at the switch: what is written there after it is not the cluster's
+        with contextlib.suppress(MetadataStoreError):
+            self._switched = (flag.epoch, await self.source.position_of(paths.FLAG))
         log.info("migration epoch %d completed", flag.epoch)
 
     async def _release(self, flag: MigrationFlag) -> None:
@@ -293,8 +298,12 @@ class Coordinator:
                 await self._check_leader()
         if failure is not None:
             log.error("migration epoch %d: after COMPLETED, %s", flag.epoch, failure)
+        epoch, position = self._switched
+        if epoch != flag.epoch or position is None:
+            # taken over after the COMPLETED write: the flag's last write is the nearest known
+            position = await self.source.position_of(paths.FLAG)
         await self._check_leader()
-        await release(self.source, flag, reason=failure)
+        await release(self.source, flag, reason=failure, switch_position=position)
         log.info("migration epoch %d released: the agents serve from the target", flag.epoch)
 
     async def _fail(self, flag: MigrationFlag, reason: str) -> None:

@@ -12,6 +12,7 @@ from metashift.spark.delta import check
 
 from .copy_runner import CopyOutcome
 from .delta_rounds import BARRIER_SECONDS, DeltaRounds
+from .member_guard import MemberGuard
 from .pass_results import FreezeBroken, PassResult, Unreachable
 
 log = logging.getLogger(__name__)
@@ -22,6 +23,7 @@ class FreezePasses(DeltaRounds):
 
     spark_delta_threshold: int
     _final_changed: set[str]
+    guard: MemberGuard
 
     async def _full_pass(self, flag: MigrationFlag, stage: str, *,
                          early_delta: bool = False) -> tuple[CopyOutcome, str | None]:
@@ -53,6 +55,10 @@ class FreezePasses(DeltaRounds):
                 await self._barrier()
             except TimeoutError:
                 return PassResult("the barrier write's notification did not come back: the change stream broke")
+        # a member that joined around the agents since the last look: the last chance before COMPLETED
+        joined = await (self.guard.scan(flag) if whole else self.guard.check(flag))
+        if joined is not None:
+            return PassResult(joined, self.passes)
         # kept until carried and checked: a store that stops answering midway means trying again
         self._final_changed |= set(self.tracker.take())
         changed = set(self._final_changed)

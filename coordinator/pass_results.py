@@ -13,6 +13,10 @@ class FreezeBroken(Exception):
     """Inside the freeze, the source changed (or the change stream broke) while a pass ran."""
 
 
+class MembersJoined(Exception):
+    """A member registered in the source through a session no agent holds (``MemberGuard``)."""
+
+
 class Unreachable(Exception):
     """A store did not answer while a pass ran (SYNCING: wait for it, then another full pass)."""
 

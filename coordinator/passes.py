@@ -31,8 +31,9 @@ from metashift.stores import paths as store_paths
 from .change_tracker import ChangeTracker
 from .copy_runner import CopyOutcome, CopyRunner
 from .freeze_passes import FreezePasses
+from .member_guard import MemberGuard
 from .outage import Reachability
-from .pass_results import Abandoned, FreezeBroken, PassResult, Unreachable
+from .pass_results import Abandoned, FreezeBroken, MembersJoined, PassResult, Unreachable
 from .progress import TIMINGS_SHOWN, ProgressNode, counters_shown, pass_timing
 
 log = logging.getLogger(__name__)
@@ -94,6 +95,10 @@ class Passes(FreezePasses):
         self.timings: list[dict[str, object]] = []
         """How long each pass took, and each stage of a Spark pass (``migrate status`` shows it)."""
         self._progress = ProgressNode(source)
+        self.guard = MemberGuard(source, tracker)
+        """Members joining around the agents fail the migration (``member_guard``)."""
+        self._scan: asyncio.Task[str | None] | None = None
+        """This full pass's look at every live ephemeral of the source."""
 
     # ---- SYNCING -------------------------------------------------------------------------------
 
@@ -108,10 +113,12 @@ class Passes(FreezePasses):
             try:
                 result = await self._sync_once(flag)
             except (Unreachable, StoreUnavailable) as e:
+                self._stop_scan()
                 failure = await self._wait_out(flag, str(e))
                 if failure is not None:
                     return PassResult(failure, self.passes)
                 continue  # another full pass, not counted against MAX_FULL_PASSES: nothing was wrong with the data
+            self._stop_scan()  # an abandoned pass's (the next one scans again)
             if result is None:
                 broken_passes += 1
                 continue
@@ -124,11 +131,16 @@ class Passes(FreezePasses):
         self.tracker.start()  # before the bulk copy: nothing that changes during it is missed
         await self.tracker.ready()
         self._final_changed.clear()
+        # every live ephemeral, beside the copy; what is created from now on, the tracker sees
+        self._scan = asyncio.get_running_loop().create_task(self.guard.scan(flag), name="member-scan")
         # every standby follows from here on too (``ChangeTracker``): it can finish the freeze
         await self.source.put(paths.PASS, json.dumps({"epoch": flag.epoch, "pass": self.passes + 1}).encode())
         self.passes += 1
         began, at = time.monotonic(), len(self.timings)
-        outcome, early = await self._full_pass(flag, f"pass {self.passes}", early_delta=True)
+        try:
+            outcome, early = await self._full_pass(flag, f"pass {self.passes}", early_delta=True)
+        except MembersJoined as e:
+            return PassResult(str(e), self.passes)
         # in the order the passes began: the first delta round ran beside this pass's verification
         self._timed("full", time.monotonic() - began, report=outcome.report, at=at)
         if outcome.error and (outcome.unreachable or await self.reachability.probe(flag.target_url)):
@@ -160,7 +172,7 @@ class Passes(FreezePasses):
             log.info("full pass %d: %d node(s) only in the target, deleted in the source since an earlier "
                      "pass: removing them", self.passes, len(stale))
             self.tracker.add_stale(stale)
-        failure = await self._deltas(flag)
+        failure = await self._deltas(flag) or await self._members_joined(flag, wait=True)
         if failure is not None:
             return PassResult(failure, self.passes)
         unexpected = [m for m in outcome.mismatches
@@ -174,6 +186,22 @@ class Passes(FreezePasses):
         if self.tracker.broken is not None:
             return None
         return PassResult(None, self.passes)
+
+    def _stop_scan(self) -> None:
+        if self._scan is not None:
+            self._scan.cancel()
+            self._scan = None
+
+    async def _members_joined(self, flag: MigrationFlag, *, wait: bool = False) -> str | None:
+        """Why the migration must fail because a member joined around the agents, or ``None``:
+        this pass's scan, once it is done (``wait``: wait for it), and the nodes created since the
+        last look (``MemberGuard``)."""
+        scan = self._scan
+        if scan is not None and (wait or scan.done()):
+            self._scan = None
+            if (why := await scan) is not None:
+                return why
+        return await self.guard.check(flag)
 
     async def _wait_out(self, flag: MigrationFlag, error: str) -> str | None:
         """A store did not answer in SYNCING: wait until both do (then ``None``: another full pass)
@@ -247,6 +275,8 @@ class Passes(FreezePasses):
                     raise Abandoned()
                 if flag.phase.frozen and (why := await self.tracker.violation()) is not None:
                     raise FreezeBroken(why)
+                if (why := await self._members_joined(flag)) is not None:
+                    raise MembersJoined(why)
                 # a copy may hang on a store that stopped answering rather than fail: look for it
                 bound = self.freeze_outage_timeout if flag.phase.frozen else self.outage_timeout
                 if (why := await self.reachability.probe(flag.target_url)) is not None:

@@ -1,5 +1,9 @@
-"""``metashift migrate start|status|abort``: the operator's commands, wired by the CLI (which is
-the only importer of this module). Everything is read from and written to the source store."""
+"""``metashift migrate check|start|status|abort``: the operator's commands, wired by the CLI
+(which is the only importer of this module). Everything is read from and written to the source
+store.
+
+``check`` exits 0 when the cluster is ready to migrate, 1 when the pre-flight check found
+something ``start`` would refuse, 2 on bad input or a source that cannot be read."""
 
 from __future__ import annotations
 
@@ -7,22 +11,35 @@ import argparse
 import asyncio
 import json
 import sys
+import time
 from typing import Any
 
-from metashift.coordinator import cleanup, control
+from metashift.coordinator import cleanup, control, preflight
+from metashift.coordinator.after_switch import AfterSwitch
 from metashift.coordinator.progress import timing_text
 from metashift.migration.phase import Phase
-from metashift.stores import open_store
+from metashift.stores import open_store, parse_url
 
 EXIT_USER_ERROR = 2
+#: ``migrate check``: the check ran and found something ``start`` refuses.
+EXIT_NOT_READY = 1
 #: ``--wait``: how often the flag is read while following a migration.
 FOLLOW_SECONDS = 0.5
+#: ``status --watch``: how often a store the cluster left is walked for writes since the switch.
+AFTER_SWITCH_SECONDS = 10.0
 
 
 def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser], runner: Any) -> None:
     p = sub.add_parser("migrate", help="start, follow or abort a migration of the whole cluster's metadata")
     verbs = p.add_subparsers(dest="verb", metavar="VERB")
     verbs.required = True
+    c = verbs.add_parser("check", help="the pre-flight check: is every broker and bookie behind an agent, can "
+                                       "every agent open the target, is the target empty (exit 0 ready, 1 not)")
+    c.add_argument("--source", required=True, metavar="URL", help="the store the cluster uses now")
+    c.add_argument("--target", required=True, metavar="URL", help="the store to move to")
+    c.add_argument("--json", action="store_true", help="print the report as JSON")
+    _agent_timeout(c)
+    c.set_defaults(handler=lambda a: runner(_check(a)))
     s = verbs.add_parser("start", help="start a migration: every agent freezes, the coordinator copies and switches")
     s.add_argument("--source", required=True, metavar="URL", help="the store the cluster uses now")
     s.add_argument("--target", required=True, metavar="URL", help="the (empty) store to move to")
@@ -30,6 +47,11 @@ def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser], runner
                    help="remove what the target holds first, after a confirmation (the way back: the store the "
                         "cluster left); refused while a cluster lives or migrates there")
     s.add_argument("--yes", action="store_true", help="confirm --clean-target without asking")
+    s.add_argument("--force", action="store_true",
+                   help="start although the pre-flight check found problems (needs --reason; what was overridden "
+                        "goes into the flag and status)")
+    s.add_argument("--reason", metavar="TEXT", help="why --force: recorded in the flag and shown by status")
+    _agent_timeout(s)
     s.add_argument("--wait", action="store_true", help="follow the migration to its end (exit 0 COMPLETED, 1 FAILED)")
     s.add_argument("--json", action="store_true", help="print the status as JSON")
     s.set_defaults(handler=lambda a: runner(_start(a)))
@@ -44,15 +66,60 @@ def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser], runner
     a.set_defaults(handler=lambda a: runner(_abort(a)))
 
 
+def _agent_timeout(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--agent-timeout", type=_seconds, default=preflight.DRY_OPEN_WAIT, metavar="SECONDS",
+                   help=f"how long to wait for every agent's dry open of the target "
+                        f"(default {preflight.DRY_OPEN_WAIT:g})")
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not 0 < value <= 3600:
+        raise argparse.ArgumentTypeError(f"must be more than 0 and at most 3600 seconds: {text!r}")
+    return value
+
+
+async def _check(args: argparse.Namespace) -> int:
+    target = parse_url(args.target)  # a malformed URL: exit 2 before anything is contacted
+    async with await open_store(args.source, create_root=False) as source:
+        report = await preflight.check(source, target, wait=args.agent_timeout)
+    print(json.dumps(report.to_dict(), indent=2) if args.json else report.text(), flush=True)
+    return 0 if report.ready else EXIT_NOT_READY
+
+
 async def _start(args: argparse.Namespace) -> int:
+    if args.force and not (args.reason or "").strip():
+        print("metashift: error: --force needs --reason TEXT (why the pre-flight check is overridden: it goes "
+              "into the flag and status)", file=sys.stderr)
+        return EXIT_USER_ERROR
+    if args.reason is not None and not args.force:
+        print("metashift: error: --reason goes with --force", file=sys.stderr)
+        return EXIT_USER_ERROR
+    parse_url(args.target)
     async with await open_store(args.source, create_root=False) as source:
         try:
             if args.clean_target and not await _confirm_clean(args.target, args.yes):
                 return EXIT_USER_ERROR
-            flag = await control.start(source, args.target, clean_target=args.clean_target)
+            flag, report = await control.start_checked(
+                source, args.target, clean_target=args.clean_target,
+                force_reason=args.reason.strip() if args.force else None, wait=args.agent_timeout,
+            )
+        except control.PreflightRefused as e:
+            for problem in e.report.problems:
+                print(f"metashift: error: {problem}", file=sys.stderr)
+            print(f"metashift: error: {e}", file=sys.stderr)
+            return EXIT_USER_ERROR
         except control.MigrationRefused as e:
             print(f"metashift: error: {e}", file=sys.stderr)
             return EXIT_USER_ERROR
+        for warning in report.warnings:
+            print(f"metashift: warning: {warning}", file=sys.stderr)
+        if flag.forced is not None:
+            for problem in flag.forced.problems:
+                print(f"metashift: warning: overridden by --force: {problem}", file=sys.stderr)
         if not args.json:
             print(f"migration epoch {flag.epoch} started: {flag.phase.value} -> {flag.target_url}", flush=True)
         if not args.wait:
@@ -129,8 +196,15 @@ async def _follow(source: Any, epoch: int, *, show: bool) -> dict[str, Any]:
 async def _status(args: argparse.Namespace) -> int:
     async with await open_store(args.source, create_root=False) as source:
         last = None
+        walked = 0.0
+        written = None
         while True:
-            now = (await control.status(source)).to_dict()
+            # what the old store got after the switch takes a walk of it: not at every look
+            walk = time.monotonic() - walked >= AFTER_SWITCH_SECONDS
+            now = (await control.status(source, after_switch=walk)).to_dict()
+            if walk:
+                walked, written = time.monotonic(), now["writes_after_switch"]
+            now["writes_after_switch"] = written
             shown = {k: v for k, v in now.items() if k != "elapsed_s"}
             if shown != last:
                 print(json.dumps(now, indent=2) if args.json else _text(now), flush=True)
@@ -166,6 +240,13 @@ def _text(status: dict[str, Any]) -> str:
         lines.append(f"arrived from {origin['source']} (epoch {origin['epoch']})")
     if status["reason"]:
         lines.append(f"reason       {status['reason']}")
+    if status.get("forced"):
+        forced = status["forced"]
+        lines.append(f"forced       {forced['reason']} (started with --force past the pre-flight check)")
+        for problem in forced.get("problems") or []:
+            lines.append(f"  overridden {problem}")
+    if status.get("writes_after_switch") is not None:
+        lines.append(f"written here after the switch: {AfterSwitch(**status['writes_after_switch']).text()}")
     if status["coordinator"]:
         lines.append(f"coordinator  {status['coordinator']}")
     if status["copy"]:

@@ -9,7 +9,11 @@ move), ``startedAt`` and ``phaseSince`` (milliseconds since the epoch), ``target
 participants the coordinator stopped waiting for in PREPARATION: no heartbeat for their
 ``participant_timeout``) and ``released`` (``false`` only in a COMPLETED flag whose coordinator is
 still carrying what changed in the source before its COMPLETED write: agents keep holding the
-writes until the key goes). A flag read from the store
+writes until the key goes), ``forced`` (``migrate start --force --reason``: the reason, the
+pre-flight problems overridden and the store sessions no agent held then, which the
+coordinator tolerates) and ``switchPosition`` (where the source's history stood at the COMPLETED
+write: ``BulkStore.position_of``; ``status`` on the store the cluster left names what was written
+there after it). A flag read from the store
 carries the store version it was read at; every move is a compare-and-set on that version, so a
 deposed coordinator, whose copy is stale, can never move a phase.
 """
@@ -47,6 +51,34 @@ def now_ms() -> int:
 
 
 @dataclass(frozen=True)
+class Forced:
+    """Why an operator started a migration past the pre-flight check's problems, and what they were."""
+
+    reason: str
+    problems: tuple[str, ...] = ()
+    sessions: tuple[int, ...] = ()
+    """Store sessions no agent held at the start (the coordinator lets their ephemerals be)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"reason": self.reason, "problems": list(self.problems),
+                "sessions": [f"0x{s:x}" for s in self.sessions]}
+
+    @classmethod
+    def from_dict(cls, body: object) -> Forced:
+        if not isinstance(body, dict) or not isinstance(body.get("reason"), str):
+            raise MalformedFlag(f"forced must be an object with a reason, not {body!r}")
+        problems = body.get("problems") or []
+        sessions = body.get("sessions") or []
+        if not isinstance(problems, list) or not all(isinstance(p, str) for p in problems):
+            raise MalformedFlag("forced.problems must be a list of strings")
+        try:
+            owners = tuple(int(s, 16) for s in sessions)
+        except (TypeError, ValueError):
+            raise MalformedFlag(f"forced.sessions must be hexadecimal session ids, not {sessions!r}") from None
+        return cls(body["reason"], tuple(problems), owners)
+
+
+@dataclass(frozen=True)
 class MigrationFlag:
     """One migration's state as the flag records it, with the store version it was read at."""
 
@@ -64,6 +96,10 @@ class MigrationFlag:
     """False in a COMPLETED flag until the coordinator carried the source's last changes: the
     COMPLETED write is where the cluster switches, and a writer bypassing the agents may have
     written just before it, after the last check."""
+    forced: Forced | None = None
+    """``migrate start --force``: why, and what the pre-flight check found that it overrode."""
+    switch_position: int | None = None
+    """The source's position (``BulkStore.position_of``) at the COMPLETED write, once released."""
     version: int = -1
     """The flag node's version when read; -1 for a flag not (yet) stored."""
 
@@ -84,6 +120,10 @@ class MigrationFlag:
             body["dropped"] = list(self.dropped)
         if not self.released:
             body["released"] = False
+        if self.forced is not None:
+            body["forced"] = self.forced.to_dict()
+        if self.switch_position is not None:
+            body["switchPosition"] = self.switch_position
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
@@ -122,6 +162,13 @@ class MigrationFlag:
             if not isinstance(dropped, list) or not all(isinstance(d, str) for d in dropped):
                 raise MalformedFlag(f"dropped must be a list of node ids, not {dropped!r}")
             fields["dropped"] = tuple(dropped)
+        if body.get("forced") is not None:
+            fields["forced"] = Forced.from_dict(body["forced"])
+        position = body.get("switchPosition")
+        if position is not None:
+            if not isinstance(position, int) or isinstance(position, bool):
+                raise MalformedFlag(f"switchPosition must be a whole number, not {position!r}")
+            fields["switch_position"] = position
         return cls(phase, target, epoch, version=version, **fields)
 
     # ---- moves -----------------------------------------------------------------------------------
@@ -197,9 +244,13 @@ async def move(
     return await write_flag(store, moved, flag.version)
 
 
-async def release(store: MetadataStore, flag: MigrationFlag, *, reason: str | None = None) -> MigrationFlag:
+async def release(
+    store: MetadataStore, flag: MigrationFlag, *, reason: str | None = None, switch_position: int | None = None
+) -> MigrationFlag:
     """Let the agents go to the target of a COMPLETED ``flag`` (as read): a compare-and-set that
-    drops ``released: false``; ``reason`` records what could not be carried, if anything."""
+    drops ``released: false``; ``reason`` records what could not be carried, if anything;
+    ``switch_position`` where the source's history stood at the COMPLETED write."""
     if flag.phase is not Phase.COMPLETED:
         raise ValueError(f"only a COMPLETED flag is released, not {flag.phase.value}")
-    return await write_flag(store, dataclasses.replace(flag, released=True, reason=reason), flag.version)
+    released = dataclasses.replace(flag, released=True, reason=reason, switch_position=switch_position)
+    return await write_flag(store, released, flag.version)

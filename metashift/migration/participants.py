@@ -6,6 +6,11 @@ so status can always name who has and has not acknowledged. It also rewrites its
 quarter of its ``timeout`` (``heartbeat`` + 1): a record that has not changed for ``timeout``
 seconds, as its observer measures it, belongs to a dead agent, whatever its store session says.
 A record without ``timeout`` (written by hand, or by an older agent) lives as long as its node.
+
+The record also says which metashift ``version`` the agent runs, and answers ``migrate check``'s
+dry opens of a target (``dryOpen``: the request's name, the target, whether the agent could open
+it with its own credentials, and why not). Its node's own ephemeral owner is the agent's store
+session (``owner``, read with the record): the session its clients' ephemerals live on.
 """
 
 from __future__ import annotations
@@ -44,6 +49,12 @@ class ParticipantRecord:
     timeout: float | None = None
     """The agent's ``coordinator.participant_timeout``: dead after that long without a heartbeat
     (``None``: no heartbeat; alive as long as the node exists)."""
+    agent_version: str = ""
+    """The metashift version the agent runs ("": an agent older than the field)."""
+    dry_open: DryOpen | None = None
+    """The agent's answer to the last ``migrate check`` it saw."""
+    owner: int = 0
+    """The store session the record's node lives on, the agent's own (read, never written)."""
 
     def to_json(self) -> bytes:
         body: dict[str, Any] = {
@@ -51,10 +62,14 @@ class ParticipantRecord:
         }
         if self.timeout is not None:
             body.update(heartbeat=self.heartbeat, heartbeatAt=self.heartbeat_at, timeout=self.timeout)
+        if self.agent_version:
+            body["version"] = self.agent_version
+        if self.dry_open is not None:
+            body["dryOpen"] = self.dry_open.to_dict()
         return json.dumps(body, separators=(",", ":")).encode()
 
     @classmethod
-    def from_json(cls, data: bytes, path: str = "", version: int = -1) -> ParticipantRecord:
+    def from_json(cls, data: bytes, path: str = "", version: int = -1, owner: int = 0) -> ParticipantRecord:
         body = json.loads(data)
         if not isinstance(body, dict) or not isinstance(body.get("nodeId"), str):
             raise ValueError("not a participant record")
@@ -67,7 +82,13 @@ class ParticipantRecord:
             heartbeat_at=body["heartbeatAt"] if _whole(body.get("heartbeatAt")) else 0,
             timeout=float(timeout) if isinstance(timeout, int | float) and not isinstance(timeout, bool)
             and timeout > 0 else None,
+            agent_version=str(body.get("version") or ""),
+            dry_open=DryOpen.from_dict(body.get("dryOpen")),
+            owner=owner,
         )
+
+    def answering(self, answer: DryOpen) -> ParticipantRecord:
+        return dataclasses.replace(self, dry_open=answer)
 
     def acknowledging(self, epoch: int) -> ParticipantRecord:
         return dataclasses.replace(self, acknowledged=epoch)
@@ -83,6 +104,28 @@ class ParticipantRecord:
             return None
         now = int(time.time() * 1000) if now_ms is None else now_ms
         return max(0.0, (now - self.heartbeat_at) / 1000.0)
+
+
+@dataclass(frozen=True)
+class DryOpen:
+    """An agent's answer to a ``migrate check``: could it open the target with its own credentials?"""
+
+    request: str
+    """The request's node name (``check-NNNNNNNNNN``)."""
+    target: str
+    ok: bool
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"request": self.request, "target": self.target, "ok": self.ok, "error": self.error}
+
+    @classmethod
+    def from_dict(cls, body: object) -> DryOpen | None:
+        if not isinstance(body, dict) or not isinstance(body.get("request"), str):
+            return None
+        error = body.get("error")
+        return cls(body["request"], str(body.get("target", "")), body.get("ok") is True,
+                   error if isinstance(error, str) else None)
 
 
 def _whole(value: object) -> bool:
@@ -102,7 +145,7 @@ async def list_participants(store: MetadataStore) -> list[ParticipantRecord]:
         if not isinstance(got, tuple):
             continue  # gone since listed
         try:
-            out.append(ParticipantRecord.from_json(got[0], path, got[1].version))
+            out.append(ParticipantRecord.from_json(got[0], path, got[1].version, got[1].owner))
         except ValueError:
             log.warning("participant node %s does not hold a participant record; ignored", path)
     return out

@@ -28,6 +28,11 @@ PASS = f"{ROOT}/pass"
 #: forgets what changed before ``CARRYING`` when ``CARRIED`` comes, so that its set stays small.
 CARRYING = f"{ROOT}/carrying"
 CARRIED = f"{ROOT}/carried"
+#: ``migrate check``'s requests to every agent (``check-NNNNNNNNNN``, ephemerals of the checking
+#: command's session, JSON ``{"targetUrl"}``): each agent opens that target with its own
+#: credentials and answers in its participant record (``dryOpen``).
+PREFLIGHT = f"{ROOT}/preflight"
+PREFLIGHT_PREFIX = f"{PREFLIGHT}/check-"
 #: In a store a migration completed into: where the cluster came from, and the epoch. Written by
 #: the coordinator into the target just before COMPLETED; the next migration's epoch follows it.
 ORIGIN = f"{ROOT}/origin"
