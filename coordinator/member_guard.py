@@ -5,9 +5,12 @@ on a session no agent holds (``preflight``). A member may still join that way af
 broker restarted onto the store directly, a new bookie configured by hand. Its ephemerals give it
 away: the guard looks, at the start of every full pass (once the change stream is confirmed), at
 every live ephemeral of the source, and then at who holds each node created since (the change
-tracker's ``created``). One held by a session that no agent holds, and that ``--force`` did not
-accept at the start, fails the migration before COMPLETED, naming the path and the session: the
-cluster would be split in two otherwise.
+tracker's ``created``). One held by a session that no agent holds fails the migration before
+COMPLETED, naming the path and the session: the cluster would be split in two otherwise.
+
+A migration started with ``--force`` past such sessions lets their ephemerals be as long as they
+stay untouched: the first write to one of them (a broker rewriting its registration or load
+report, a new ephemeral) shows the member is still at work around the agents, and fails it.
 """
 
 from __future__ import annotations
@@ -34,14 +37,33 @@ class MemberGuard:
     def __init__(self, source: Store, tracker: ChangeTracker) -> None:
         self.source = source
         self.tracker = tracker
+        self.tolerated: dict[str, Holder] = {}
+        """Ephemerals of the sessions ``--force`` accepted, as the last scan found them."""
 
     async def scan(self, flag: MigrationFlag) -> str | None:
         """Every live ephemeral of the source: why the migration must fail, or ``None``."""
         found = await census(self.source, await list_participants(self.source))
+        accepted = _accepted(flag)
+        self.tolerated = {p: h for h in found.bypassing if h.owner in accepted for p in h.paths}
         return _verdict(flag, found.bypassing)
 
     async def check(self, flag: MigrationFlag) -> str | None:
-        """The nodes created since the last look: why the migration must fail, or ``None``."""
+        """The nodes created since the last look, and the tolerated ephemerals: why the migration
+        must fail, or ``None``."""
+        touched = sorted(self.tolerated.keys() & self.tracker.since_pass)
+        for path, got in zip(touched, await self.source.batch([GetOp(p) for p in touched]), strict=True):
+            holder = self.tolerated[path]
+            if isinstance(got, MetadataStoreError):
+                raise got
+            if not isinstance(got, tuple) or got[1].owner != holder.owner:
+                del self.tolerated[path]  # gone: the member left the source (its session ended)
+                continue
+            what = f"{holder.members[0][0]} {holder.members[0][1]}" if holder.members else "a client"
+            reason = (f"a member started past the pre-flight check (--force) writes around the agents: {path}, an "
+                      f"ephemeral of session {holder.session}, changed ({what} reaches the source directly; it "
+                      "would be split off by the migration)")
+            log.warning("%s", reason)
+            return reason
         created = sorted(p for p in self.tracker.take_created() if not p.startswith(paths.PREFLIGHT))
         if not created:
             return None
@@ -59,11 +81,16 @@ class MemberGuard:
         found = Census(agents={r.owner: r.node_id for r in await list_participants(self.source) if r.owner})
         for path, owner in owned:
             found.add(path, owner)
-        return _verdict(flag, found.bypassing)
+        # a new ephemeral is a write: from a session --force accepted too
+        return _verdict(flag, found.bypassing, accept=False)
 
 
-def _verdict(flag: MigrationFlag, bypassing: list[Holder]) -> str | None:
-    accepted = set(flag.forced.sessions) if flag.forced is not None else set()
+def _accepted(flag: MigrationFlag) -> set[int]:
+    return set(flag.forced.sessions) if flag.forced is not None else set()
+
+
+def _verdict(flag: MigrationFlag, bypassing: list[Holder], *, accept: bool = True) -> str | None:
+    accepted = _accepted(flag) if accept else set()
     joined = [h for h in bypassing if h.owner not in accepted]
     if not joined:
         return None

@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.harness", "tests.zkfront", "tests.zkjava"]
+pytest_plugins = ["tests.harness", "tests.zkfront", "tests.zkjava", "tests.agent_processes"]

@@ -73,6 +73,8 @@ class AgentProcess:
     """More keys of the ``[coordinator]`` section (``participant_timeout``, ...)."""
     zk_listen: str | None = None
     """``host:port``: also serve ZooKeeper's protocol there (a stock broker or bookie dials it)."""
+    target_credentials: tuple[str, str] | None = None
+    """(user, password) of the ``[target]`` section: how this agent opens a migration's target."""
     process: asyncio.subprocess.Process | None = None
     killed: bool = False
 
@@ -125,6 +127,9 @@ class AgentProcess:
             lines.append(f"{key} = {_toml(value) if isinstance(value, str) else repr(value).lower()}")
         if self.zk_listen:
             lines += ["", "[zookeeper]", f"listen = {_toml(self.zk_listen)}"]
+        if self.target_credentials:
+            user, password = self.target_credentials
+            lines += ["", "[target]", f"username = {_toml(user)}", f"password = {_toml(password)}"]
         return "\n".join(lines) + "\n"
 
     async def start(self) -> None:
