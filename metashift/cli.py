@@ -59,12 +59,30 @@ async def _sandbox(args: argparse.Namespace) -> int:
         print("metashift: error: --client-protocol is for the simulated clients; with --pulsar, Pulsar's own "
               "brokers and bookie speak ZooKeeper's protocol to their agents", file=sys.stderr)
         return EXIT_USER_ERROR
+    source, target = args.source or "zk", args.target or ("zk" if args.source == "etcd" else "etcd")
+    if source == target:
+        print(f"metashift: error: --source and --target are both {source}: a migration needs another store",
+              file=sys.stderr)
+        return EXIT_USER_ERROR
+    if not args.pulsar and (args.adopt or args.forget):
+        print("metashift: error: --adopt and --forget are for a real Pulsar cluster (--pulsar)", file=sys.stderr)
+        return EXIT_USER_ERROR
+    if not args.pulsar and (source, target) != ("zk", "etcd"):
+        print("metashift: error: the simulated sandbox migrates zk -> etcd; other pairs need --pulsar",
+              file=sys.stderr)
+        return EXIT_USER_ERROR
+    adopt = args.adopt or source != "zk"  # a cluster on etcd is born there, then adopts its agents
+    if args.forget and not adopt:
+        print("metashift: error: --forget needs --adopt (a member left on the store in the rolling restart)",
+              file=sys.stderr)
+        return EXIT_USER_ERROR
     return await run_sandbox(
         Options(
             topics=args.topics, brokers=args.brokers, bookies=args.bookies, clients_per_agent=args.clients,
             json=args.json, kill_agent_at=args.kill_agent_at, kill_agent=args.kill_agent, keep=args.keep,
             spark_master=args.spark_master, beside_copy=args.beside_copy,
             pulsar=args.pulsar, abort_first=args.abort_first, client_protocol=args.client_protocol or "grpc",
+            source=source, target=target, adopt=adopt, forget=args.forget,
         )
     )
 
@@ -94,6 +112,17 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--pulsar", action="store_true",
                    help="a real Apache Pulsar cluster (the release `make setup` fetched: a bookie, two brokers, "
                    "producers and consumers) instead of simulated clients; then Pulsar restarted on etcd directly")
+    p.add_argument("--source", choices=["zk", "etcd"],
+                   help="the store the cluster starts on (default zk); with --pulsar and etcd, Pulsar starts on "
+                   "etcd directly and adopts its agents by a rolling restart")
+    p.add_argument("--target", choices=["zk", "etcd"],
+                   help="the store it migrates into (default etcd, or zk from etcd)")
+    p.add_argument("--adopt", action="store_true",
+                   help="with --pulsar: start Pulsar on the source store directly, then adopt the agents by a "
+                   "rolling restart (the bookie, then each broker), `migrate check` before and after each step")
+    p.add_argument("--forget", choices=["broker-1", "broker-2", "bookie-1"], metavar="NAME",
+                   help="with --adopt: leave NAME on the store at first: the check names it, `migrate start` "
+                   "refuses, `migrate start --force` fails; then it is restarted onto its agent")
     # for tests, with --pulsar: a first migration aborted while it copies, then the migration
     p.add_argument("--abort-first", action="store_true", help=argparse.SUPPRESS)
     # for tests: SIGKILL the coordinator's agent process as soon as the migration is in PHASE

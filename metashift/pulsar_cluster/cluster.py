@@ -1,6 +1,8 @@
-"""The whole cluster: ZooKeeper and etcd, one agent per Pulsar process, a bookie and brokers that
-talk ZooKeeper's protocol to their agents; later the same bookie and brokers restarted on Pulsar's
-own etcd URLs with no agent. Everything goes at ``cleanup``, whatever happened before."""
+"""The whole cluster: the source and target stores, one agent per Pulsar process, a bookie and
+brokers that talk ZooKeeper's protocol to their agents, or the source store directly (a cluster
+born there, which adopts its agents by a rolling restart); later the same bookie and brokers
+restarted on Pulsar's own URLs of the target with no agent. Everything goes at ``cleanup``,
+whatever happened before."""
 
 from __future__ import annotations
 
@@ -54,49 +56,80 @@ def _wait_port(port: int, within: float) -> None:
             time.sleep(0.1)
 
 
+#: The stores a cluster can live on, by metashift's URL scheme.
+STORE_KINDS = ("zk", "etcd")
+#: Where a Pulsar process reaches its metadata: through its agent's ZooKeeper front, or a store
+#: directly (one of ``STORE_KINDS``, with Pulsar's own URL of it).
+AGENT = "agent"
+STORE_NAMES = {"zk": "ZooKeeper", "etcd": "etcd", "oxia": "Oxia"}
+
+LocalServer = LocalZooKeeper | LocalEtcd
+
+
 class PulsarCluster:
-    """A bookie and ``brokers`` brokers, each beside its own ``metashift agent --zk-listen``."""
+    """A bookie and ``brokers`` brokers, each beside its own ``metashift agent --zk-listen``, on a
+    ``source`` store to be migrated into ``target``. ``born_direct``: the processes start on the
+    source store's own URL (as a cluster that never had agents), to adopt them later
+    (``restart_member``)."""
 
     def __init__(
         self, work_dir: Path, release: PulsarRelease, *, brokers: int = 2, hold_timeout: float = 300.0,
         prepare_timeout: float = 60.0, spark_master: str | None = None, say: Callable[[str], None] = print,
-        bookie_driver: str = "metadata-store",
+        bookie_driver: str = "metadata-store", source: str = "zk", target: str = "etcd", born_direct: bool = False,
     ) -> None:  # fmt: skip
         if bookie_driver not in BOOKIE_DRIVERS:
             raise ValueError(f"bookie_driver must be one of {BOOKIE_DRIVERS}, not {bookie_driver!r}")
+        for kind in (source, target):
+            if kind not in STORE_KINDS:
+                raise ValueError(f"store kind must be one of {STORE_KINDS}, not {kind!r}")
+        if source == target:
+            raise ValueError(f"the source and the target are both {source}")
         self.bookie_driver = bookie_driver
         self.work_dir = work_dir
         log_client_to(str(work_dir / "pulsar-client.log"))  # the producers' and consumers' own log
         self.release = release
         self.say = say
-        self.zk = LocalZooKeeper(work_dir / "zookeeper")
-        self.etcd = LocalEtcd(work_dir / "etcd")
+        self.source, self.target = source, target
+        self.servers: dict[str, LocalServer] = {kind: _server(kind, work_dir) for kind in (source, target)}
         self.log4j = work_dir / "log4j2.properties"
         self.broker_ports = [configs.BrokerPorts(free_port(), free_port()) for _ in range(brokers)]
         self.bookie_port = free_port()
-        names = [f"broker-{i}" for i in range(1, brokers + 1)] + ["bookie-1"]
+        self.names = [f"broker-{i}" for i in range(1, brokers + 1)] + ["bookie-1"]
         self.agents = [
             AgentProcess(
                 name, "bookie" if name.startswith("bookie") else "broker", work_dir / "agents", "",
                 hold_timeout=hold_timeout, prepare_timeout=prepare_timeout, spark_master=spark_master,
                 zk_listen=f"127.0.0.1:{free_port()}",
             )
-            for name in names
+            for name in self.names
         ]  # fmt: skip
-        self.brokers: list[JavaProcess] = []
-        self.bookie: JavaProcess | None = None
-        self.on_etcd = False
-        """True once the bookie and brokers run on Pulsar's own etcd URLs (no agents)."""
+        self.where = {name: source if born_direct else AGENT for name in self.names}
+        """Where each Pulsar process reaches its metadata now (``AGENT`` or a store kind)."""
+        self.processes: dict[str, JavaProcess] = {}
+        """The running incarnation of each Pulsar process."""
+        self.history: list[JavaProcess] = []
+        """Every incarnation started, in order (their logs hold the ledger ids they handed out)."""
 
     # ---- addresses ------------------------------------------------------------------------------
 
+    def store_url(self, kind: str) -> str:
+        """metashift's URL of the store ``kind``."""
+        return f"{self.servers[kind].url}?timeout={STORE_TIMEOUT_S:g}"
+
+    def native_url(self, kind: str) -> str:
+        """Pulsar's own URL of the store ``kind`` (``metadataStoreUrl``)."""
+        server = self.servers[kind]
+        if isinstance(server, LocalZooKeeper):
+            return f"zk:{server.hosts}"
+        return f"etcd:{server.endpoint}"
+
     @property
     def source_url(self) -> str:
-        return f"{self.zk.url}?timeout={STORE_TIMEOUT_S:g}"
+        return self.store_url(self.source)
 
     @property
     def target_url(self) -> str:
-        return f"{self.etcd.url}?timeout={STORE_TIMEOUT_S:g}"
+        return self.store_url(self.target)
 
     def agent(self, name: str) -> AgentProcess:
         return next(a for a in self.agents if a.node_id == name)
@@ -116,32 +149,48 @@ class PulsarCluster:
         return [p.web_url for p in self.broker_ports]
 
     def metadata_url(self, name: str) -> str:
-        """Pulsar's metadata store URL for the process ``name``: its agent, or etcd."""
-        return f"etcd:{self.etcd.endpoint}" if self.on_etcd else f"zk:{self.zk_address(name)}"
+        """Pulsar's metadata store URL for the process ``name``: its agent, or a store directly."""
+        where = self.where[name]
+        return f"zk:{self.zk_address(name)}" if where == AGENT else self.native_url(where)
 
     def bookie_metadata_uri(self) -> str:
         """The bookie's ``metadataServiceUri``: Pulsar's metadata-store driver (``/ledgers`` is not
         appended: with Pulsar 4.0 it is a ZooKeeper chroot, below which BookKeeper looks for its own
-        ``/ledgers``; README, "A real Pulsar cluster"), or BookKeeper's own ZooKeeper driver
-        (``zk+hierarchical://.../ledgers``). On etcd, always Pulsar's driver."""
-        if self.bookie_driver == "zk+hierarchical" and not self.on_etcd:
+        ``/ledgers``; README, "A real Pulsar cluster"), or, through its agent, BookKeeper's own
+        ZooKeeper driver (``zk+hierarchical://.../ledgers``) if asked."""
+        if self.bookie_driver == "zk+hierarchical" and self.where["bookie-1"] == AGENT:
             return f"zk+hierarchical://{self.zk_address('bookie-1')}/ledgers"
         return f"metadata-store:{self.metadata_url('bookie-1')}"
+
+    @property
+    def brokers(self) -> list[JavaProcess]:
+        return [self.processes[n] for n in self.names if n.startswith("broker") and n in self.processes]
+
+    @property
+    def bookie(self) -> JavaProcess | None:
+        return self.processes.get("bookie-1")
 
     @property
     def pulsar_processes(self) -> list[JavaProcess]:
         return [*self.brokers, *([self.bookie] if self.bookie else [])]
 
+    def broker_logs(self) -> list[str]:
+        """The logs of every broker incarnation (each names the ledger ids it handed out)."""
+        return [p.log_text() for p in self.history if p.name.startswith("broker")]
+
     # ---- start ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Servers, agents, cluster metadata (through broker-1's agent), bookie, brokers."""
+        """Servers, agents, cluster metadata (through broker-1's agent, or on the source directly),
+        bookie, brokers."""
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.log4j.write_text(configs.LOG4J2)
         # in the caller's (main) thread: the servers die with the thread that started them
-        self.zk.start()
-        self.etcd.start()
-        self.say(f"ZooKeeper at {self.zk.url}, etcd at {self.etcd.url}; Pulsar {self.release.version}")
+        for server in self.servers.values():
+            server.start()
+        self.say(f"{STORE_NAMES[self.source]} (source) at {self.servers[self.source].url}, "
+                 f"{STORE_NAMES[self.target]} (target) at {self.servers[self.target].url}; "
+                 f"Pulsar {self.release.version}")  # fmt: skip
         for agent in self.agents:
             agent.source_url = self.source_url
         self.agents[0].work_dir.mkdir(parents=True, exist_ok=True)
@@ -166,40 +215,45 @@ class PulsarCluster:
         code = await tool.run_to_end(SETUP_S)
         if code != 0:
             raise PulsarStartError(f"PulsarClusterMetadataSetup exited with {code}:\n{tool.log_tail()}")
-        self.say(f"cluster metadata initialized through broker-1's agent ({url})")
+        self.say(f"cluster metadata initialized ({url})")
+
+    def _process(self, name: str) -> JavaProcess:
+        """A new incarnation of the Pulsar process ``name`` on ``metadata_url(name)`` (its config
+        and log named after where it reaches its metadata and the how-manyth start it is)."""
+        n = sum(1 for p in self.history if p.name == name) + 1
+        tag = f"{self.where[name]}-{n}"
+        home = self.work_dir / name
+        conf = self.work_dir / f"{name}-{tag}.conf"
+        if name.startswith("bookie"):
+            conf.write_text(configs.bookie_conf(self.bookie_metadata_uri(), self.bookie_port, home))
+            command = [*self.release.java("org.apache.bookkeeper.server.Main", heap_mb=160, direct_mb=160,
+                                          log_config=self.log4j), "--conf", str(conf)]  # fmt: skip
+        else:
+            ports = self.broker_ports[int(name.rsplit("-", 1)[1]) - 1]
+            conf.write_text(configs.broker_conf(self.metadata_url(name), ports, home))
+            command = [*self.release.java("org.apache.pulsar.PulsarBrokerStarter", heap_mb=256, direct_mb=192,
+                                          log_config=self.log4j), "--broker-conf", str(conf)]  # fmt: skip
+        process = JavaProcess(name, command, self.work_dir / f"{name}-{tag}.log", home)
+        self.history.append(process)
+        self.processes[name] = process
+        return process
 
     async def _start_pulsar(self) -> None:
         """The bookie first (brokers need one to write), then the brokers together."""
-        tag = "-etcd" if self.on_etcd else ""
-        bookie_dir = self.work_dir / "bookie-1"
-        conf = self.work_dir / f"bookie-1{tag}.conf"
-        conf.write_text(configs.bookie_conf(self.bookie_metadata_uri(), self.bookie_port, bookie_dir))
-        self.bookie = JavaProcess(
-            "bookie-1",
-            [*self.release.java("org.apache.bookkeeper.server.Main", heap_mb=160, direct_mb=160, log_config=self.log4j),
-             "--conf", str(conf)],
-            self.work_dir / f"bookie-1{tag}.log", bookie_dir,
-        )  # fmt: skip
-        await self.bookie.start()
-        self.say(f"bookie-1 started (pid {self.bookie.pid}); waiting for it to serve ...")
-        await self._ready(self.bookie, BOOKIE_READY, BOOKIE_READY_S)
-        self.brokers = []
-        for i, ports in enumerate(self.broker_ports, start=1):
-            name = f"broker-{i}"
-            conf = self.work_dir / f"{name}{tag}.conf"
-            conf.write_text(configs.broker_conf(self.metadata_url(name), ports, self.work_dir / name))
-            self.brokers.append(JavaProcess(
-                name,
-                [*self.release.java("org.apache.pulsar.PulsarBrokerStarter", heap_mb=256, direct_mb=192,
-                                    log_config=self.log4j), "--broker-conf", str(conf)],
-                self.work_dir / f"{name}{tag}.log", self.work_dir / name,
-            ))  # fmt: skip
-        for broker in self.brokers:
+        bookie = self._process("bookie-1")
+        await bookie.start()
+        self.say(f"bookie-1 started (pid {bookie.pid}); waiting for it to serve ...")
+        await self._ready(bookie, BOOKIE_READY, BOOKIE_READY_S)
+        brokers = [self._process(n) for n in self.names if n.startswith("broker")]
+        for broker in brokers:
             await broker.start()
-        await asyncio.gather(*(self._ready(b, BROKER_READY, BROKER_READY_S) for b in self.brokers))
-        where = "etcd directly" if self.on_etcd else "their agents"
-        self.say(f"bookie and {len(self.brokers)} brokers ready on {where}: "
-                 + ", ".join(f"{p.name} (pid {p.pid})" for p in self.pulsar_processes))  # fmt: skip
+        await asyncio.gather(*(self._ready(b, BROKER_READY, BROKER_READY_S) for b in brokers))
+        self.say(f"bookie and {len(brokers)} brokers ready: "
+                 + ", ".join(f"{p.name} (pid {p.pid}) on {self._where_text(p.name)}" for p in self.pulsar_processes))
+
+    def _where_text(self, name: str) -> str:
+        where = self.where[name]
+        return "its agent" if where == AGENT else f"{STORE_NAMES[where]} directly"
 
     async def _ready(self, process: JavaProcess, pattern: str, within: float) -> None:
         try:
@@ -207,7 +261,28 @@ class PulsarCluster:
         except ProcessStartError as e:
             raise PulsarStartError(str(e)) from None
 
-    # ---- restart on etcd --------------------------------------------------------------------------
+    # ---- restarts -------------------------------------------------------------------------------
+
+    async def restart_member(self, name: str, where: str) -> None:
+        """A rolling restart's step: stop the process ``name`` (SIGTERM: it hands its bundles over
+        and closes its session) and start it again reaching its metadata ``where`` (``AGENT``, or
+        a store kind directly)."""
+        if where != AGENT and where not in self.servers:
+            raise ValueError(f"no {where} store in this cluster")
+        old = self.processes.get(name)
+        if old is not None:
+            await old.stop()
+        self.where[name] = where
+        process = self._process(name)
+        await process.start()
+        marker, within = (BOOKIE_READY, BOOKIE_READY_S) if name.startswith("bookie") else (BROKER_READY,
+                                                                                             BROKER_READY_S)
+        await self._ready(process, marker, within)
+        self.say(f"{name} restarted on {self._where_text(name)} (pid {process.pid})")
+
+    def rolling_order(self) -> list[str]:
+        """The order of a rolling restart: the bookie first, then the brokers one by one."""
+        return ["bookie-1", *[n for n in self.names if n.startswith("broker")]]
 
     async def stop_pulsar(self) -> None:
         """Stop the brokers, then the bookie (SIGTERM: they shut down in order)."""
@@ -215,13 +290,16 @@ class PulsarCluster:
         if self.bookie is not None:
             await self.bookie.stop()
 
-    async def restart_on_etcd(self) -> None:
-        """Stop the brokers, the bookie and every agent; start the bookie and the brokers again with
-        Pulsar's own etcd URLs (``etcd:http://...``, ``metadata-store:etcd:http://...``), no agent."""
+    async def restart_native(self, kind: str | None = None) -> None:
+        """Stop the brokers, the bookie and every agent; start the bookie and the brokers again on
+        Pulsar's own URLs of the store ``kind`` (the target by default), no agent."""
+        kind = kind or self.target
         await self.stop_pulsar()
         await stop_agents(self.agents)
-        self.say("brokers, bookie and agents stopped; starting the bookie and brokers on etcd directly ...")
-        self.on_etcd = True
+        self.say(f"brokers, bookie and agents stopped; starting the bookie and brokers on {STORE_NAMES[kind]} "
+                 "directly ...")  # fmt: skip
+        for name in self.names:
+            self.where[name] = kind
         await self._start_pulsar()
 
     # ---- cleanup --------------------------------------------------------------------------------
@@ -232,8 +310,15 @@ class PulsarCluster:
             await self.stop_pulsar()
         with contextlib.suppress(Exception):
             await stop_agents(self.agents)
-        for server in (self.zk, self.etcd):
+        for server in self.servers.values():
             with contextlib.suppress(Exception):
                 server.cleanup()
         if not keep:
             shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def _server(kind: str, work_dir: Path) -> LocalServer:
+    """A local server of the store ``kind`` with its data in ``work_dir``."""
+    if kind == "zk":
+        return LocalZooKeeper(work_dir / "zookeeper")
+    return LocalEtcd(work_dir / "etcd")

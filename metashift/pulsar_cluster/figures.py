@@ -21,7 +21,9 @@ class PulsarFigures:
     messages_duplicated: int = 0
     ledger_ids_reused: int = 0
     max_publish_latency_ms: float = 0.0
-    etcd_restart: dict[str, Any] = field(default_factory=lambda: {"ok": False, "topics": 0, "messages_read": 0})
+    native_restart: dict[str, Any] = field(
+        default_factory=lambda: {"store": None, "ok": False, "topics": 0, "messages_read": 0})
+    """The restart on the target's own URLs with no agent: ``store``, ``ok``, ``topics``, ``messages_read``."""
     # the rest is shown on stderr and in the text report
     messages_failed: int = 0
     ledger_ids: str = ""
@@ -45,11 +47,18 @@ class PulsarFigures:
             "messages_duplicated": self.messages_duplicated,
             "ledger_ids_reused": self.ledger_ids_reused,
             "max_publish_latency_ms": self.max_publish_latency_ms,
-            "etcd_restart": self.etcd_restart,
+            "native_restart": self.native_restart,
+            **({"etcd_restart": self.etcd_restart} if self.native_restart.get("store") == "etcd" else {}),
         }
 
+    @property
+    def etcd_restart(self) -> dict[str, Any]:
+        """The restart on etcd (the field of the reports before other targets): ``native_restart``
+        without ``store``."""
+        return {k: v for k, v in self.native_restart.items() if k != "store"}
+
     def text_lines(self) -> list[str]:
-        restart = self.etcd_restart
+        restart = self.native_restart
         owners = ", ".join(f"{web} {n}" for web, n in self.bundle_owners.items())
         metadata_op = metadata_op_text(self.max_metadata_op_ms)
         return [
@@ -59,8 +68,8 @@ class PulsarFigures:
             f"  publish        longest {self.max_publish_latency_ms:.0f} ms ({self.freeze_publish_latency_ms:.0f} ms "
             f"through the freeze); longest broker metadata operation {metadata_op}",
             f"  ledger ids     {self.ledger_ids or '-'}",
-            f"  etcd restart   {'ok' if restart.get('ok') else 'FAILED'}: {restart.get('topics')} topics, "
-            f"{restart.get('messages_read')} kept messages read back with no agent",
+            f"  native restart {'ok' if restart.get('ok') else 'FAILED'} on {restart.get('store') or '-'}: "
+            f"{restart.get('topics')} topics, {restart.get('messages_read')} kept messages read back with no agent",
             f"  troubles       {len(self.troubles)}; metadata connection lost and regained "
             f"{len(self.disconnections)} time(s)",
             *[f"    {line}" for line in self.disconnections[:10]],
@@ -68,7 +77,7 @@ class PulsarFigures:
 
     @property
     def ok(self) -> bool:
-        return self.messages_lost == 0 and self.ledger_ids_reused == 0 and bool(self.etcd_restart.get("ok"))
+        return self.messages_lost == 0 and self.ledger_ids_reused == 0 and bool(self.native_restart.get("ok"))
 
 
 def metadata_op_text(bound: float | None) -> str:

@@ -1,11 +1,11 @@
 """The migration of a real Pulsar cluster under traffic, and what it is judged by.
 
 ``MigrationRun``: the workload starts (producers, consumers, the admin loop); ``metashift migrate
-start --wait`` moves the metadata ZooKeeper -> etcd as an operator runs it; the traffic goes on
-after the switch, then every message is accounted for; the Pulsar processes' own logs and metrics
-are read (restarts, lost sessions, metadata errors, ledger ids, the longest metadata operation);
-last, the bookie and brokers are restarted on Pulsar's own etcd URLs with no agent and must read
-everything back.
+start --wait`` moves the metadata from the source store to the target as an operator runs it; the
+traffic goes on after the switch, then every message is accounted for; the Pulsar processes' own
+logs and metrics are read (restarts, lost sessions, metadata errors, ledger ids, the longest
+metadata operation); last, the bookie and brokers are restarted on Pulsar's own URLs of the target
+with no agent and must read everything back.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from metashift.stores import open_store
 
 from . import evidence, workload
 from .admin import PulsarAdmin, pulsar_admin
-from .cluster import BOOKIE_READY, BROKER_READY, PulsarCluster
+from .cluster import BOOKIE_READY, BROKER_READY, STORE_NAMES, PulsarCluster
 from .figures import PulsarFigures, metadata_op_text
 from .traffic import Traffic, read_backlog, round_trip
 
@@ -117,7 +117,7 @@ class MigrationRun:
 
     async def abort_midway(self) -> None:
         """``metashift migrate start`` (no wait), then ``metashift migrate abort`` while it copies:
-        FAILED, the target emptied again, and Pulsar carrying on on ZooKeeper (a namespace policy
+        FAILED, the target emptied again, and Pulsar carrying on on the source (a namespace policy
         written lands there, messages keep being acknowledged). What does not hold is a trouble."""
         c, f = self.cluster, self.figures
         code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url)
@@ -140,13 +140,13 @@ class MigrationRun:
         await asyncio.to_thread(self.admin.set_message_ttl, workload.NAMESPACES[1], ABORT_TTL)
         policies = await self._source_json(f"/admin/policies/{workload.NAMESPACES[1]}")
         if (policies or {}).get("message_ttl_in_seconds") != ABORT_TTL:
-            f.troubles.append(f"abort: a policy written after FAILED is not in ZooKeeper: {policies}")
+            f.troubles.append(f"abort: a policy written after FAILED is not in the source: {policies}")
         flowing = await _until(lambda: _true(self.traffic.counts()["messages_acknowledged"] > acknowledged + 50),
                                ABORT_WAIT_S)  # fmt: skip
         if not flowing:
             f.troubles.append("abort: messages stopped being acknowledged after FAILED")
         self.say(f"abort: migrate abort in SYNCING -> FAILED (aborted); target emptied; a policy written after "
-                 f"landed in ZooKeeper; messages acknowledged since: "
+                 f"landed in the source; messages acknowledged since: "
                  f"{self.traffic.counts()['messages_acknowledged'] - acknowledged}")  # fmt: skip
 
     async def status(self) -> dict[str, Any]:
@@ -175,7 +175,7 @@ class MigrationRun:
     async def check_pulsar_admin(self) -> None:
         """``pulsar-admin`` (the release's own CLI) against the migrated cluster, through broker-2:
         it lists and reads what the workload made, sets a retention and creates a topic, and what
-        it changed is in etcd. Each command is a JVM of its own (seconds to start on a loaded
+        it changed is in the target. Each command is a JVM of its own (seconds to start on a loaded
         machine): a handful of them."""
         c, f = self.cluster, self.figures
         problems: list[str] = []
@@ -201,16 +201,17 @@ class MigrationRun:
             problems.append(f"pulsar-admin topics stats: subscriptions {sorted(stats.get('subscriptions') or {})}")
         await admin("namespaces", "set-retention", ns_b, "--size", "10M", "--time", "7h")
         await admin("topics", "create", f"persistent://{ns_b}/made-by-pulsar-admin")
-        etcd = await open_store(c.target_url, watch=False, create_root=False)
+        target = await open_store(c.target_url, watch=False, create_root=False)
+        where = STORE_NAMES[c.target]
         try:
-            got = await etcd.get(f"/admin/policies/{ns_b}")
+            got = await target.get(f"/admin/policies/{ns_b}")
             retention = _json(got[0].decode()).get("retention_policies") if got else None
             if not retention or retention.get("retentionTimeInMinutes") != 420:
-                problems.append(f"the retention pulsar-admin set is not in etcd: {retention}")
-            if await etcd.get(f"/managed-ledgers/{ns_b}/persistent/made-by-pulsar-admin") is None:
-                problems.append("the topic pulsar-admin created is not in etcd")
+                problems.append(f"the retention pulsar-admin set is not in {where}: {retention}")
+            if await target.get(f"/managed-ledgers/{ns_b}/persistent/made-by-pulsar-admin") is None:
+                problems.append(f"the topic pulsar-admin created is not in {where}")
         finally:
-            await etcd.close()
+            await target.close()
         f.troubles += problems
         self.say(f"pulsar-admin {c.release.admin_version} against the migrated cluster: "
                  + ("ok" if not problems else f"{len(problems)} problem(s)"))  # fmt: skip
@@ -222,7 +223,7 @@ class MigrationRun:
         await asyncio.sleep(after)
         deadline = time.monotonic() + LEDGERS_AFTER_S
         while self.switched_at is not None and time.monotonic() < deadline:
-            creations = evidence.ledger_creations([b.log_text() for b in self.cluster.brokers])
+            creations = evidence.ledger_creations(self.cluster.broker_logs())
             if sum(1 for ts, _ in creations if ts > self.switched_at + evidence.SETTLE_S) >= LEDGERS_AFTER:
                 break
             await asyncio.sleep(1.0)
@@ -276,7 +277,7 @@ class MigrationRun:
                 worst = bound if worst is None else max(worst, bound)
         f.max_metadata_op_ms = worst
         if self.freeze is not None and self.switched_at is not None:
-            creations = evidence.ledger_creations([b.log_text() for b in c.brokers])
+            creations = evidence.ledger_creations(c.broker_logs())
             ids = evidence.ledger_ids(creations, self.freeze[0], self.switched_at)
             f.ledger_ids = ids.summary()
             f.ledger_ids_reused = len(ids.reused)
@@ -287,11 +288,12 @@ class MigrationRun:
         for trouble in f.troubles[:20]:
             self.say(f"trouble: {trouble}")
 
-    async def restart_on_etcd(self) -> None:
-        """Bookie and brokers on Pulsar's own etcd URLs, no agent: every topic, subscription and
-        kept message readable, new messages flow."""
+    async def restart_native(self) -> None:
+        """Bookie and brokers on Pulsar's own URLs of the target store, no agent: every topic,
+        subscription and kept message readable, new messages flow."""
         c, f = self.cluster, self.figures
-        await c.restart_on_etcd()
+        where = STORE_NAMES[c.target]
+        await c.restart_native()
         admin = PulsarAdmin(c.web_urls[0])
         want = workload.expected_topics(self.traffic)
         problems: list[str] = []
@@ -300,7 +302,7 @@ class MigrationRun:
             listed = await asyncio.to_thread(admin.topics, namespace)
             found += len(set(names) & set(listed))
             if missing := sorted(set(names) - set(listed)):
-                problems.append(f"{namespace}: topics missing on etcd: {missing}")
+                problems.append(f"{namespace}: topics missing on {where}: {missing}")
             if workload.DELETED_TOPIC in listed:
                 problems.append(f"{workload.DELETED_TOPIC} deleted during the migration is back")
         for topic in self.traffic.topics:
@@ -317,10 +319,10 @@ class MigrationRun:
             n = await asyncio.to_thread(round_trip, c.service_urls[1 % len(c.service_urls)], topic)
             flowed += n
             if n < 10:
-                problems.append(f"{topic}: {n} of 10 new messages came back on etcd")
-        f.etcd_restart = {"ok": not problems, "topics": found, "messages_read": sum(read.values())}
-        f.troubles += [f"etcd restart: {p}" for p in problems]
-        self.say(f"on etcd directly: {found} topics listed, {sum(read.values())} kept messages read back, "
+                problems.append(f"{topic}: {n} of 10 new messages came back on {where}")
+        f.native_restart = {"store": c.target, "ok": not problems, "topics": found, "messages_read": sum(read.values())}
+        f.troubles += [f"{where} restart: {p}" for p in problems]
+        self.say(f"on {where} directly: {found} topics listed, {sum(read.values())} kept messages read back, "
                  f"{flowed} new messages round-tripped" + ("" if not problems else f"; problems: {problems}"))
 
 
@@ -358,7 +360,7 @@ def _first_partition(topic: str) -> str:
 async def run(cluster: PulsarCluster, *, warmup: float = 10.0, after: float = 10.0, abort_first: bool = False,
               say: Callable[[str], None] = print) -> MigrationRun:  # fmt: skip
     """The whole scenario on a started cluster: workload, (an aborted migration,) the migration,
-    accounting, evidence, pulsar-admin and the restart on etcd (only after COMPLETED)."""
+    accounting, evidence, pulsar-admin and the restart on the target (only after COMPLETED)."""
     run = MigrationRun(cluster, say)
     await run.start_workload()
     await asyncio.sleep(warmup)
@@ -373,5 +375,5 @@ async def run(cluster: PulsarCluster, *, warmup: float = 10.0, after: float = 10
     await run.read_evidence()
     if run.phase == "COMPLETED":
         await run.check_pulsar_admin()
-        await run.restart_on_etcd()
+        await run.restart_native()
     return run

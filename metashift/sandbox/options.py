@@ -40,6 +40,16 @@ class Options:
     abort_first: bool = False
     """With ``pulsar``: a first migration aborted mid-way (FAILED, Pulsar carries on on ZooKeeper),
     then the migration."""
+    source: str = "zk"
+    """The store kind the cluster starts on (``zk``, ``etcd``)."""
+    target: str = "etcd"
+    """The store kind it migrates into."""
+    adopt: bool = False
+    """With ``pulsar``: the cluster starts on the source store directly and adopts its agents by a
+    rolling restart, ``migrate check`` before and after each step (always so on an etcd source)."""
+    forget: str | None = None
+    """With ``adopt``: the member left on the store at first (named by the check, refused by
+    ``start``, failing ``start --force``), restarted onto its agent after."""
 
 
 def say(text: str) -> None:

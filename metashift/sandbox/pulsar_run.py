@@ -1,10 +1,10 @@
 """``metashift sandbox --pulsar``: the migration of a real Apache Pulsar cluster on this machine.
 
-The stock release ``make setup`` fetched (``metashift.pulsar_cluster``): ZooKeeper and etcd, a
-bookie and two brokers each beside its own ``metashift agent --zk-listen``, producers and consumers
+The stock release ``make setup`` fetched (``metashift.pulsar_cluster``): the source and target
+stores, a bookie and two brokers each beside its own ``metashift agent --zk-listen``, producers and consumers
 of the Python client on persistent and partitioned topics in two namespaces, namespace policy
 updates and topic changes all along; ``metashift migrate start --wait``; every message accounted
-for; then the bookie and brokers restarted on Pulsar's own etcd URLs with no agent, reading
+for; then the bookie and brokers restarted on Pulsar's own URLs of the target with no agent, reading
 everything back. Everything goes at the end, on Ctrl-C and SIGTERM too.
 """
 
@@ -19,6 +19,8 @@ from typing import Any
 
 from metashift.coordinator import control
 from metashift.pulsar_cluster import PulsarCluster, PulsarNotInstalled, PulsarStartError, find_release, scenario
+from metashift.pulsar_cluster.adoption import Adoption
+from metashift.pulsar_cluster.cluster import STORE_NAMES
 from metashift.pulsar_cluster.figures import PulsarFigures
 from metashift.stores import open_store
 
@@ -58,7 +60,7 @@ class PulsarSandbox:
         say(f"work directory {self.work_dir}; Pulsar {release.version} from {release.home}")
         self.cluster = PulsarCluster(
             self.work_dir, release, hold_timeout=o.hold_timeout, prepare_timeout=o.prepare_timeout,
-            spark_master=o.spark_master, say=say,
+            spark_master=o.spark_master, say=say, source=o.source, target=o.target, born_direct=o.adopt,
         )  # fmt: skip
         r.pulsar = PulsarFigures(release.version)
         await self.cluster.start()
@@ -68,6 +70,14 @@ class PulsarSandbox:
         await run.start_workload()
         r.topics = len(run.traffic.topics)
         await asyncio.sleep(max(o.warmup, PULSAR_WARMUP))
+        if o.adopt:
+            adoption = Adoption(self.cluster, say)
+            r.adoption = adoption.figures
+            await adoption.adopt(forget=o.forget)
+            if o.forget:
+                await adoption.forgotten_member(o.forget)
+            run.figures.troubles += adoption.figures.troubles
+            self._lap("adoption")
         run.figures.bundle_owners = await run.bundle_owners()
         say("bundles owned: " + ", ".join(f"{web} {n}" for web, n in run.figures.bundle_owners.items()))
         self._lap("warm-up")
@@ -90,12 +100,14 @@ class PulsarSandbox:
         r.passes = int(copy.get("passes") or 0)
         r.pass_timings = list(copy.get("timings") or [])
         r.copied_nodes = int(copy.get("total") or 0)
-        r.lives_on = "etcd (target)" if r.phase == "COMPLETED" else "ZooKeeper (source)"
+        c = self.cluster
+        r.lives_on = (f"{STORE_NAMES[c.target]} (target)" if r.phase == "COMPLETED"
+                      else f"{STORE_NAMES[c.source]} (source)")
         if r.phase == "COMPLETED":
             await run.check_pulsar_admin()
             self._lap("pulsar-admin")
-            await run.restart_on_etcd()
-            self._lap("etcd restart")
+            await run.restart_native()
+            self._lap("native restart")
         r.failures = list(run.figures.troubles)
         r.seconds = time.monotonic() - started
         return r

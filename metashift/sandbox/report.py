@@ -108,6 +108,8 @@ class SandboxReport:
     killed_agent: str | None = None
     pulsar: Any = None
     """``sandbox --pulsar``: the ``PulsarFigures`` of the real cluster (its JSON fields are added)."""
+    adoption: Any = None
+    """``sandbox --pulsar --adopt``: the ``AdoptionFigures`` of the rolling restart onto the agents."""
     beside_copy: dict[str, Any] = field(default_factory=dict)
     """``--beside-copy``: the migration's time beside ``copy --verify`` of the same tree (``beside_copy``)."""
     seconds: float = 0.0
@@ -119,8 +121,9 @@ class SandboxReport:
 
     @property
     def ok(self) -> bool:
-        if self.pulsar is not None:  # nothing lost, no ledger id reused, etcd read everything back
-            return self.phase == "COMPLETED" and bool(self.pulsar.ok)
+        if self.pulsar is not None:  # nothing lost, no ledger id reused, the target read everything back
+            adopted = self.adoption is None or bool(self.adoption.ok)
+            return self.phase == "COMPLETED" and bool(self.pulsar.ok) and adopted
         return self.phase == "COMPLETED" and self.writes_lost == 0 and self.verified
 
     def to_dict(self) -> dict[str, Any]:
@@ -161,7 +164,22 @@ class SandboxReport:
             "seconds": round(self.seconds, 3),
             **self.beside_copy,
             **(self.pulsar.json_fields() if self.pulsar is not None else {}),
+            **({"adoption": self.adoption.to_dict()} if self.adoption is not None else {}),
         }
+
+    def _adoption_lines(self) -> list[str]:
+        a = self.adoption.to_dict()
+        lines = [f"  adoption       rolling restart onto the agents: {', '.join(s['restarted'] for s in a['steps'])}; "
+                 f"migrate check {'green' if a['ready_after'] else 'NOT green'} once every member was behind its agent"]
+        for step in a["steps"]:
+            lines.append(f"    before {step['restarted']:<9} check named {', '.join(step['named_before']) or 'nobody'}")
+        if a["forgotten"]:
+            f = a["forgotten"]
+            forced = f.get("forced") or {}
+            lines.append(f"  forgotten      {f['name']}: check exit {f['check_exit']} naming "
+                         f"{', '.join(f['check_named'])}; start exit {f['start_exit']} (nothing written: {f['nothing_written']}); start --force -> "
+                         f"{forced.get('phase')}: {forced.get('reason')}")
+        return lines
 
     def text(self) -> str:
         mark = "PASSED" if self.ok else "FAILED"
@@ -173,6 +191,7 @@ class SandboxReport:
                 "  phases         " + ", ".join(f"{k} {v:.1f}s" for k, v in self.phases.items()),
                 "  freeze         " + ("-" if self.freeze_ms is None else f"{self.freeze_ms:.0f} ms"),
                 *self.pulsar.text_lines(),
+                *(self._adoption_lines() if self.adoption is not None else []),
                 *[f"    {f}" for f in self.failures[:20]],
                 f"  took           {self.seconds:.1f}s",
             ])  # fmt: skip

@@ -1,0 +1,171 @@
+"""The adoption path of a cluster that runs on its store directly: a rolling restart onto the
+agents' ZooKeeper fronts (the bookie first, then the brokers one by one) with traffic flowing,
+``metashift migrate check`` before and after each step, as an operator follows it.
+
+The check must name every member not yet behind its agent and go green exactly when the last one
+is. With a broker ``forgotten`` (left on the store directly): the check names it, ``migrate start``
+refuses and writes nothing, ``migrate start --force --reason`` starts anyway and the migration
+fails before COMPLETED as soon as that broker writes around the agents (or completes, and
+``status`` on the old store names what it wrote there); then the broker is restarted onto its
+agent after all, and the check goes green.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from metashift.migration.flag import read_flag
+from metashift.stores import open_store
+
+from .cluster import AGENT, PulsarCluster
+from .scenario import metashift_cli
+
+#: How long a stopped member's registration may outlive it (a session that was not closed ends
+#: with its timeout) before the check must be green.
+GREEN_WITHIN_S = 120.0
+#: Bound on the forced migration's outcome.
+FORCED_S = 600.0
+FORCE_REASON = "adoption test: broker left on its store on purpose"
+
+
+@dataclass
+class AdoptionFigures:
+    """What the adoption measured; ``to_dict`` is the sandbox report's ``adoption`` field."""
+
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    """Per member restarted onto its agent, in order: ``restarted``, ``ready_before`` and
+    ``named_before`` (the members the check named as bypassing the agents just before)."""
+    ready_after: bool = False
+    """The check once every member was behind its agent."""
+    forgotten: dict[str, Any] | None = None
+    """With a member left off its agent: what the check, ``start`` and ``start --force`` did."""
+    troubles: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "steps": self.steps, "ready_after": self.ready_after, "forgotten": self.forgotten}
+
+    @property
+    def ok(self) -> bool:
+        """The check named every member still on the store before each step and went green after
+        the last; a forgotten member was named, refused, and its forced migration never split the
+        cluster silently (FAILED, or COMPLETED with its writes named)."""
+        named_all = all(not s["ready_before"] and s["named_before"] for s in self.steps)
+        if self.forgotten is not None:
+            f, forced = self.forgotten, self.forgotten.get("forced") or {}
+            written = (forced.get("writes_after_switch") or {}).get("count", 0)
+            told = forced.get("phase") == "FAILED" or (forced.get("phase") == "COMPLETED" and written > 0)
+            if not (f["check_exit"] == 1 and f["check_named"] and f["start_exit"] == 2 and f["nothing_written"]
+                    and told):
+                return False
+        return named_all and self.ready_after and not self.troubles
+
+
+def named(report: dict[str, Any]) -> list[str]:
+    """"kind name" of every member the check named as reaching the store around the agents."""
+    return sorted(f"{m['kind']} {m['name']}" for m in report.get("members", []) if not m.get("agent"))
+
+
+class Adoption:
+    """The rolling restart onto the agents, checked at each step (the module's doc)."""
+
+    def __init__(self, cluster: PulsarCluster, say: Callable[[str], None] = print) -> None:
+        self.cluster = cluster
+        self.say = say
+        self.figures = AdoptionFigures()
+
+    async def check(self) -> tuple[int, dict[str, Any]]:
+        """``metashift migrate check --json``: its exit status and report."""
+        c = self.cluster
+        code, out, err = await metashift_cli("migrate", "check", "--source", c.source_url, "--target", c.target_url,
+                                             "--json", within=300)  # fmt: skip
+        try:
+            return code, dict(json.loads(out))
+        except ValueError:
+            self.figures.troubles.append(f"migrate check exited {code} with no report: {err.strip()[-300:]}")
+            return code, {}
+
+    async def adopt(self, forget: str | None = None) -> None:
+        """Restart every member onto its agent in the rolling order, but ``forget``; check before
+        each step and at the end."""
+        c, f = self.cluster, self.figures
+        for name in c.rolling_order():
+            code, report = await self.check()
+            step = {"restarted": name, "ready_before": report.get("ready"), "named_before": named(report)}
+            self.say(f"migrate check before restarting {name}: exit {code}, "
+                     f"{'ready' if report.get('ready') else 'not ready'}; names {step['named_before']}")
+            if report.get("ready") or code != 1:
+                f.troubles.append(f"adoption: the check was green (exit {code}) with {name} still on the store")
+            if name == forget:
+                continue
+            await c.restart_member(name, AGENT)
+            f.steps.append(step)
+        if forget is None:
+            f.ready_after = await self._green()
+
+    async def _green(self) -> bool:
+        """The check, until green (a stopped member's registration may outlive it for its session
+        timeout); False when it stays red within ``GREEN_WITHIN_S``."""
+        deadline = time.monotonic() + GREEN_WITHIN_S
+        while True:
+            code, report = await self.check()
+            if code == 0 and report.get("ready"):
+                self.say("migrate check: ready (every member behind its agent)")
+                return True
+            if time.monotonic() > deadline:
+                self.figures.troubles.append(f"adoption: the check stayed red with every member behind its agent: "
+                                             f"{report.get('problems')}")
+                return False
+            await asyncio.sleep(2.0)
+
+    async def forgotten_member(self, name: str) -> None:
+        """With ``name`` left on the store: the check names it, ``start`` refuses and writes
+        nothing, ``start --force`` ends before COMPLETED (or names the writes after it); then
+        ``name`` goes behind its agent and the check turns green."""
+        c, f = self.cluster, self.figures
+        code, report = await self.check()
+        process = c.processes[name]
+        seen: dict[str, Any] = {"name": name, "check_exit": code, "check_named": named(report)}
+        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target",
+                                              c.target_url, within=300)  # fmt: skip
+        seen["start_exit"] = code
+        seen["start_said"] = [line for line in err.splitlines() if "no agent holds" in line][:3]
+        seen["nothing_written"] = await self._nothing_written()
+        self.say(f"migrate start with {name} left on the store: exit {code}; nothing written: "
+                 f"{seen['nothing_written']}")
+        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target",
+                                              c.target_url, "--force", "--reason", FORCE_REASON, "--wait",
+                                              within=FORCED_S)  # fmt: skip
+        seen["forced"] = await self._forced_outcome(code)
+        self.say(f"migrate start --force with {name} left on the store: {seen['forced']}")
+        f.forgotten = seen
+        if not process.running:
+            f.troubles.append(f"adoption: {name} stopped while it was left on the store")
+        await c.restart_member(name, AGENT)
+        f.steps.append({"restarted": name, "ready_before": False, "named_before": seen["check_named"]})
+        f.ready_after = await self._green()
+
+    async def _nothing_written(self) -> bool:
+        c = self.cluster
+        async with await open_store(c.source_url, watch=False, create_root=False) as source:
+            flag = await read_flag(source)
+        async with await open_store(c.target_url, watch=False) as target:
+            empty = [n for n in await target.get_children("/") if n != "zookeeper"] == []
+        return flag is None and empty
+
+    async def _forced_outcome(self, code: int) -> dict[str, Any]:
+        c = self.cluster
+        _code, out, err = await metashift_cli("migrate", "status", "--source", c.source_url, "--json",
+                                                    within=300)  # fmt: skip
+        try:
+            status = dict(json.loads(out))
+        except ValueError:
+            return {"exit": code, "error": err.strip()[-300:]}
+        return {
+            "exit": code, "phase": status.get("phase"), "reason": status.get("reason"),
+            "forced": status.get("forced"), "writes_after_switch": status.get("writes_after_switch"),
+        }
