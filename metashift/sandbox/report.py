@@ -177,8 +177,8 @@ class SandboxReport:
             f = a["forgotten"]
             forced = f.get("forced") or {}
             lines.append(f"  forgotten      {f['name']}: check exit {f['check_exit']} naming "
-                         f"{', '.join(f['check_named'])}; start exit {f['start_exit']} (nothing written: {f['nothing_written']}); start --force -> "
-                         f"{forced.get('phase')}: {forced.get('reason')}")
+                         f"{', '.join(f['check_named'])}; start exit {f['start_exit']} (nothing written: "
+                         f"{f['nothing_written']}); start --force -> {forced.get('phase')}: {forced.get('reason')}")
         return lines
 
     def text(self) -> str:
