@@ -26,16 +26,31 @@ class AdminError(RuntimeError):
 
 
 class PulsarAdmin:
-    """Pulsar's admin REST API on one broker (it redirects to the owner of a topic's bundle)."""
+    """Pulsar's admin REST API on one broker (it redirects to the owner of a topic's bundle), or
+    the next of ``others`` while that one does not answer (a broker restarting), as an operator's
+    load balancer in front of the brokers does."""
 
-    def __init__(self, web_url: str, timeout: float = 60.0) -> None:
-        self.web_url = web_url.rstrip("/")
+    def __init__(self, web_url: str, *others: str, timeout: float = 60.0) -> None:
+        self.web_urls = [u.rstrip("/") for u in (web_url, *others)]
         self.timeout = timeout
 
+    @property
+    def web_url(self) -> str:
+        return self.web_urls[0]
+
     def call(self, method: str, path: str, body: Any = None) -> Any:
-        """One call, following the owner's redirects with the same method; the decoded JSON answer
-        (``None`` when empty)."""
-        url = self.web_url + path
+        """One call, on the first broker that accepts a connection, following the owner's
+        redirects with the same method; the decoded JSON answer (``None`` when empty)."""
+        for base in self.web_urls[:-1]:
+            try:
+                return self._call(base, method, path, body)
+            except AdminError as e:
+                if e.status != 0:
+                    raise
+        return self._call(self.web_urls[-1], method, path, body)
+
+    def _call(self, base: str, method: str, path: str, body: Any) -> Any:
+        url = base + path
         data = None if body is None else json.dumps(body).encode()
         for _ in range(5):
             request = urllib.request.Request(url, data=data, method=method)

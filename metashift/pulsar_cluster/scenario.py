@@ -63,7 +63,7 @@ class MigrationRun:
     def __init__(self, cluster: PulsarCluster, say: Callable[[str], None] = print) -> None:
         self.cluster = cluster
         self.say = say
-        self.admin = PulsarAdmin(cluster.web_urls[0])
+        self.admin = PulsarAdmin(*cluster.web_urls)
         self.traffic = Traffic(cluster.service_urls[0], workload.traffic_topics())
         self.admin_loop = workload.AdminLoop(self.admin, self.traffic)
         self.figures = PulsarFigures(cluster.release.version)
@@ -294,7 +294,7 @@ class MigrationRun:
         c, f = self.cluster, self.figures
         where = STORE_NAMES[c.target]
         await c.restart_native()
-        admin = PulsarAdmin(c.web_urls[0])
+        admin = PulsarAdmin(*c.web_urls)
         want = workload.expected_topics(self.traffic)
         problems: list[str] = []
         found = 0
