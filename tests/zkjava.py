@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness import require_part
+
 JAVA_DIR = Path("/usr/share/java")
 JARS = (
     "curator-recipes", "curator-framework", "curator-client", "zookeeper", "zookeeper-jute", "guava",
@@ -28,7 +30,7 @@ RUN_LIMIT = 120.0
 
 def need_java() -> None:
     if shutil.which("java") is None:
-        pytest.skip("no `java` on this machine (`make setup` installs default-jdk-headless)")
+        require_part("no `java` on this machine (`make setup` installs default-jdk-headless)")
 
 
 @dataclass(frozen=True)
