@@ -144,7 +144,9 @@ async def test_a_participant_killed_in_preparation_is_dropped_and_named(processe
     await cluster.writers[victim].stop_now()
     processes.agents[victim].signal(signal.SIGSTOP)
     holder = await _hold_preparation(cluster.source_url)
-    await control.start(await cluster.source(), cluster.target_url)
+    # the stopped agent cannot answer the pre-flight check's dry open: named, and forced past
+    await control.start(await cluster.source(), cluster.target_url, force_reason="a participant stopped on purpose",
+                        wait=2.0)
     await cluster.wait_phase(Phase.PREPARATION)
     await _acknowledged(cluster, 2)
     await processes.kill(victim)

@@ -13,7 +13,9 @@ agent after all, and the check goes green.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,8 +24,10 @@ from typing import Any
 from metashift.migration.flag import read_flag
 from metashift.stores import open_store
 
+from .admin import AdminError, PulsarAdmin
 from .cluster import AGENT, PulsarCluster
 from .scenario import metashift_cli
+from .workload import TENANT
 
 #: How long a stopped member's registration may outlive it (a session that was not closed ends
 #: with its timeout) before the check must be green.
@@ -31,6 +35,11 @@ GREEN_WITHIN_S = 120.0
 #: Bound on the forced migration's outcome.
 FORCED_S = 600.0
 FORCE_REASON = "adoption test: broker left on its store on purpose"
+#: The namespace whose policy the forgotten broker keeps writing while the forced migration runs
+#: (the workload's admin loop has its own): an operator's admin calls landing on it.
+FORGOTTEN_NAMESPACE = f"{TENANT}/ns-forgotten"
+#: Seconds between two of those writes: a freeze lasts longer, so one falls into it.
+FORGOTTEN_WRITE_S = 0.05
 
 
 @dataclass
@@ -137,10 +146,17 @@ class Adoption:
         seen["nothing_written"] = await self._nothing_written()
         self.say(f"migrate start with {name} left on the store: exit {code}; nothing written: "
                  f"{seen['nothing_written']}")
-        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target",
-                                              c.target_url, "--force", "--reason", FORCE_REASON, "--wait",
-                                              within=FORCED_S)  # fmt: skip
-        seen["forced"] = await self._forced_outcome(code)
+        # the forgotten broker at work: admin calls that land on it write into the store directly
+        writer = ForgottenWriter(PulsarAdmin(c.web_urls[c.names.index(name)]) if name.startswith("broker") else None)
+        await asyncio.to_thread(writer.start)
+        try:
+            code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target",
+                                                  c.target_url, "--force", "--reason", FORCE_REASON, "--wait",
+                                                  within=FORCED_S)  # fmt: skip
+            seen["forced"] = await self._forced_outcome(code)
+        finally:
+            await asyncio.to_thread(writer.stop)
+        seen["forced_writes"] = writer.writes
         self.say(f"migrate start --force with {name} left on the store: {seen['forced']}")
         f.forgotten = seen
         if not process.running:
@@ -158,14 +174,55 @@ class Adoption:
         return flag is None and empty
 
     async def _forced_outcome(self, code: int) -> dict[str, Any]:
+        """The forced migration's end as ``status`` reads it; after COMPLETED, read again until it
+        names the forgotten member's writes into the store left (within ``GREEN_WITHIN_S``)."""
         c = self.cluster
-        _code, out, err = await metashift_cli("migrate", "status", "--source", c.source_url, "--json",
-                                                    within=300)  # fmt: skip
-        try:
-            status = dict(json.loads(out))
-        except ValueError:
-            return {"exit": code, "error": err.strip()[-300:]}
-        return {
-            "exit": code, "phase": status.get("phase"), "reason": status.get("reason"),
-            "forced": status.get("forced"), "writes_after_switch": status.get("writes_after_switch"),
-        }
+        deadline = time.monotonic() + GREEN_WITHIN_S
+        while True:
+            _code, out, err = await metashift_cli("migrate", "status", "--source", c.source_url, "--json",
+                                                  within=300)  # fmt: skip
+            try:
+                status = dict(json.loads(out))
+            except ValueError:
+                return {"exit": code, "error": err.strip()[-300:]}
+            written = status.get("writes_after_switch") or {}
+            if status.get("phase") != "COMPLETED" or written.get("count") or time.monotonic() > deadline:
+                return {
+                    "exit": code, "phase": status.get("phase"), "reason": status.get("reason"),
+                    "forced": status.get("forced"), "writes_after_switch": status.get("writes_after_switch"),
+                }
+            await asyncio.sleep(1.0)
+
+
+class ForgottenWriter:
+    """Admin calls landing on the forgotten broker all along (a namespace policy of its own): it
+    writes into the store directly, around the agents, as it would for an operator."""
+
+    def __init__(self, admin: PulsarAdmin | None) -> None:
+        self.admin = admin
+        self.writes = 0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if self.admin is None:
+            return
+        with contextlib.suppress(AdminError):
+            self.admin.create_namespace(FORGOTTEN_NAMESPACE)
+        self._thread = threading.Thread(target=self._run, name="forgotten broker writes", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        assert self.admin is not None
+        k = 0
+        while not self._stop.is_set():
+            k += 1
+            with contextlib.suppress(AdminError):
+                self.admin.set_message_ttl(FORGOTTEN_NAMESPACE, 600 + k)
+                self.writes += 1
+            self._stop.wait(FORGOTTEN_WRITE_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
