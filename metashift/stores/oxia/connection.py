@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
@@ -110,6 +111,7 @@ class OxiaConnection:
         self._mins: list[int] = []
         self._channels: dict[str, tuple[grpc.aio.Channel, Any]] = {}
         self._assignments: asyncio.Task[None] | None = None
+        self._stream: Any = None
         self._host_index = 0
         #: Set once the shard map is known (again).
         self.ready = asyncio.Event()
@@ -138,6 +140,7 @@ class OxiaConnection:
                     last = e
                     continue
                 self._host_index = i
+                self._stream = stream
                 self._assignments = loop.create_task(self._follow(stream), name=f"oxia-assignments {self.url}")
                 return
             if "Connection refused" in str(last) or loop.time() + RETRY_PAUSE_SECONDS >= deadline:
@@ -150,15 +153,18 @@ class OxiaConnection:
         """The assignment stream on host ``index``, once its first answer was applied."""
         host, port = self.url.hosts[index]
         _, stub = self._channel(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
-        stream = stub.GetShardAssignments(pb.ShardAssignmentsRequest(namespace=self.namespace), metadata=self.metadata)
+        request = pb.ShardAssignmentsRequest(namespace=self.namespace)
+        stream = open_stream(stub.GetShardAssignments, request, metadata=self.metadata)
         try:
             first = await asyncio.wait_for(stream.read(), budget)
         except TimeoutError:
-            stream.cancel()
+            await settle(stream)
             raise StoreUnavailable(f"oxia at {host}:{port} sent no shard assignments within {budget:.1f}s") from None
         except grpc.aio.AioRpcError as e:
+            await settle(stream)
             raise self._translate(e, None) from None
         if first is grpc.aio.EOF:
+            await settle(stream)
             raise StoreUnavailable(f"oxia at {host}:{port} ended the shard assignment stream")
         self._apply(first)
         return stream
@@ -195,7 +201,7 @@ class OxiaConnection:
                 log.debug("%s: shard assignment stream broke: %s", self.url, e.details())
             except MetadataStoreError as e:
                 log.warning("%s: %s", self.url, e)
-            stream.cancel()
+            await settle(stream)
             if self.closed:
                 return
             self.liveness.down("assignments")
@@ -209,6 +215,7 @@ class OxiaConnection:
                         log.debug("%s: no shard assignments from host %d: %s", self.url, index, e)
                         continue
                     self._host_index = index
+                    self._stream = stream
                     break
                 else:
                     await asyncio.sleep(0.5)
@@ -296,9 +303,33 @@ class OxiaConnection:
             self._assignments.cancel()
             await asyncio.gather(self._assignments, return_exceptions=True)
             self._assignments = None
+        if self._stream is not None:
+            await settle(self._stream)
+            self._stream = None
         channels, self._channels = self._channels, {}
         for channel, _ in channels.values():
             await channel.close()
+
+
+
+def open_stream(start: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A long-lived streaming call, ``start(*args, **kwargs)``, with the tasks gRPC made for it (``settle`` waits
+    for them: a cancelled call's status task ends a few loop turns after ``cancel``)."""
+    before = asyncio.all_tasks()
+    call = start(*args, **kwargs)
+    call.metashift_tasks = asyncio.all_tasks() - before
+    return call
+
+
+async def settle(call: Any) -> None:
+    """Cancel a streaming call and wait (at most 2 s) until gRPC's own tasks for it ended, so that
+    a closed store leaves nothing running."""
+    call.cancel()
+    tasks = getattr(call, "metashift_tasks", set())
+    with contextlib.suppress(Exception, asyncio.CancelledError):
+        await asyncio.wait_for(call.code(), 2.0)
+    if tasks:
+        await asyncio.wait(tasks, timeout=2.0)
 
 
 class _NamespaceMissing(MetadataStoreError):

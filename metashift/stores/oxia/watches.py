@@ -24,7 +24,7 @@ from .. import paths
 from ..aio import cancel_and_wait
 from ..errors import MetadataStoreError
 from ..notifications import Notification, NotificationType
-from .connection import OxiaConnection, Shard
+from .connection import OxiaConnection, Shard, open_stream, settle
 from .keys import Keys
 
 log = logging.getLogger(__name__)
@@ -43,6 +43,7 @@ class Notifications:
         self._notify = notify
         self._tasks: list[asyncio.Task[None]] = []
         self._ready: dict[int, asyncio.Event] = {}
+        self._calls: dict[int, Any] = {}
 
     @property
     def running(self) -> bool:
@@ -84,6 +85,8 @@ class Notifications:
         tasks, self._tasks = self._tasks, []
         self._conn.gate = None
         await cancel_and_wait(tasks, f"{self._conn.url} notifications")
+        calls, self._calls = self._calls, {}
+        await asyncio.gather(*(settle(call) for call in calls.values()))
         for shard_id in self._ready:
             self._conn.liveness.up(("notifications", shard_id))
         self._ready = {}
@@ -98,7 +101,8 @@ class Notifications:
             request = pb.NotificationsRequest(shard=shard_id)
             if offset is not None:
                 request.start_offset_exclusive = offset
-            call = conn.stub(shard).GetNotifications(request, metadata=conn.metadata)
+            call = open_stream(conn.stub(shard).GetNotifications, request, metadata=conn.metadata)
+            self._calls[shard_id] = call
             probe = None if offset is None else asyncio.ensure_future(self._probe(shard))
             try:
                 while True:
@@ -121,7 +125,7 @@ class Notifications:
             finally:
                 if probe is not None:
                     probe.cancel()
-            call.cancel()
+            await settle(call)
             if conn.closed:
                 return
             conn.liveness.down(("notifications", shard_id))
