@@ -325,7 +325,7 @@ async def settle(call: Any) -> None:
     """Cancel a streaming call and wait (at most 2 s) until gRPC's own tasks for it ended, so that
     a closed store leaves nothing running."""
     call.cancel()
-    tasks = getattr(call, "metashift_tasks", set())
+    tasks: set[asyncio.Task[Any]] = getattr(call, "metashift_tasks", set())
     with contextlib.suppress(Exception, asyncio.CancelledError):
         await asyncio.wait_for(call.code(), 2.0)
     if tasks:
