@@ -64,8 +64,9 @@ class OxiaStore(OxiaBulk, Store):
         if self.watched and not self._notifications.running:
             self._notifications.start()
         elif not self.watched and self._notifications.running:
-            task = asyncio.get_running_loop().create_task(self._notifications.stop())
-            self._tasks.append(task)
+            close = self._notifications.detach()
+            self._tasks = [t for t in self._tasks if not t.done()]
+            self._tasks.append(asyncio.get_running_loop().create_task(close()))
 
     async def watch_ready(self) -> None:
         await self._notifications.wait_ready(self._conn.timeout)

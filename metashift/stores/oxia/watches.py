@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import grpc
@@ -56,9 +56,11 @@ class Notifications:
         loop = asyncio.get_running_loop()
         gate = asyncio.Event()
         self._conn.gate = gate
-        self._ready = {shard.id: asyncio.Event() for shard in self._conn.shards}
+        self._ready = ready = {shard.id: asyncio.Event() for shard in self._conn.shards}
         for shard in self._conn.shards:
-            self._tasks.append(loop.create_task(self._loop(shard.id), name=f"oxia-notifications {shard.id}"))
+            task = loop.create_task(self._loop(shard.id, ready[shard.id], self._calls),
+                                    name=f"oxia-notifications {shard.id}")
+            self._tasks.append(task)
         if not self._ready:
             gate.set()
         else:
@@ -80,18 +82,29 @@ class Notifications:
                 for wait in waits:
                     wait.cancel()
 
+    def detach(self) -> Callable[[], Coroutine[Any, Any, None]]:
+        """Stop delivering at once (a new ``start`` may follow right away); the returned function
+        closes the streams."""
+        tasks, self._tasks = self._tasks, []
+        calls, self._calls = self._calls, {}
+        ready, self._ready = self._ready, {}
+        self._conn.gate = None
+        conn = self._conn
+
+        async def close() -> None:
+            await cancel_and_wait(tasks, f"{conn.url} notifications")
+            await asyncio.gather(*(settle(call) for call in calls.values()))
+            if not self._tasks:  # (none started since)
+                for shard_id in ready:
+                    conn.liveness.up(("notifications", shard_id))
+
+        return close
+
     async def stop(self) -> None:
         """Close every stream."""
-        tasks, self._tasks = self._tasks, []
-        self._conn.gate = None
-        await cancel_and_wait(tasks, f"{self._conn.url} notifications")
-        calls, self._calls = self._calls, {}
-        await asyncio.gather(*(settle(call) for call in calls.values()))
-        for shard_id in self._ready:
-            self._conn.liveness.up(("notifications", shard_id))
-        self._ready = {}
+        await self.detach()()
 
-    async def _loop(self, shard_id: int) -> None:
+    async def _loop(self, shard_id: int, ready: asyncio.Event, calls: dict[int, Any]) -> None:
         conn = self._conn
         offset: int | None = None  # the last offset seen: a resumed stream starts after it
         while not conn.closed:
@@ -102,7 +115,7 @@ class Notifications:
             if offset is not None:
                 request.start_offset_exclusive = offset
             call = open_stream(conn.stub(shard).GetNotifications, request, metadata=conn.metadata)
-            self._calls[shard_id] = call
+            calls[shard_id] = call
             probe = None if offset is None else asyncio.ensure_future(self._probe(shard))
             try:
                 while True:
@@ -110,7 +123,7 @@ class Notifications:
                     if batch is grpc.aio.EOF:
                         break
                     offset = batch.offset
-                    self._ready[shard_id].set()
+                    ready.set()
                     conn.liveness.up(("notifications", shard_id))
                     for entry in batch.notifications:
                         self._deliver(entry)
