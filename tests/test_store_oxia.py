@@ -213,9 +213,9 @@ async def test_a_broken_stream_is_connection_lost_then_reconnected(fresh_servers
             await writer.put("/after", b"w", expected_version=-1)
             await writer.put("/after", b"w2")
             await writer.delete("/after")
-        for kind in ("Created", "Modified", "Deleted"):
-            await eventually(lambda kind=kind: any(n.type.value == kind and n.path == "/after" for n in seen),
-                             within=30, what=f"{kind} of /after")
+        wanted = {("Created", "/after"), ("Modified", "/after"), ("Deleted", "/after")}
+        await eventually(lambda: wanted <= {(n.type.value, n.path) for n in seen}, within=30,
+                         what="Created, Modified and Deleted of /after")
     finally:
         await store.close()
 
