@@ -157,6 +157,7 @@ class OxiaConnection:
         stream = open_stream(stub.GetShardAssignments, request, metadata=self.metadata)
         try:
             first = await asyncio.wait_for(stream.read(), budget)
+            started(stream)
         except TimeoutError:
             await settle(stream)
             raise StoreUnavailable(f"oxia at {host}:{port} sent no shard assignments within {budget:.1f}s") from None
@@ -313,23 +314,39 @@ class OxiaConnection:
 
 
 def open_stream(start: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """A long-lived streaming call, ``start(*args, **kwargs)``, with the tasks gRPC made for it (``settle`` waits
-    for them: a cancelled call's status task ends a few loop turns after ``cancel``)."""
-    before = asyncio.all_tasks()
+    """A long-lived streaming call, ``start(*args, **kwargs)``, that ``started`` and ``settle``
+    follow: gRPC makes a task of its own that waits for the call's status (a few loop turns after
+    the call began), and after ``cancel`` that task ends only when gRPC's core confirmed, a few
+    loop turns later again; a closed store must not leave it behind."""
     call = start(*args, **kwargs)
-    call.metashift_tasks = asyncio.all_tasks() - before
+    call.metashift_before = asyncio.all_tasks()
+    call.metashift_tasks = None
     return call
 
 
+def _status_tasks(since: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
+    return {t for t in asyncio.all_tasks() - since if "_handle_status_once_received" in repr(t.get_coro())}
+
+
+def started(call: Any) -> None:
+    """``call`` answered: the status task gRPC made for it exists by now (it is made before the
+    first answer is read); remember it (and any other made since ``open_stream``: the window is
+    short, and waiting for a task that ends anyway costs nothing)."""
+    if call.metashift_tasks is None:
+        call.metashift_tasks = _status_tasks(call.metashift_before)
+
+
 async def settle(call: Any) -> None:
-    """Cancel a streaming call and wait (at most 2 s) until gRPC's own tasks for it ended, so that
-    a closed store leaves nothing running."""
+    """Cancel a streaming call and wait (at most 2 s) until gRPC's status task for it ended."""
     call.cancel()
-    tasks: set[asyncio.Task[Any]] = getattr(call, "metashift_tasks", set())
+    tasks = call.metashift_tasks
+    if tasks is None:
+        tasks = _status_tasks(call.metashift_before)
     with contextlib.suppress(Exception, asyncio.CancelledError):
         await asyncio.wait_for(call.code(), 2.0)
-    if tasks:
-        await asyncio.wait(tasks, timeout=2.0)
+    pending = [t for t in tasks if not t.done()]
+    if pending:
+        await asyncio.wait(pending, timeout=2.0)
 
 
 class _NamespaceMissing(MetadataStoreError):

@@ -24,7 +24,7 @@ from .. import paths
 from ..aio import cancel_and_wait
 from ..errors import MetadataStoreError
 from ..notifications import Notification, NotificationType
-from .connection import OxiaConnection, Shard, open_stream, settle
+from .connection import OxiaConnection, Shard, open_stream, settle, started
 from .keys import Keys
 
 log = logging.getLogger(__name__)
@@ -116,13 +116,14 @@ class Notifications:
                 request.start_offset_exclusive = offset
             call = open_stream(conn.stub(shard).GetNotifications, request, metadata=conn.metadata)
             calls[shard_id] = call
-            probe = None if offset is None else asyncio.ensure_future(self._probe(shard))
+            probe = None if offset is None else asyncio.ensure_future(self._probe(shard, call))
             try:
                 while True:
                     batch = await call.read()
                     if batch is grpc.aio.EOF:
                         break
                     offset = batch.offset
+                    started(call)
                     ready.set()
                     conn.liveness.up(("notifications", shard_id))
                     for entry in batch.notifications:
@@ -144,7 +145,7 @@ class Notifications:
             conn.liveness.down(("notifications", shard_id))
             await asyncio.sleep(0.5)
 
-    async def _probe(self, shard: Shard) -> None:
+    async def _probe(self, shard: Shard, call: Any) -> None:
         """A resumed stream sends nothing until the next change: a read of the shard answered
         says its leader serves again, and so the stream."""
         conn = self._conn
@@ -154,6 +155,7 @@ class Notifications:
             except MetadataStoreError:
                 await asyncio.sleep(0.5)
                 continue
+            started(call)
             conn.liveness.up(("notifications", shard.id))
             return
 
