@@ -52,6 +52,8 @@ _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCE
 _RETRYABLE_TEXT = ("not leader", "not initialized", "resource unavailable", "invalid status", "shard not found")
 #: Pause between two rounds of connection attempts while opening.
 RETRY_PAUSE_SECONDS = 0.25
+#: A listing or a range scan of a shard may take this many call timeouts (a big subtree).
+LISTING_TIMEOUTS = 6
 
 
 class SessionNotFound(MetadataStoreError):
@@ -273,12 +275,14 @@ class OxiaConnection:
             path, lambda: getattr(stub, method)(request, timeout=self.timeout, metadata=self.metadata))
 
     async def streamed(self, path: str | None, method: str, shard: Shard, request: Any) -> list[Any]:
-        """Every answer of a server-streaming call (``Read``, ``List``, ``RangeScan``)."""
+        """Every answer of a server-streaming call (``Read``, ``List``, ``RangeScan``). A listing
+        or a scan may be long: it gets ``LISTING_TIMEOUTS`` times the call timeout."""
         stub = self.stub(shard)
+        timeout = self.timeout * (1 if method == "Read" else LISTING_TIMEOUTS)
 
         async def run() -> list[Any]:
             return [answer async for answer in getattr(stub, method)(
-                request, timeout=self.timeout * 6, metadata=self.metadata)]
+                request, timeout=timeout, metadata=self.metadata)]
 
         return await self.call(path, run)
 

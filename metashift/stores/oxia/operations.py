@@ -134,12 +134,13 @@ class OxiaOperations(MetadataStore):
     async def _put(
         self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
     ) -> Stat:
-        await self._make_parents(path)
-        if sequential:
-            return await self._put_sequential(path, value, ephemeral)
-        if expected_version is None or expected_version == -1:
+        if expected_version is None or expected_version == -1 or sequential:
+            await self._make_parents(path)
+            if sequential:
+                return await self._put_sequential(path, value, ephemeral)
             version = await self._put_record(path, value, expected_version, ephemeral)
             return self._stat(path, version)
+        # a compare-and-set: the record exists (so do its parents), or nothing is written
         current = await self._record(path, value=False)
         if current is None or current.version.modifications_count != expected_version:
             raise BadVersion(path)
