@@ -115,8 +115,6 @@ class OxiaConnection:
         self._assignments: asyncio.Task[None] | None = None
         self._stream: Any = None
         self._host_index = 0
-        #: Set once the shard map is known (again).
-        self.ready = asyncio.Event()
         #: Waited for before every call while set: the notification streams being (re)started, so
         #: that a call made after a listener was added is followed by every later change.
         self.gate: asyncio.Event | None = None
@@ -185,7 +183,6 @@ class OxiaConnection:
         )
         self.shards = shards
         self._mins = [s.min_hash for s in shards]
-        self.ready.set()
 
     async def _follow(self, stream: Any) -> None:
         """Apply every later update of the assignments; when the stream breaks, report the
