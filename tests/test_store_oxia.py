@@ -16,6 +16,7 @@ from metashift.proto.oxia.v1 import client_pb2 as pb
 from metashift.stores import BadVersion, NotEmpty, Restore, SessionEvent, Store, open_store
 from metashift.stores.oxia import OxiaStore
 from metashift.stores.oxia.connection import Shard
+from metashift.stores.oxia.session import owner_id
 from tests.harness import eventually, retry_while_unavailable
 
 
@@ -136,14 +137,14 @@ async def test_ephemerals_live_on_a_session_of_their_shard(oxia_url: str, open_s
     theirs = await two.put("/members/two", b"2", ephemeral=True)
     for stat in mine:
         shard = one._conn.shard_for(_key(one, stat.path))
-        assert stat.owner == one._sessions.ids[shard.id] != 0  # the session of the record's shard
+        session = one._sessions.ids[shard.id]  # the session of the record's shard
+        assert session != 0 and stat.owner == owner_id(shard.id, session) == (shard.id << 48) | session
         raw = await _raw(one, _key(one, stat.path))
-        assert raw.version.session_id == stat.owner
+        assert raw.version.session_id == session
         seen = await watcher.get(stat.path)
         assert seen is not None and seen[1].ephemeral and seen[1].owner == stat.owner and not seen[1].created_by_self
     assert len(one._sessions.ids) > 1  # several shards, a session on each one used
-    assert theirs.owner not in {s.owner for s in mine if one._conn.shard_for(_key(one, s.path)).id
-                                == two._conn.shard_for(_key(two, "/members/two")).id}
+    assert theirs.owner not in {s.owner for s in mine}  # never one owner for two stores' sessions
     await one.close()
     assert await watcher.get_children("/members") == ["two"]  # closed sessions: their records went
     await two.close()

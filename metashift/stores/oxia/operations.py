@@ -10,7 +10,8 @@
   ``n`` and puts with ``expected_version_id`` = the ``version_id`` read, which fails if anyone
   wrote in between: two round trips, atomic all the same.
 - ephemeral = a record of the store's session on its shard, with the store's client identity;
-  ``created_by_self`` = that identity is ours (Pulsar's rule); ``Stat.owner`` = the session id.
+  ``created_by_self`` = that identity is ours (Pulsar's rule); ``Stat.owner`` = the session id
+  with its shard's id in the top bits (``session.owner_id``: each shard numbers its own sessions).
 - sequential (Pulsar's rule): a blind put of empty bytes on the parent (``/`` at top level), which
   wipes the parent's value as Pulsar's does; the child is ``path + "%010d"`` of the parent's
   ``modifications_count`` after it, created with ``IfRecordDoesNotExist`` (taken again with the
@@ -35,7 +36,7 @@ from ..stat import Stat
 from .batcher import Batcher
 from .connection import OxiaConnection
 from .keys import Keys
-from .session import Sessions
+from .session import Sessions, owner_id
 
 #: Largest value we accept (the server takes requests of up to 256 MiB; Pulsar's values are small,
 #: ZooKeeper's limit is 1 MiB, etcd's 1.5 MiB: a copy from either always fits).
@@ -58,11 +59,12 @@ class OxiaOperations(MetadataStore):
     _batcher: Batcher
 
     def _stat(self, path: str, version: Any) -> Stat:
-        session = version.session_id if version.HasField("session_id") else None
+        ephemeral = version.HasField("session_id")
+        owner = owner_id(self._conn.shard_for(self._keys.key(path)).id, version.session_id) if ephemeral else 0
         own = version.HasField("client_identity") and version.client_identity == self._sessions.identity
         return Stat(
             path, int(version.modifications_count), int(version.created_timestamp), int(version.modified_timestamp),
-            ephemeral=session is not None, created_by_self=own, owner=session or 0,
+            ephemeral=ephemeral, created_by_self=own, owner=owner,
         )
 
     # ---- records --------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ kept alive by one task, closed with the store; their state as Pulsar's session e
 
 A session id is the offset of the write that created it in its shard's log, so the first write of a
 new shard makes a session 0; ``Stat.owner`` 0 means "persistent", so such a session is given back
-and another one taken.
+and another one taken. Two shards hand out the same ids: ``Stat.owner`` carries the shard too
+(``owner_id``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,18 @@ from ..notifications import SessionEvent
 from .connection import OxiaConnection, SessionNotFound, Shard
 
 log = logging.getLogger(__name__)
+
+#: ``Stat.owner`` is a session id with its shard's id above this many bits: Oxia numbers the
+#: sessions of each shard on its own (by offset in the shard's log), so two shards hand out the
+#: same ids, and two stores' sessions must never read as one owner.
+OWNER_SHARD_SHIFT = 48
+
+
+def owner_id(shard_id: int, session_id: int) -> int:
+    """The ``Stat.owner`` of a record of session ``session_id`` on shard ``shard_id`` (the session
+    id itself on shard 0)."""
+    return (shard_id << OWNER_SHARD_SHIFT) | session_id
+
 
 #: Oxia's bounds on a session's timeout (``common/constant``).
 MIN_SESSION_TIMEOUT = 2.0
