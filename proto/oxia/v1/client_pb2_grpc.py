@@ -93,6 +93,9 @@ class OxiaClientServicer:
 
     def Write(self, request, context):
         """Puts and deletes of one shard (applied puts first, then deletes), each with its own status.
+        Upstream marks it deprecated beside the WriteStream it prefers; 0.17.1 serves both, and one
+        unary call per request keeps a request's outcome its own (a broken stream would leave every
+        request in flight on it unknown).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
