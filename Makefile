@@ -7,12 +7,12 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEBS := zookeeper etcd-server etcd-client default-jre-headless default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java openssl util-linux maven
+DEBS := zookeeper etcd-server etcd-client default-jre-headless default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java openssl util-linux maven xz-utils
 # two test processes: most of a test's time is spent waiting on servers, sessions and Spark, so two
 # overlap well on two cores (`make pytest PYTEST_ARGS=` runs them in one process)
 PYTEST_ARGS ?= -n 2 --dist worksteal
 
-.PHONY: setup test lint pytest demo demo-copy demo-pulsar bench proto clean
+.PHONY: setup test lint pytest demo demo-copy demo-pulsar bench proto clean oxia
 
 PULSAR_CACHE := .cache/pulsar
 PULSAR_POMS := packaging/pulsar/pom.xml packaging/pulsar/server/pom.xml packaging/pulsar/admin/pom.xml \
@@ -21,7 +21,18 @@ PULSAR_POMS := packaging/pulsar/pom.xml packaging/pulsar/server/pom.xml packagin
 MVN := mvn -B -q -s packaging/pulsar/settings.xml -Dmaven.repo.local=$(CURDIR)/$(PULSAR_CACHE)/m2 \
 	-Dpulsar.cache=$(CURDIR)/$(PULSAR_CACHE)
 
-setup: .stamp-debs .stamp-venv $(PULSAR_CACHE)/.stamp
+setup: .stamp-debs .stamp-venv $(PULSAR_CACHE)/.stamp oxia
+
+# The Oxia server of the tests (no registry carries it): unpacked from the project's shared tools,
+# beside the repository, into .cache/oxia; METASHIFT_OXIA names another binary instead.
+OXIA_INSTALL := ../shared/tools/oxia/install.sh
+oxia: .stamp-debs
+	@if [ -n "$$METASHIFT_OXIA" ]; then \
+		test -x "$$METASHIFT_OXIA" || { echo "METASHIFT_OXIA=$$METASHIFT_OXIA is not an executable file"; exit 1; }; \
+	elif [ ! -x .cache/oxia/oxia ]; then \
+		test -f $(OXIA_INSTALL) || { echo "no Oxia server: $(OXIA_INSTALL) is missing (or set METASHIFT_OXIA to an oxia binary)"; exit 1; }; \
+		sh $(OXIA_INSTALL) .cache/oxia >/dev/null || { echo "installing the Oxia server from $(OXIA_INSTALL) failed"; exit 1; }; \
+	fi
 
 .stamp-debs:
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \

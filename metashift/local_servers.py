@@ -1,7 +1,8 @@
-"""Start real ZooKeeper and etcd servers on loopback, for tests, the demo and the benchmarks.
+"""Start real ZooKeeper, etcd and Oxia servers on loopback, for tests, the demo and the benchmarks.
 
-They run from the Debian packages (``zookeeper``, ``etcd-server``) as child processes on free
-ports with their own data directories, and are killed when the Python process ends, whatever way
+ZooKeeper and etcd run from the Debian packages (``zookeeper``, ``etcd-server``), Oxia from the
+binary ``make setup`` unpacks into ``.cache/oxia`` (or the one ``METASHIFT_OXIA`` names), as child
+processes on free ports with their own data directories, and are killed when the Python process ends, whatever way
 it ends. ``start()`` returns only once the server really serves.
 """
 
@@ -29,7 +30,7 @@ _live: weakref.WeakSet[_LocalServer] = weakref.WeakSet()
 
 
 class ServerStartError(RuntimeError):
-    """A local ZooKeeper or etcd did not start (its log's tail in the message)."""
+    """A local ZooKeeper, etcd or Oxia did not start (its log's tail in the message)."""
 
     pass
 
@@ -86,6 +87,7 @@ def _listener_pids(port: int, ours: int | None = None) -> set[int]:
 
 class _LocalServer:
     name = "server"
+    _install_hint = "install the Debian packages (make setup)"
 
     def __init__(self, data_dir: str | os.PathLike[str] | None, port: int | None) -> None:
         self._own_dir = data_dir is None
@@ -136,7 +138,7 @@ class _LocalServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         command = self._command()
         if shutil.which(command[0]) is None:
-            raise ServerStartError(f"{command[0]} not found: install the Debian packages (make setup)")
+            raise ServerStartError(f"{command[0]} not found: {self._install_hint}")
         with open(self.log_path, "ab") as log:
             # own process group: a Ctrl-C in a test run reaches us, not the server, and we stop it
             self.process = subprocess.Popen(
@@ -353,6 +355,70 @@ class LocalEtcd(_LocalServer):
             with urllib.request.urlopen(f"{self.endpoint}/health", timeout=1, context=context) as r:
                 return bool(json.load(r).get("health") == "true")
         except (OSError, ValueError, http.client.HTTPException):  # not up, or not etcd answering
+            return False
+
+
+#: Where ``make setup`` puts the Oxia server (``shared/tools/oxia/install.sh``), relative to the
+#: repository; ``METASHIFT_OXIA`` names another binary.
+OXIA_BINARY = Path(__file__).resolve().parent.parent / ".cache" / "oxia" / "oxia"
+
+
+def oxia_binary() -> str | None:
+    """The Oxia server binary to run (``METASHIFT_OXIA``, else ``make setup``'s), ``None`` when
+    there is none."""
+    named = os.environ.get("METASHIFT_OXIA")
+    if named:
+        return named if os.access(named, os.X_OK) else None
+    return str(OXIA_BINARY) if os.access(OXIA_BINARY, os.X_OK) else None
+
+
+class LocalOxia(_LocalServer):
+    """An Oxia standalone server (``oxia standalone``) with several shards (real clusters have
+    many, and a client that ignores the shard assignments works with one only)."""
+
+    name = "oxia"
+    _install_hint = "run make setup (it unpacks ../shared/tools/oxia into .cache/oxia) or set METASHIFT_OXIA"
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str] | None = None,
+        port: int | None = None,
+        *,
+        shards: int = 4,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        super().__init__(data_dir, port)
+        self.metrics_port = free_port()
+        self.shards = shards
+        self.extra_args = list(extra_args or [])
+
+    def _choose_ports(self) -> None:
+        super()._choose_ports()
+        self.metrics_port = free_port()
+
+    @property
+    def url(self) -> str:
+        """The URL of its ``default`` namespace (standalone Oxia has no other)."""
+        return f"oxia://127.0.0.1:{self.port}/default"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _command(self) -> list[str]:
+        binary = oxia_binary() or "oxia-not-installed"
+        return [
+            binary, "standalone", "-p", self.address, "-m", f"127.0.0.1:{self.metrics_port}",
+            "--data-dir", str(self.data_dir / "db"), "--wal-dir", str(self.data_dir / "wal"),
+            "--shards", str(self.shards), "--log-level", "warn", *self.extra_args,
+        ]
+
+    def _ready(self) -> bool:
+        # the shards are up before the public port listens (``oxia standalone`` starts them first)
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
             return False
 
 

@@ -1,6 +1,7 @@
 """Regenerate the Python code of ``proto/`` (``make proto``).
 
-The sources live in ``proto/v1/*.proto``; protoc runs from the repository root through the
+The sources live in ``proto/v1/*.proto`` (metashift's gateway) and ``proto/oxia/v1/*.proto`` (the
+part of Oxia's client protocol the Oxia store speaks); protoc runs from the repository root through the
 ``metashift/proto`` symlink, so that the generated modules import each other as
 ``metashift.proto.v1.…`` and land next to their sources. ``--out DIR`` writes the same tree under
 another directory instead (the staleness test compares the two).
@@ -22,7 +23,7 @@ PACKAGE = Path("metashift/proto")
 
 def sources() -> list[Path]:
     """Proto files, relative to ``proto/``."""
-    return sorted(p.relative_to(PROTO_DIR) for p in PROTO_DIR.glob("v*/*.proto"))
+    return sorted(p.relative_to(PROTO_DIR) for p in PROTO_DIR.rglob("*.proto"))
 
 
 def generated_names(source: Path) -> list[Path]:
@@ -37,7 +38,7 @@ def generate(out: Path | None = None) -> list[Path]:
     if out is None:
         include = ROOT
         out_dir = ROOT
-    else:  # mirror metashift/proto/vN/*.proto under ``out`` and generate there
+    else:  # mirror metashift/proto/**/*.proto under ``out`` and generate there
         include = out
         out_dir = out
         for src in sources():

@@ -1,10 +1,12 @@
-"""pytest plugin: real ZooKeeper and etcd servers for the test session.
+"""pytest plugin: real ZooKeeper, etcd and Oxia servers for the test session.
 
-One ZooKeeper and one etcd are started per test session on free loopback ports with temporary data
-dirs, and stopped at the end, also on failure or Ctrl-C (finalizers, plus the launcher's atexit
-hook). Every test gets its own namespace — a ZooKeeper chroot, an etcd key prefix — so tests never
-see each other's data. Fault tests that stop a server get a dedicated one (``fresh_servers``), so
-the shared servers are never disturbed.
+One ZooKeeper, one etcd and one Oxia (four shards) are started per test session, when a test first
+needs them, on free loopback ports with temporary data dirs, and stopped at the end, also on failure
+or Ctrl-C (finalizers, plus the launcher's atexit hook). Every test gets its own namespace — a
+ZooKeeper chroot, an etcd key prefix, an Oxia key prefix in the ``default`` namespace — so tests
+never see each other's data. Without an Oxia binary (``make setup`` unpacks one) the Oxia tests are
+skipped with the reason, except under ``CI=true``, where that fails them. Fault tests that stop a
+server get a dedicated one (``fresh_servers``), so the shared servers are never disturbed.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any, NoReturn
 
 import pytest
 
-from metashift.local_servers import LocalEtcd, LocalZooKeeper
+from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper, oxia_binary
 from metashift.stores import MetadataStore, StoreUnavailable, open_store
 
 
@@ -105,11 +107,11 @@ def require_part(missing: str) -> NoReturn:
     pytest.skip(missing)
 
 
-BACKENDS = ("zk", "etcd")
+BACKENDS = ("zk", "etcd", "oxia")
 GATEWAY = "gateway-"
 #: The same stores reached through an in-process metashift agent (client -> agent -> store). A test
 #: module opts in by overriding ``backend`` with ``params=BACKENDS + GATEWAY_BACKENDS``.
-GATEWAY_BACKENDS = ("gateway-zk", "gateway-etcd")
+GATEWAY_BACKENDS = ("gateway-zk", "gateway-etcd", "gateway-oxia")
 _counter = itertools.count()
 
 
@@ -124,6 +126,22 @@ def zk_server() -> Iterator[LocalZooKeeper]:
 @pytest.fixture(scope="session")
 def etcd_server() -> Iterator[LocalEtcd]:
     server = LocalEtcd()
+    server.start()
+    yield server
+    server.cleanup()
+
+
+def require_oxia() -> None:
+    """Skip the test when no Oxia binary is installed, saying so; fail it under ``CI=true``, where
+    a missing server must never pass for a green run."""
+    if oxia_binary() is None:
+        require_part("no Oxia server binary: run `make setup` (../shared/tools/oxia) or set METASHIFT_OXIA")
+
+
+@pytest.fixture(scope="session")
+def oxia_server() -> Iterator[LocalOxia]:
+    require_oxia()
+    server = LocalOxia()
     server.start()
     yield server
     server.cleanup()
@@ -150,13 +168,19 @@ def etcd_url(etcd_server: LocalEtcd, namespace: str) -> str:
     return etcd_server.url + namespace
 
 
+@pytest.fixture
+def oxia_url(oxia_server: LocalOxia, namespace: str) -> str:
+    """A key prefix of its own in the server's ``default`` namespace."""
+    return oxia_server.url + namespace
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 def store_kind(backend: str) -> str:
-    """The store behind a backend name: "zk" for "zk" and "gateway-zk"."""
+    """The store behind a backend name: "zk" for "zk" and "gateway-zk" (also "etcd", "oxia")."""
     return backend.removeprefix(GATEWAY)
 
 
@@ -300,7 +324,7 @@ class FreshServers:
     """Servers of a test's own, for tests that stop, kill or restart them."""
 
     def __init__(self) -> None:
-        self.started: list[LocalZooKeeper | LocalEtcd] = []
+        self.started: list[LocalZooKeeper | LocalEtcd | LocalOxia] = []
 
     def zk(self, **kwargs: object) -> LocalZooKeeper:
         server = LocalZooKeeper(**kwargs)  # type: ignore[arg-type]
@@ -314,8 +338,16 @@ class FreshServers:
         self.started.append(server)
         return server
 
-    def of(self, backend: str, **kwargs: object) -> LocalZooKeeper | LocalEtcd:
-        return self.zk(**kwargs) if store_kind(backend) == "zk" else self.etcd(**kwargs)
+    def oxia(self, **kwargs: object) -> LocalOxia:
+        require_oxia()
+        server = LocalOxia(**kwargs)  # type: ignore[arg-type]
+        server.start()
+        self.started.append(server)
+        return server
+
+    def of(self, backend: str, **kwargs: object) -> LocalZooKeeper | LocalEtcd | LocalOxia:
+        kind = store_kind(backend)
+        return self.zk(**kwargs) if kind == "zk" else self.oxia(**kwargs) if kind == "oxia" else self.etcd(**kwargs)
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import pytest
 from metashift.stores import NodeRead, Restore, open_store
 
 
-@pytest.mark.parametrize("kind", ["zk", "etcd"])
+@pytest.mark.parametrize("kind", ["zk", "etcd", "oxia"])
 async def test_read_trees_lists_and_reads_subtrees_breadth_first(kind: str, request: pytest.FixtureRequest) -> None:
     url = request.getfixturevalue(f"{kind}_url")
     async with await open_store(url) as store:
@@ -47,7 +47,7 @@ async def test_read_trees_lists_and_reads_subtrees_breadth_first(kind: str, requ
         assert read == [NodeRead("/a", b"A", 2), None, NodeRead("/a-x/y", b"Y", 3)]
 
 
-@pytest.mark.parametrize("kind", ["zk", "etcd"])
+@pytest.mark.parametrize("kind", ["zk", "etcd", "oxia"])
 async def test_ephemeral_owners_and_write_positions(kind: str, request: pytest.FixtureRequest) -> None:
     """``Stat.owner`` names the session an ephemeral lives on, the same for every reader and in a
     walk; ``position_of`` and ``NodeInfo.position`` grow with every write (``migrate check`` and

@@ -332,7 +332,7 @@ async def test_parents_made_for_a_put_stay_so_counters_never_reset(fresh_servers
 
 
 
-@pytest.mark.parametrize("kind", ["zk", "etcd"])
+@pytest.mark.parametrize("kind", ["zk", "etcd", "oxia"])
 async def test_session_lost_reported_while_the_server_stays_down(kind: str, fresh_servers: Any) -> None:
     server = fresh_servers.of(kind)
     store = await metashift.open_store(server.url + "/outage?session_timeout=2&timeout=2")
@@ -358,7 +358,7 @@ async def test_session_lost_reported_while_the_server_stays_down(kind: str, fres
         await store.close()
 
 
-@pytest.mark.parametrize("kind", ["zk", "etcd"])
+@pytest.mark.parametrize("kind", ["zk", "etcd", "oxia"])
 async def test_notifications_resume_after_a_server_restart(kind: str, fresh_servers: Any) -> None:
     """The watch is re-established after the server comes back: changes made after that, by
     another client, are notified again."""

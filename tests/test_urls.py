@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from metashift import InvalidStoreURL
@@ -41,4 +43,37 @@ def test_bad_urls_are_rejected_with_a_clear_error(bad: str) -> None:
 def test_password_never_in_the_error() -> None:
     with pytest.raises(InvalidStoreURL) as err:
         parse_url("zk://bob:hunter2@h:bad")
+    assert "hunter2" not in str(err.value)
+
+
+def test_oxia_namespace_prefix_and_token(tmp_path: Any) -> None:
+    url = parse_url("oxia://h1:6648,h2/pulsar/t1/x?token=s3cr%26t&session_timeout=20")
+    assert url.scheme == "oxia" and url.hosts == (("h1", 6648), ("h2", 6648))
+    assert (url.namespace, url.root) == ("pulsar", "/t1/x")
+    assert url.token() == "s3cr&t" and url.session_timeout == 20.0
+    assert "s3cr" not in str(url) and "s3cr" not in repr(url) and "token=***" in str(url)
+    assert parse_url(url.unredacted()).token() == "s3cr&t"  # handed whole to a child process
+    assert "token" not in url.public()
+    plain = parse_url("oxia://localhost")  # Pulsar's form: the namespace is "default"
+    assert (plain.namespace, plain.root, plain.hosts) == ("default", "/", (("localhost", 6648),))
+    assert not plain.overlaps(parse_url("oxia://localhost/other"))  # another namespace
+    assert plain.overlaps(parse_url("oxia://127.0.0.1:6648/default/below"))
+    token_file = tmp_path / "token"
+    token_file.write_text("from-a-file\n")
+    assert parse_url(f"oxia://h?token_file={token_file}").token() == "from-a-file"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["oxia://alice:pw@h", "oxia://h/bad%ns", "oxia://h?token=a&token_file=/etc/hostname", "oxia://h?token=",
+     "oxia://h?token_file=/definitely/not/here", "oxia://h?tls=true", "oxia://h/default/a//b", "oxia://h:0"],
+)
+def test_bad_oxia_urls(bad: str) -> None:
+    with pytest.raises(InvalidStoreURL):
+        parse_url(bad)
+
+
+def test_oxia_token_never_in_the_error() -> None:
+    with pytest.raises(InvalidStoreURL) as err:
+        parse_url("oxia://h:bad?token=hunter2")
     assert "hunter2" not in str(err.value)

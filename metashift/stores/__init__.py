@@ -1,5 +1,5 @@
 """The store layer: Pulsar's ``MetadataStore`` API (``api.py``), the bulk interface of the copy
-(``bulk.py``), and one package per backend (``zookeeper/``, ``etcd/``) implementing both."""
+(``bulk.py``), and one package per backend (``zookeeper/``, ``etcd/``, ``oxia/``) implementing both."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from .urls import parse as parse_url
 
 
 async def open_store(url: str | StoreURL, *, watch: bool = True, create_root: bool = True) -> Store:
-    """Connect to the store named by ``url`` (``zk://...`` or ``etcd://...``) and open a session.
+    """Connect to the store named by ``url`` (``zk://...``, ``etcd://...`` or ``oxia://...``) and open
+    a session.
 
     Raises ``InvalidStoreURL`` for a malformed URL (nothing is contacted), ``StoreUnavailable``
     when no server answers, ``AuthFailed`` when credentials are refused. ``watch=False``: no
@@ -40,6 +41,10 @@ async def open_store(url: str | StoreURL, *, watch: bool = True, create_root: bo
         from .zookeeper import ZooKeeperStore
 
         return await ZooKeeperStore.connect(parsed, watch=watch, create_root=create_root)
+    if parsed.scheme == "oxia":
+        from .oxia import OxiaStore
+
+        return await OxiaStore.connect(parsed, watch=watch)
     from .etcd import EtcdStore
 
     return await EtcdStore.connect(parsed, watch=watch)

@@ -1,0 +1,163 @@
+"""The Oxia session of a store: ephemeral records live on a session of their shard (Oxia's sessions
+are per shard), created when the store first puts an ephemeral there (as Oxia's own clients do),
+kept alive by one task, closed with the store; their state as Pulsar's session events.
+
+A session id is the offset of the write that created it in its shard's log, so the first write of a
+new shard makes a session 0; ``Stat.owner`` 0 means "persistent", so such a session is given back
+and another one taken. Two shards hand out the same ids: ``Stat.owner`` carries the shard too
+(``owner_id``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+from metashift.proto.oxia.v1 import client_pb2 as pb
+
+from ..aio import wait_event
+from ..errors import MetadataStoreError, StoreUnavailable
+from ..notifications import SessionEvent
+from .connection import OxiaConnection, SessionNotFound, Shard
+
+log = logging.getLogger(__name__)
+
+#: ``Stat.owner`` is a session id with its shard's id above this many bits: Oxia numbers the
+#: sessions of each shard on its own (by offset in the shard's log), so two shards hand out the
+#: same ids, and two stores' sessions must never read as one owner.
+OWNER_SHARD_SHIFT = 48
+
+
+def owner_id(shard_id: int, session_id: int) -> int:
+    """The ``Stat.owner`` of a record of session ``session_id`` on shard ``shard_id`` (the session
+    id itself on shard 0)."""
+    return (shard_id << OWNER_SHARD_SHIFT) | session_id
+
+
+#: Oxia's bounds on a session's timeout (``common/constant``).
+MIN_SESSION_TIMEOUT = 2.0
+MAX_SESSION_TIMEOUT = 300.0
+
+
+class Sessions:
+    """The store's session on each shard it put an ephemeral on, and the keep-alive loop."""
+
+    def __init__(self, conn: OxiaConnection, identity: str, emit: Callable[[SessionEvent], None]) -> None:
+        self._conn = conn
+        self.identity = identity
+        self._emit = emit
+        self.timeout = min(max(conn.url.session_timeout, MIN_SESSION_TIMEOUT), MAX_SESSION_TIMEOUT)
+        self.ids: dict[int, int] = {}
+        """The session id on each shard that has one."""
+        self._creating: dict[int, asyncio.Future[int]] = {}
+        self._lost: set[int] = set()
+        """Shards whose session was lost and is to be taken again (SessionReestablished then)."""
+        self._wake = asyncio.Event()
+
+    async def id_for(self, shard: Shard, path: str) -> int:
+        """The session id of ``shard``, created if there is none (one creation at a time)."""
+        got = self.ids.get(shard.id)
+        if got is not None:
+            return got
+        pending = self._creating.get(shard.id)
+        if pending is None:
+            pending = asyncio.ensure_future(self._create(shard, path))
+            self._creating[shard.id] = pending
+            pending.add_done_callback(lambda _: self._creating.pop(shard.id, None))
+        return await asyncio.shield(pending)
+
+    async def _create(self, shard: Shard, path: str | None) -> int:
+        conn = self._conn
+        request = pb.CreateSessionRequest(
+            shard=shard.id, session_timeout_ms=int(self.timeout * 1000), client_identity=self.identity)
+        for _ in range(3):
+            resp = await conn.unary(path, "CreateSession", shard, request)
+            if resp.session_id != 0:
+                self.ids[shard.id] = resp.session_id
+                return int(resp.session_id)
+            # session 0 would read as "no owner": give it back, take the next one
+            with contextlib.suppress(MetadataStoreError):
+                await conn.unary(path, "CloseSession", shard, pb.CloseSessionRequest(shard=shard.id, session_id=0))
+        raise StoreUnavailable("oxia kept handing out session 0", path)
+
+    async def keepalive_loop(self) -> None:
+        """Heartbeat every session a quarter of its timeout; report ConnectionLost / Reconnected
+        as the heartbeats fail and succeed again, SessionLost when the server no longer knows a
+        session (or could not be told about it for longer than its timeout), and
+        SessionReestablished once every lost one was taken again."""
+        conn = self._conn
+        last_ok = time.monotonic()
+        interval = max(self.timeout / 4, 0.2)
+        while not conn.closed:
+            await wait_event(self._wake, interval)
+            self._wake.clear()
+            shards = {s.id: s for s in conn.shards}
+            beats = [(shards[i], sid) for i, sid in list(self.ids.items()) if i in shards]
+            results = await asyncio.gather(*(self._beat(s, sid) for s, sid in beats), return_exceptions=True)
+            unreachable = False
+            for (shard, sid), result in zip(beats, results, strict=True):
+                if isinstance(result, SessionNotFound):
+                    self.forget(shard.id, sid)
+                elif isinstance(result, StoreUnavailable):
+                    unreachable = True
+                    conn.liveness.down(("keepalive", shard.id))
+                elif isinstance(result, BaseException):
+                    log.warning("%s: keep-alive of session %d failed: %s", conn.url, sid, result)
+                else:
+                    conn.liveness.up(("keepalive", shard.id))
+            now = time.monotonic()
+            if not unreachable:
+                last_ok = now
+            elif now - last_ok > self.timeout:  # the server has expired them by now
+                for shard, sid in beats:
+                    self.forget(shard.id, sid)
+            if self._lost and not unreachable:
+                await self._take_again(shards)
+
+    async def _beat(self, shard: Shard, session_id: int) -> None:
+        await self._conn.unary(None, "KeepAlive", shard, pb.SessionHeartbeat(shard=shard.id, session_id=session_id))
+
+    def forget(self, shard_id: int, session_id: int) -> None:
+        """The session ``session_id`` of shard ``shard_id`` is gone: SessionLost (once), and the
+        keep-alive loop takes a new one."""
+        if self.ids.get(shard_id) != session_id:
+            return
+        del self.ids[shard_id]
+        if not self._lost:
+            self._emit(SessionEvent.SESSION_LOST)
+        self._lost.add(shard_id)
+
+    async def _take_again(self, shards: dict[int, Shard]) -> None:
+        for shard_id in sorted(self._lost):
+            if shard_id in shards and shard_id not in self.ids:
+                try:
+                    await self.id_for(shards[shard_id], "/")
+                except MetadataStoreError as e:
+                    log.debug("%s: could not take a new session on shard %d: %s", self._conn.url, shard_id, e)
+                    return
+        self._lost.clear()
+        self._emit(SessionEvent.SESSION_REESTABLISHED)
+
+    async def close(self) -> None:
+        """Close every session (the server deletes their ephemerals at once)."""
+        shards = {s.id: s for s in self._conn.shards}
+        ids, self.ids = self.ids, {}
+        conn = self._conn
+
+        async def close_one(shard: Shard, session_id: int) -> None:
+            request = pb.CloseSessionRequest(shard=shard.id, session_id=session_id)
+            try:
+                await shard_call(conn, shard, request)
+            except Exception as e:  # the server expires it anyway
+                log.warning("%s: could not close session %d: %s", conn.url, session_id, e)
+
+        await asyncio.gather(*(close_one(shards[i], sid) for i, sid in ids.items() if i in shards))
+
+
+async def shard_call(conn: OxiaConnection, shard: Shard, request: pb.CloseSessionRequest) -> None:
+    """``CloseSession`` on ``shard``'s leader, bounded by 3 s (a close must end)."""
+    stub = conn.stub(shard)
+    await stub.CloseSession(request, timeout=min(conn.timeout, 3.0), metadata=conn.metadata)
