@@ -128,7 +128,11 @@ async def test_pulsars_layout_read_back_raw(oxia_url: str) -> None:
         assert got[1].modification_timestamp == raw.version.modified_timestamp
 
 
-async def test_ephemerals_live_on_a_session_of_their_shard(oxia_url: str, open_stores: Callable[..., Any]) -> None:
+async def test_ephemerals_live_on_a_session_of_their_shard_and_read_as_one_owner(
+    oxia_url: str, open_stores: Callable[..., Any],
+) -> None:
+    """A store has a session on each shard it puts ephemerals on, all with its client identity: its
+    ephemerals read as one owner (as a ZooKeeper session's), another store's as another."""
     one = await open_stores(oxia_url)
     two = await open_stores(oxia_url)
     watcher = await open_stores(oxia_url)
@@ -138,7 +142,7 @@ async def test_ephemerals_live_on_a_session_of_their_shard(oxia_url: str, open_s
     for stat in mine:
         shard = one._conn.shard_for(_key(one, stat.path))
         session = one._sessions.ids[shard.id]  # the session of the record's shard
-        assert session != 0 and stat.owner == owner_id(shard.id, session) == (shard.id << 48) | session
+        assert session != 0 and stat.owner == owner_id(one._sessions.identity, shard.id, session) == mine[0].owner
         raw = await _raw(one, _key(one, stat.path))
         assert raw.version.session_id == session
         seen = await watcher.get(stat.path)

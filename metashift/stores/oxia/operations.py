@@ -60,8 +60,10 @@ class OxiaOperations(MetadataStore):
 
     def _stat(self, path: str, version: Any) -> Stat:
         ephemeral = version.HasField("session_id")
-        owner = owner_id(self._conn.shard_for(self._keys.key(path)).id, version.session_id) if ephemeral else 0
-        own = version.HasField("client_identity") and version.client_identity == self._sessions.identity
+        identity = version.client_identity if version.HasField("client_identity") else None
+        shard = self._conn.shard_for(self._keys.key(path)).id if ephemeral and not identity else 0
+        owner = owner_id(identity, shard, version.session_id) if ephemeral else 0
+        own = identity is not None and identity == self._sessions.identity
         return Stat(
             path, int(version.modifications_count), int(version.created_timestamp), int(version.modified_timestamp),
             ephemeral=ephemeral, created_by_self=own, owner=owner,

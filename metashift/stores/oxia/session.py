@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Callable
@@ -25,15 +26,21 @@ from .connection import OxiaConnection, SessionNotFound, Shard
 
 log = logging.getLogger(__name__)
 
-#: ``Stat.owner`` is a session id with its shard's id above this many bits: Oxia numbers the
-#: sessions of each shard on its own (by offset in the shard's log), so two shards hand out the
-#: same ids, and two stores' sessions must never read as one owner.
+#: A record without a client identity: ``Stat.owner`` is its session id with its shard's id above
+#: this many bits (Oxia numbers the sessions of each shard on its own, by offset in the shard's
+#: log, so two shards hand out the same ids).
 OWNER_SHARD_SHIFT = 48
 
 
-def owner_id(shard_id: int, session_id: int) -> int:
-    """The ``Stat.owner`` of a record of session ``session_id`` on shard ``shard_id`` (the session
-    id itself on shard 0)."""
+def owner_id(identity: str | None, shard_id: int, session_id: int) -> int:
+    """The ``Stat.owner`` of an ephemeral record: one number per client, whatever the shard. A
+    client (this store, Pulsar's Oxia client) has a session on each shard it puts ephemerals on,
+    all with its client identity: the owner is that identity's hash (never 0), so that one store
+    reads as one owner, as a ZooKeeper session or an etcd lease does. Without an identity, the
+    session id with its shard's id above ``OWNER_SHARD_SHIFT`` bits."""
+    if identity:
+        digest = int.from_bytes(hashlib.blake2b(identity.encode(), digest_size=8).digest(), "big")
+        return (digest & (2**63 - 1)) or 1
     return (shard_id << OWNER_SHARD_SHIFT) | session_id
 
 
