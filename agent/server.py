@@ -36,6 +36,7 @@ from metashift.agent.participant import Participant
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
 from metashift.agent.zookeeper.server import ZooKeeperServer
+from metashift.migration import paths
 from metashift.migration.phase import Phase
 from metashift.proto import wire
 from metashift.stores import MetadataStore, Store, StoreURL, open_store, parse_url
@@ -387,4 +388,5 @@ async def serve(config: AgentConfig, companion: Companion | None = None) -> int:
 def run(config: AgentConfig, companion: Companion | None = None) -> int:
     """``metashift agent``: log JSON lines and serve (with ``companion`` beside it) on uvloop until SIGTERM."""
     setup_logging(config.log_level)
+    paths.use_root(config.migration_root)  # the process's (and its copy jobs') migration nodes
     return run_loop(serve(config, companion))

@@ -112,10 +112,10 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--pulsar", action="store_true",
                    help="a real Apache Pulsar cluster (the release `make setup` fetched: a bookie, two brokers, "
                    "producers and consumers) instead of simulated clients; then Pulsar restarted on etcd directly")
-    p.add_argument("--source", choices=["zk", "etcd"],
+    p.add_argument("--source", choices=["zk", "etcd", "oxia"],
                    help="the store the cluster starts on (default zk); with --pulsar and etcd, Pulsar starts on "
                    "etcd directly and adopts its agents by a rolling restart")
-    p.add_argument("--target", choices=["zk", "etcd"],
+    p.add_argument("--target", choices=["zk", "etcd", "oxia"],
                    help="the store it migrates into (default etcd, or zk from etcd)")
     p.add_argument("--adopt", action="store_true",
                    help="with --pulsar: start Pulsar on the source store directly, then adopt the agents by a "

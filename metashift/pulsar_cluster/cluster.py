@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from metashift.local_servers import LocalEtcd, LocalZooKeeper, free_port
+from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper, free_port
 from metashift.sandbox.agents import AgentProcess, start_agents, stop_agents
 
 from . import configs
@@ -57,13 +57,13 @@ def _wait_port(port: int, within: float) -> None:
 
 
 #: The stores a cluster can live on, by metashift's URL scheme.
-STORE_KINDS = ("zk", "etcd")
+STORE_KINDS = ("zk", "etcd", "oxia")
 #: Where a Pulsar process reaches its metadata: through its agent's ZooKeeper front, or a store
 #: directly (one of ``STORE_KINDS``, with Pulsar's own URL of it).
 AGENT = "agent"
 STORE_NAMES = {"zk": "ZooKeeper", "etcd": "etcd", "oxia": "Oxia"}
 
-LocalServer = LocalZooKeeper | LocalEtcd
+LocalServer = LocalZooKeeper | LocalEtcd | LocalOxia
 
 
 class PulsarCluster:
@@ -121,6 +121,8 @@ class PulsarCluster:
         server = self.servers[kind]
         if isinstance(server, LocalZooKeeper):
             return f"zk:{server.hosts}"
+        if isinstance(server, LocalOxia):
+            return f"oxia://{server.address}"  # namespace "default", as Pulsar takes it when absent
         return f"etcd:{server.endpoint}"
 
     @property
@@ -321,4 +323,6 @@ def _server(kind: str, work_dir: Path) -> LocalServer:
     """A local server of the store ``kind`` with its data in ``work_dir``."""
     if kind == "zk":
         return LocalZooKeeper(work_dir / "zookeeper")
+    if kind == "oxia":
+        return LocalOxia(work_dir / "oxia")
     return LocalEtcd(work_dir / "etcd")

@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.sandbox.report import freeze_window
 from metashift.stores import open_store
@@ -35,7 +36,6 @@ ADMIN_S = 120.0
 PULSAR_ADMIN_S = 600.0
 ABORT_WAIT_S = 300.0
 ABORT_TTL = 4242
-MIGRATION_FLAG = "/pulsar/migration-coordinator/migration"
 #: Ledgers the brokers must have created on the target before the traffic stops (within a bound).
 LEDGERS_AFTER = 4
 LEDGERS_AFTER_S = 180.0
@@ -161,7 +161,7 @@ class MigrationRun:
         return bool((await self.status()).get("target_cleaned"))
 
     async def _phase_is(self, phase: str) -> bool:
-        flag = await self._source_json(MIGRATION_FLAG)
+        flag = await self._source_json(paths.FLAG)
         return flag is not None and flag.get("phase") == phase
 
     async def _source_json(self, path: str) -> dict[str, Any] | None:
