@@ -54,7 +54,7 @@ class PulsarSandbox:
     async def run(self) -> SandboxReport:
         r, o = self.report, self.options
         started = time.monotonic()
-        release = find_release()
+        release = find_release(o.pulsar_version)
         self.work_dir = Path(tempfile.mkdtemp(prefix="metashift-sandbox-pulsar-"))
         r.work_dir = str(self.work_dir)
         say(f"work directory {self.work_dir}; Pulsar {release.version} from {release.home}")
