@@ -27,6 +27,7 @@ from . import evidence, workload
 from .admin import PulsarAdmin, pulsar_admin
 from .cluster import BOOKIE_READY, BROKER_READY, STORE_NAMES, PulsarCluster
 from .figures import PulsarFigures, metadata_op_text
+from .pip454 import START_FAILED, Pip454Figures
 from .traffic import Traffic, read_backlog, round_trip
 
 #: Bounds that turn a hang into a failure.
@@ -71,6 +72,8 @@ class MigrationRun:
         self.reason: str | None = None
         self.switched_at: float | None = None
         self.freeze: tuple[float, float] | None = None
+        self.pip454 = Pip454Figures() if cluster.release.ships_pip454 else None
+        """A 4.2+ release: what PIP-454's own code did (``pip454``)."""
 
     async def start_workload(self) -> None:
         await asyncio.to_thread(workload.set_up, self.admin)
@@ -93,12 +96,31 @@ class MigrationRun:
         if change_topics:
             self.admin_loop.change_topics.set()
         self.say(f"metashift migrate start --source {c.source_url} --target {c.target_url} --wait")
+        watching = asyncio.get_running_loop().create_task(self._pip454_during()) if self.pip454 else None
         code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url,
                                               "--wait")  # fmt: skip
         if code not in (0, 1):
             self.say(f"metashift migrate start exited with {code}: {err.strip()[-2000:]}")
+        if watching is not None:
+            await asyncio.wait_for(watching, ADMIN_S * 2)
         await self.read_outcome()
+        if self.pip454 is not None and self.phase == "COMPLETED":
+            await asyncio.to_thread(self.pip454.read_status, self.admin, "after")
         return code
+
+    async def _pip454_during(self) -> None:
+        """While metashift copies (SYNCING): PIP-454's status, and a start of its own (into a
+        reachable Oxia: the target, when it is one), which must start nothing."""
+        assert self.pip454 is not None
+        c = self.cluster
+        if not await _until(lambda: self._phase_is("SYNCING"), ADMIN_S):
+            self.pip454.troubles.append("pip454: the migration was never seen in SYNCING")
+            return
+        await asyncio.to_thread(self.pip454.read_status, self.admin, "during")
+        if c.target == "oxia":
+            await asyncio.to_thread(self.pip454.try_start, self.admin, c.native_url("oxia"))
+            self.say(f"pulsar-admin metadata-migration start --target {c.native_url('oxia')} while metashift "
+                     f"migrates: {self.pip454.start}")
 
     async def read_outcome(self) -> None:
         """The migration's phase, reason and switch time (from the flag), and the freeze (from the
@@ -265,7 +287,10 @@ class MigrationRun:
                 else:
                     f.disconnections.append(f"{name}: no answer from its metadata store for {until - since:.1f} s "
                                             f"from {_clock(since)} (ConnectionLost, then reconnected by itself)")
-            f.troubles += [f"{name} metadata error: {line[:300]}" for line in evidence.metadata_errors(text)[:5]]
+            errors = evidence.metadata_errors(text)
+            if self.pip454 is not None and self.pip454.start is not None:  # the start refused on purpose
+                errors = [line for line in errors if not START_FAILED.search(line)]
+            f.troubles += [f"{name} metadata error: {line[:300]}" for line in errors[:5]]
         worst = None
         for web in c.web_urls:
             try:
@@ -281,6 +306,12 @@ class MigrationRun:
             ids = evidence.ledger_ids(creations, self.freeze[0], self.switched_at)
             f.ledger_ids = ids.summary()
             f.ledger_ids_reused = len(ids.reused)
+        if self.pip454 is not None:
+            self.pip454.read_logs([p.log_text() for p in c.history])
+            f.pip454 = self.pip454.to_dict()
+            f.troubles += self.pip454.troubles
+            self.say(f"PIP-454's code: {self.pip454.registered} DualMetadataStore(s) registered, "
+                     f"{len(self.pip454.acted)} step(s) taken; its status during and after: {self.pip454.status}")
         longest = metadata_op_text(f.max_metadata_op_ms)
         self.say(f"ledger ids {f.ledger_ids}; longest broker metadata operation {longest}")
         for line in f.disconnections:
