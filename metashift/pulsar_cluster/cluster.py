@@ -91,6 +91,11 @@ class PulsarCluster:
         self.say = say
         self.source, self.target = source, target
         self.servers: dict[str, LocalServer] = {kind: _server(kind, work_dir) for kind in (source, target)}
+        self.pip454_oxia: LocalOxia | None = None
+        """A release with PIP-454's own migration and no Oxia in the cluster: an Oxia of its own for
+        ``metadata-migration start`` to aim at (it never answers when it cannot reach one)."""
+        if release.ships_pip454 and "oxia" not in self.servers:
+            self.pip454_oxia = LocalOxia(work_dir / "oxia-pip454")
         self.log4j = work_dir / "log4j2.properties"
         self.broker_ports = [configs.BrokerPorts(free_port(), free_port()) for _ in range(brokers)]
         self.bookie_port = free_port()
@@ -188,7 +193,7 @@ class PulsarCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.log4j.write_text(configs.LOG4J2)
         # in the caller's (main) thread: the servers die with the thread that started them
-        for server in self.servers.values():
+        for server in [*self.servers.values(), *([self.pip454_oxia] if self.pip454_oxia else [])]:
             server.start()
         self.say(f"{STORE_NAMES[self.source]} (source) at {self.servers[self.source].url}, "
                  f"{STORE_NAMES[self.target]} (target) at {self.servers[self.target].url}; "
@@ -312,7 +317,7 @@ class PulsarCluster:
             await self.stop_pulsar()
         with contextlib.suppress(Exception):
             await stop_agents(self.agents)
-        for server in self.servers.values():
+        for server in [*self.servers.values(), *([self.pip454_oxia] if self.pip454_oxia else [])]:
             with contextlib.suppress(Exception):
                 server.cleanup()
         if not keep:

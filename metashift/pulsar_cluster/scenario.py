@@ -110,17 +110,20 @@ class MigrationRun:
 
     async def _pip454_during(self) -> None:
         """While metashift copies (SYNCING): PIP-454's status, and a start of its own (into a
-        reachable Oxia: the target, when it is one), which must start nothing."""
+        reachable Oxia: the target when it is one, else one of its own), which must start nothing."""
         assert self.pip454 is not None
         c = self.cluster
         if not await _until(lambda: self._phase_is("SYNCING"), ADMIN_S):
             self.pip454.troubles.append("pip454: the migration was never seen in SYNCING")
             return
         await asyncio.to_thread(self.pip454.read_status, self.admin, "during")
-        if c.target == "oxia":
-            await asyncio.to_thread(self.pip454.try_start, self.admin, c.native_url("oxia"))
-            self.say(f"pulsar-admin metadata-migration start --target {c.native_url('oxia')} while metashift "
-                     f"migrates: {self.pip454.start}")
+        oxia = c.native_url("oxia") if c.target == "oxia" else ""
+        if c.pip454_oxia is not None:
+            oxia = f"oxia://{c.pip454_oxia.address}"
+        if oxia:
+            await asyncio.to_thread(self.pip454.try_start, self.admin, oxia)
+            self.say(f"pulsar-admin metadata-migration start --target {oxia} while metashift migrates: "
+                     f"{self.pip454.start}")
 
     async def read_outcome(self) -> None:
         """The migration's phase, reason and switch time (from the flag), and the freeze (from the
@@ -324,6 +327,7 @@ class MigrationRun:
         subscription and kept message readable, new messages flow."""
         c, f = self.cluster, self.figures
         where = STORE_NAMES[c.target]
+        restarted = time.time()
         await c.restart_native()
         admin = PulsarAdmin(*c.web_urls)
         want = workload.expected_topics(self.traffic)
@@ -351,6 +355,12 @@ class MigrationRun:
             flowed += n
             if n < 10:
                 problems.append(f"{topic}: {n} of 10 new messages came back on {where}")
+        # Pulsar's own generator, reading the target directly now: above every id handed out before
+        native = evidence.ledger_ids(evidence.ledger_creations(c.broker_logs()), restarted, restarted)
+        if native.reused:
+            problems.append(f"ledger ids handed out again on {where} directly: {native.reused[:10]}")
+            f.ledger_ids_reused += len(native.reused)
+        self.say(f"ledger ids on {where} directly: {native.summary()}")
         f.native_restart = {"store": c.target, "ok": not problems, "topics": found, "messages_read": sum(read.values())}
         f.troubles += [f"{where} restart: {p}" for p in problems]
         self.say(f"on {where} directly: {found} topics listed, {sum(read.values())} kept messages read back, "
