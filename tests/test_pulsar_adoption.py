@@ -28,7 +28,7 @@ pytestmark = pytest.mark.timeout(1800)
 BYPASS = "is registered through a session no agent holds: restart it onto its agent's ZooKeeper front first"
 
 
-def test_a_cluster_on_zookeeper_adopts_its_agents_and_a_forgotten_broker_is_never_split_off() -> None:
+def test_a_cluster_on_etcd_adopts_its_agents_and_a_forgotten_broker_is_never_split_off() -> None:
     try:
         version = find_release().version
     except PulsarNotInstalled as e:
