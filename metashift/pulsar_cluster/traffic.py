@@ -59,6 +59,8 @@ class TopicTraffic:
     """(wall clock at send, seconds to the broker's acknowledgement) per acknowledged publish."""
     received: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
+    failures: Counter[str] = field(default_factory=Counter)
+    """Failed publishes by what the client answered (its result, or the exception it raised)."""
 
     @property
     def lost(self) -> set[str]:
@@ -140,6 +142,7 @@ class Traffic:
                         t.latencies.append((sent_at, time.time() - sent_at))
                     else:
                         t.failed += 1
+                        t.failures[str(result)] += 1
                         if len(t.errors) < 5:
                             t.errors.append(f"publish {payload}: {result}")
                 pending.release()
@@ -151,6 +154,7 @@ class Traffic:
             except Exception as e:  # the client refused it at once: not published
                 with self._lock:
                     t.failed += 1
+                    t.failures[f"{type(e).__name__}: {e}"] += 1
                     t.errors.append(f"publish {payload}: {e}")
                 pending.release()
             next_at += 1.0 / self.rate
@@ -220,6 +224,11 @@ class Traffic:
             samples = [s for t in self.topics.values() for at, s in t.latencies
                        if between is None or (between[0] <= at + s and at <= between[1])]  # fmt: skip
         return round(max(samples, default=0.0) * 1000, 1)
+
+    def failures(self) -> Counter[str]:
+        """Failed publishes of every topic by what the client answered."""
+        with self._lock:
+            return sum((t.failures for t in self.topics.values()), Counter())
 
     def errors(self) -> list[str]:
         with self._lock:

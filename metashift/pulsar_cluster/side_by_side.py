@@ -1,0 +1,314 @@
+"""PIP-454's own migration beside metashift's, measured on the same cluster shape and traffic
+(``bench/pip454_vs_metashift.py``): two runs, one after the other, each a fresh cluster of Pulsar
+4.2.4 (a bookie, two brokers, ledgers rolling every 20 entries; producers and consumers counting
+every message, the admin loop), migrated from ZooKeeper into Oxia under that traffic.
+
+- ``pip454``: born on ZooKeeper with no agent, as PIP-454's documentation requires; its own
+  ``metadata-migration start`` (``pip454_run``).
+- ``metashift``: on its agents (the sandbox's shape); ``metashift migrate start --wait``.
+
+Each ``Side`` holds what the table shows: publishes, the longest ones, admin calls, messages lost
+and duplicated, ledger ids reused, time to COMPLETED, time writes were refused or held,
+``metashift verify`` of the target against the source, and the way back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import evidence
+from .cluster import PulsarCluster
+from .pip454_run import Pip454Logs, Pip454Migration
+from .release import PulsarRelease
+from .scenario import MIGRATION_S, MigrationRun, metashift_cli
+
+PIP454, METASHIFT = "pip454", "metashift"
+KINDS = (PIP454, METASHIFT)
+#: Errors shown per kind (distinct, the most frequent first).
+SHOWN = 3
+_CLOCK = re.compile(r"^\d\d:\d\d:\d\d ")
+
+
+@dataclass
+class Side:
+    """One migration of the benchmark, as its table and JSON show it."""
+
+    kind: str
+    how: str = ""
+    phase: str = "-"
+    published: int = 0
+    acknowledged: int = 0
+    failed: int = 0
+    publish_errors: list[str] = field(default_factory=list)
+    """Distinct answers to failed publishes, ``N x answer``, the most frequent first."""
+    lost: int = 0
+    duplicated: int = 0
+    max_publish_ms: float = 0.0
+    max_publish_migrating_ms: float = 0.0
+    """The longest publish in flight between the start and COMPLETED."""
+    max_publish_paused_ms: float = 0.0
+    """The longest publish in flight while writes were refused (PIP-454) or held (metashift)."""
+    admin_calls: int = 0
+    admin_failed: int = 0
+    admin_errors: list[str] = field(default_factory=list)
+    ledger_ids_reused: int = 0
+    ledger_ids: str = ""
+    to_completed_s: float | None = None
+    """From the start command to COMPLETED (the flag's write)."""
+    paused_s: float | None = None
+    """PIP-454: PREPARATION to COMPLETED, its participants' own writes refused; metashift: the
+    freeze, first write gate closed to last reopened, writes held."""
+    refused_writes: int | None = None
+    """PIP-454: log records of writes refused ("Write operations not allowed during migrations")."""
+    sessions_lost: int = 0
+    metadata_errors: int = 0
+    """ERROR records about the metadata store in the Pulsar processes' logs."""
+    verify: dict[str, Any] = field(default_factory=dict)
+    way_back: str = ""
+    native: dict[str, Any] | None = None
+    """The restart on Oxia's own URL with no agent (``--native``)."""
+    detail: dict[str, Any] = field(default_factory=dict)
+    troubles: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def measure(
+    kind: str, release: PulsarRelease, work_dir: Path, *, warmup: float, after: float, native: bool = False,
+    keep: bool = False, say: Callable[[str], None] = print,
+) -> Side:  # fmt: skip
+    """One run: a fresh cluster, the workload, the migration of ``kind``, every message accounted
+    for, the Pulsar processes' logs read, the target verified, the way back tried; the cluster
+    cleaned up whatever happens."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, not {kind!r}")
+    started = time.monotonic()
+    direct = kind == PIP454
+    cluster = PulsarCluster(work_dir, release, source="zk", target="oxia", born_direct=direct, agents=not direct,
+                            say=say)  # fmt: skip
+    side = Side(kind)
+    try:
+        await cluster.start()
+        run = MigrationRun(cluster, say)
+        run.pip454 = None  # the sandbox's check that PIP-454 stays idle behind the agents: not here
+        await run.start_workload()
+        await asyncio.sleep(warmup)
+        run.figures.bundle_owners = await run.bundle_owners()
+        say("bundles owned: " + ", ".join(f"{web} {n}" for web, n in run.figures.bundle_owners.items()))
+        pip454 = await _migrate_pip454(run, side) if direct else None
+        if not direct:
+            await _migrate_metashift(run, side)
+        await run.finish_traffic(after)
+        await run.read_evidence()
+        _account(run, side)
+        if pip454 is not None:
+            _pip454_logs(run, side, pip454)
+        if run.phase == "COMPLETED":
+            side.verify = await verify(cluster, say)
+            if pip454 is not None:
+                await pip454.try_way_back()
+                side.detail["pip454"] = pip454.to_dict()
+            if native:
+                await run.restart_native()
+                side.native = dict(run.figures.native_restart)
+                side.ledger_ids_reused = run.figures.ledger_ids_reused
+                if pip454 is not None:
+                    await pip454.try_start_on_native()
+                    side.detail["pip454"] = pip454.to_dict()
+        side.way_back = _way_back(side, pip454, cluster)
+        side.troubles = list(run.figures.troubles)
+    finally:
+        await cluster.cleanup(keep=keep)
+        if keep:
+            say(f"kept the work directory {work_dir}")
+    side.seconds = round(time.monotonic() - started, 1)
+    return side
+
+
+async def _migrate_pip454(run: MigrationRun, side: Side) -> Pip454Migration:
+    """``pulsar-admin metadata-migration start --target oxia://...`` (its REST call), the admin loop
+    creating and deleting its topics as it starts, then its flag followed to COMPLETED or FAILED."""
+    c = run.cluster
+    migration = Pip454Migration(c, run.admin)
+    side.how = f"POST {c.web_urls[0]}/admin/v2/metadata/migration/start?target={migration.target}"
+    run.admin_loop.change_topics.set()
+    run.say(f"PIP-454: {side.how}")
+    await migration.start()
+    run.say(f"PIP-454: start answered {migration.http} {migration.answer}".rstrip())
+    if migration.http == 204:
+        await migration.follow()
+    run.phase = migration.phase
+    run.say(f"PIP-454: {migration.phase}; the flag seen " + ", ".join(
+        f"{p} at +{t - migration.started_at:.2f} s" for p, t in migration.seen))  # fmt: skip
+    if migration.refusing is not None:
+        run.freeze = migration.refusing
+        side.paused_s = round(migration.refusing[1] - migration.refusing[0], 3)
+    if migration.phase == "COMPLETED" and migration.completed_at is not None:
+        run.switched_at = migration.completed_at
+        side.to_completed_s = round(migration.completed_at - migration.started_at, 2)
+        await migration.read_status()
+    side.detail["pip454"] = migration.to_dict()
+    side.detail["migrating"] = [migration.started_at, migration.completed_at]
+    return migration
+
+
+async def _migrate_metashift(run: MigrationRun, side: Side) -> None:
+    """``metashift migrate start --wait`` (``MigrationRun.migrate``)."""
+    c = run.cluster
+    side.how = f"metashift migrate start --source {c.source_url} --target {c.target_url} --wait"
+    started = time.time()
+    await run.migrate()
+    if run.switched_at is not None:
+        side.to_completed_s = round(run.switched_at - started, 2)
+    if run.freeze is not None:
+        side.paused_s = round(run.freeze[1] - run.freeze[0], 3)
+    side.detail["migrating"] = [started, run.switched_at]
+
+
+def _account(run: MigrationRun, side: Side) -> None:
+    """The traffic's and the admin loop's figures, and what the Pulsar processes logged."""
+    f, traffic = run.figures, run.traffic
+    side.phase = run.phase
+    side.published, side.acknowledged, side.failed = f.messages_published, f.messages_acknowledged, f.messages_failed
+    side.lost, side.duplicated = f.messages_lost, f.messages_duplicated
+    side.publish_errors = _top(traffic.failures())
+    side.max_publish_ms = f.max_publish_latency_ms
+    side.max_publish_paused_ms = f.freeze_publish_latency_ms
+    begun, completed = side.detail.get("migrating") or [None, None]
+    if begun is not None:
+        side.max_publish_migrating_ms = traffic.max_publish_latency_ms((begun, completed or time.time()))
+    errors = run.admin_loop.errors
+    side.admin_failed = len(errors)
+    side.admin_calls = run.admin_loop.updates + len(errors)
+    side.admin_errors = _top(Counter(_CLOCK.sub("", e)[:200] for e in errors))
+    side.ledger_ids_reused, side.ledger_ids = f.ledger_ids_reused, f.ledger_ids
+    for process in run.cluster.history:
+        text = process.log_text()
+        side.sessions_lost += len(evidence.sessions_lost(text))
+        side.metadata_errors += len(evidence.metadata_errors(text))
+
+
+def _pip454_logs(run: MigrationRun, side: Side, migration: Pip454Migration) -> None:
+    logs = Pip454Logs.read({p.log_path.name: p.log_text() for p in run.cluster.history})
+    side.refused_writes = logs.refused_writes
+    side.detail["pip454_logs"] = logs.to_dict()
+    run.say(f"PIP-454: {logs.refused_writes} refused writes logged ({logs.refused_by}); copied {logs.copied} "
+            f"records; status after: {migration.status_after}")  # fmt: skip
+
+
+def _top(counts: Counter[str]) -> list[str]:
+    return [f"{n} x {what}" for what, n in counts.most_common(SHOWN)]
+
+
+async def verify(cluster: PulsarCluster, say: Callable[[str], None] = print) -> dict[str, Any]:
+    """``metashift verify --source zk://... --target oxia://... --json`` (the cluster's traffic
+    stopped, its brokers still up), summed up: the target moved on since the switch (nodes ahead or
+    only there) apart from what it lacks or holds behind the source (``differs``: lost by the copy
+    or since), and every counter whose next id is not above the source's."""
+    code, out, err = await metashift_cli("verify", "--source", cluster.source_url, "--target", cluster.target_url,
+                                         "--json", within=MIGRATION_S)  # fmt: skip
+    try:
+        report = json.loads(out)
+    except ValueError:
+        return {"ok": False, "error": f"exit {code}: {err.strip()[-500:]}"}
+    found = summarize_verify(report)
+    say(f"metashift verify: {found['nodes']} nodes, {found['mismatches']} mismatches ({found['by_kind']}); "
+        f"counters below the source: {found['counters_below']}")  # fmt: skip
+    return found
+
+
+def summarize_verify(report: dict[str, Any]) -> dict[str, Any]:
+    """A ``metashift verify --json`` report in a few figures (``verify``'s doc)."""
+    mismatches = list(report.get("mismatches") or [])
+    moved_on = [m for m in mismatches if m["kind"] == "extra" or "is ahead of" in m["detail"]]
+    differs = [m for m in mismatches if m not in moved_on]
+    checks = dict(report.get("counter_checks") or {})
+    return {
+        "ok": bool(report.get("ok")), "nodes": int(report.get("nodes") or 0), "mismatches": len(mismatches),
+        "by_kind": dict(Counter(m["kind"] for m in mismatches)), "moved_on": len(moved_on), "differs": len(differs),
+        "differs_first": [f"{m['path']}: {m['kind']}: {m['detail']}" for m in differs[:SHOWN]],
+        "counters_below": {p: {"source_next": c["source"], "target_next": c["target"]}
+                           for p, c in checks.items() if not c["ok"]},
+        "counters": len(checks),
+    }  # fmt: skip
+
+
+def _way_back(side: Side, migration: Pip454Migration | None, cluster: PulsarCluster) -> str:
+    if migration is None:
+        return ("yes: metashift migrate start --source " + cluster.target_url + " --target " + cluster.source_url
+                if side.phase == "COMPLETED" else "not migrated")  # fmt: skip
+    back = migration.way_back
+    if not back:
+        return "no (not tried: not COMPLETED)"
+    said = f"no: start --target {back['target']} answered {back['http']} {back['said']}"
+    if on_oxia := back.get("on_oxia"):
+        said += f"; on Oxia's own URL, {on_oxia['http']} {on_oxia['said']}"
+    return said
+
+
+# ---- the table --------------------------------------------------------------------------------------
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f} ms"
+
+
+def _s(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.2f} s"
+
+
+def _verified(v: dict[str, Any]) -> str:
+    if not v:
+        return "not run"
+    if "error" in v:
+        return f"verify failed: {v['error'][:120]}"
+    below = v["counters_below"]
+    text = (f"{v['nodes']:,} nodes: {v['differs']} lacking or behind, {v['moved_on']} moved on since the switch; "
+            f"{v['counters'] - len(below)}/{v['counters']} counters above the source")  # fmt: skip
+    for path, c in below.items():
+        text += f"; {path} next id {c['target_next']:,} in the target, not above {c['source_next']:,}"
+    return text
+
+
+ROWS: tuple[tuple[str, Callable[[Side], str]], ...] = (
+    ("how", lambda s: f"`{s.how}`"),
+    ("outcome", lambda s: s.phase),
+    ("publishes attempted / acknowledged / failed", lambda s: f"{s.published:,} / {s.acknowledged:,} / {s.failed:,}"),
+    ("publish errors (distinct, first few)", lambda s: "; ".join(s.publish_errors) or "none"),
+    ("longest publish", lambda s: _ms(s.max_publish_ms)),
+    ("longest publish from the start to COMPLETED", lambda s: _ms(s.max_publish_migrating_ms)),
+    ("longest publish while writes were refused / held", lambda s: _ms(s.max_publish_paused_ms)),
+    ("admin calls failed / made", lambda s: f"{s.admin_failed} / {s.admin_calls}"),
+    ("admin errors (distinct, first few)", lambda s: "; ".join(s.admin_errors) or "none"),
+    ("messages lost / duplicated", lambda s: f"{s.lost:,} / {s.duplicated:,}"),
+    ("ledger ids reused", lambda s: f"{s.ledger_ids_reused:,}"),
+    ("start to COMPLETED", lambda s: _s(s.to_completed_s)),
+    ("writes refused (PIP-454: PREPARATION to COMPLETED) / held (metashift: the freeze)",
+     lambda s: _s(s.paused_s) + ("" if s.refused_writes is None else
+                                 f"; {s.refused_writes:,} refused writes in the logs")),
+    ("sessions lost / metadata ERRORs in Pulsar's logs", lambda s: f"{s.sessions_lost} / {s.metadata_errors}"),
+    ("target matches the source (`metashift verify`)", lambda s: _verified(s.verify)),
+    ("a way back", lambda s: s.way_back),
+    ("restart on Oxia's own URL, no agent", lambda s: "not run" if s.native is None else
+     f"{'ok' if s.native.get('ok') else 'FAILED'}: {s.native.get('topics')} topics, "
+     f"{s.native.get('messages_read'):,} kept messages read back"),
+)  # fmt: skip
+
+
+def table(sides: list[Side]) -> str:
+    """A Markdown table: a row per measure, a column per run."""
+    names = {PIP454: "PIP-454 (`metadata-migration start`)", METASHIFT: "metashift"}
+    lines = ["| | " + " | ".join(names[s.kind] for s in sides) + " |", "|---" * (len(sides) + 1) + "|"]
+    for label, cell in ROWS:
+        lines.append(f"| {label} | " + " | ".join(cell(s).replace("|", "\\|") for s in sides) + " |")
+    return "\n".join(lines)
