@@ -50,6 +50,7 @@ class Side:
     publish_errors: list[str] = field(default_factory=list)
     """Distinct answers to failed publishes, ``N x answer``, the most frequent first."""
     lost: int = 0
+    lost_first: list[str] = field(default_factory=list)
     duplicated: int = 0
     max_publish_ms: float = 0.0
     max_publish_migrating_ms: float = 0.0
@@ -60,7 +61,14 @@ class Side:
     admin_failed: int = 0
     admin_errors: list[str] = field(default_factory=list)
     ledger_ids_reused: int = 0
+    """The Pulsar tests' check (``evidence.ledger_ids``): ids handed out 5 s after the switch and
+    later not above every id handed out before the writes were refused or held."""
     ledger_ids: str = ""
+    handed_out_again: list[int] = field(default_factory=list)
+    """Ids handed out from the switch on, at once, not above every id before it (``evidence.handed_out_again``)."""
+    ledgers_made_again: list[int] = field(default_factory=list)
+    """Of those, the ids a second ledger was made under."""
+    ledger_creations_refused: int = 0
     to_completed_s: float | None = None
     """From the start command to COMPLETED (the flag's write)."""
     paused_s: float | None = None
@@ -191,7 +199,12 @@ def _account(run: MigrationRun, side: Side) -> None:
     side.admin_failed = len(errors)
     side.admin_calls = run.admin_loop.updates + len(errors)
     side.admin_errors = _top(Counter(_CLOCK.sub("", e)[:200] for e in errors))
+    side.lost_first = sorted(m for t in traffic.topics.values() for m in t.lost)[:SHOWN]
     side.ledger_ids_reused, side.ledger_ids = f.ledger_ids_reused, f.ledger_ids
+    if run.switched_at is not None:
+        again = evidence.handed_out_again(run.cluster.broker_logs(), run.switched_at)
+        side.handed_out_again, side.ledgers_made_again = again.ids, again.created
+        side.ledger_creations_refused = again.refused
     for process in run.cluster.history:
         text = process.log_text()
         side.sessions_lost += len(evidence.sessions_lost(text))
@@ -263,6 +276,13 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f} ms"
 
 
+def _ids(ids: list[int]) -> str:
+    if not ids:
+        return "0"
+    shown = ", ".join(str(i) for i in ids[:SHOWN]) + (", ..." if len(ids) > SHOWN else "")
+    return f"{len(ids)} ({shown})"
+
+
 def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f} s"
 
@@ -291,7 +311,9 @@ ROWS: tuple[tuple[str, Callable[[Side], str]], ...] = (
     ("admin calls failed / made", lambda s: f"{s.admin_failed} / {s.admin_calls}"),
     ("admin errors (distinct, first few)", lambda s: "; ".join(s.admin_errors) or "none"),
     ("messages lost / duplicated", lambda s: f"{s.lost:,} / {s.duplicated:,}"),
-    ("ledger ids reused", lambda s: f"{s.ledger_ids_reused:,}"),
+    ("ledger ids reused (the Pulsar tests' check: from 5 s after the switch)", lambda s: f"{s.ledger_ids_reused:,}"),
+    ("ledger ids handed out again from the switch on / ledgers made under them / creations refused",
+     lambda s: f"{_ids(s.handed_out_again)} / {_ids(s.ledgers_made_again)} / {s.ledger_creations_refused}"),
     ("start to COMPLETED", lambda s: _s(s.to_completed_s)),
     ("writes refused (PIP-454: PREPARATION to COMPLETED) / held (metashift: the freeze)",
      lambda s: _s(s.paused_s) + ("" if s.refused_writes is None else
