@@ -15,7 +15,6 @@ and duplicated, ledger ids reused, time to COMPLETED, time writes were refused o
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 from collections import Counter
@@ -28,12 +27,11 @@ from . import evidence
 from .cluster import PulsarCluster
 from .pip454_run import Pip454Logs, Pip454Migration
 from .release import PulsarRelease
-from .scenario import MIGRATION_S, MigrationRun, metashift_cli
+from .scenario import MigrationRun
+from .target_check import SHOWN, source_writes, verify
 
 PIP454, METASHIFT = "pip454", "metashift"
 KINDS = (PIP454, METASHIFT)
-#: Errors shown per kind (distinct, the most frequent first).
-SHOWN = 3
 _CLOCK = re.compile(r"^\d\d:\d\d:\d\d ")
 
 
@@ -79,6 +77,9 @@ class Side:
     sessions_lost: int = 0
     metadata_errors: int = 0
     """ERROR records about the metadata store in the Pulsar processes' logs."""
+    source_writes: dict[str, Any] = field(default_factory=dict)
+    """Writes that landed in the source from the refusal or hold on, read at COMPLETED
+    (``source_writes``): each carried into the target, or not."""
     verify: dict[str, Any] = field(default_factory=dict)
     way_back: str = ""
     native: dict[str, Any] | None = None
@@ -164,6 +165,8 @@ async def _migrate_pip454(run: MigrationRun, side: Side) -> Pip454Migration:
     if migration.phase == "COMPLETED" and migration.completed_at is not None:
         run.switched_at = migration.completed_at
         side.to_completed_s = round(migration.completed_at - migration.started_at, 2)
+        if migration.prepared_at is not None:
+            side.source_writes = await source_writes(c, migration.prepared_at)
         await migration.read_status()
     side.detail["pip454"] = migration.to_dict()
     side.detail["migrating"] = [migration.started_at, migration.completed_at]
@@ -178,6 +181,8 @@ async def _migrate_metashift(run: MigrationRun, side: Side) -> None:
     await run.migrate()
     if run.switched_at is not None:
         side.to_completed_s = round(run.switched_at - started, 2)
+        if run.freeze is not None:
+            side.source_writes = await source_writes(c, run.freeze[0])
     if run.freeze is not None:
         side.paused_s = round(run.freeze[1] - run.freeze[0], 3)
     side.detail["migrating"] = [started, run.switched_at]
@@ -223,39 +228,6 @@ def _top(counts: Counter[str]) -> list[str]:
     return [f"{n} x {what}" for what, n in counts.most_common(SHOWN)]
 
 
-async def verify(cluster: PulsarCluster, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """``metashift verify --source zk://... --target oxia://... --json`` (the cluster's traffic
-    stopped, its brokers still up), summed up: the target moved on since the switch (nodes ahead or
-    only there) apart from what it lacks or holds behind the source (``differs``: lost by the copy
-    or since), and every counter whose next id is not above the source's."""
-    code, out, err = await metashift_cli("verify", "--source", cluster.source_url, "--target", cluster.target_url,
-                                         "--json", within=MIGRATION_S)  # fmt: skip
-    try:
-        report = json.loads(out)
-    except ValueError:
-        return {"ok": False, "error": f"exit {code}: {err.strip()[-500:]}"}
-    found = summarize_verify(report)
-    say(f"metashift verify: {found['nodes']} nodes, {found['mismatches']} mismatches ({found['by_kind']}); "
-        f"counters below the source: {found['counters_below']}")  # fmt: skip
-    return found
-
-
-def summarize_verify(report: dict[str, Any]) -> dict[str, Any]:
-    """A ``metashift verify --json`` report in a few figures (``verify``'s doc)."""
-    mismatches = list(report.get("mismatches") or [])
-    moved_on = [m for m in mismatches if m["kind"] == "extra" or "is ahead of" in m["detail"]]
-    differs = [m for m in mismatches if m not in moved_on]
-    checks = dict(report.get("counter_checks") or {})
-    return {
-        "ok": bool(report.get("ok")), "nodes": int(report.get("nodes") or 0), "mismatches": len(mismatches),
-        "by_kind": dict(Counter(m["kind"] for m in mismatches)), "moved_on": len(moved_on), "differs": len(differs),
-        "differs_first": [f"{m['path']}: {m['kind']}: {m['detail']}" for m in differs[:SHOWN]],
-        "counters_below": {p: {"source_next": c["source"], "target_next": c["target"]}
-                           for p, c in checks.items() if not c["ok"]},
-        "counters": len(checks),
-    }  # fmt: skip
-
-
 def _way_back(side: Side, migration: Pip454Migration | None, cluster: PulsarCluster) -> str:
     if migration is None:
         return ("yes: metashift migrate start --source " + cluster.target_url + " --target " + cluster.source_url
@@ -285,6 +257,13 @@ def _ids(ids: list[int]) -> str:
 
 def _s(value: float | None) -> str:
     return "-" if value is None else f"{value:,.2f} s"
+
+
+def _writes(found: dict[str, list[str]]) -> str:
+    if not found:
+        return "-"
+    text = " / ".join(str(len(found[k])) for k in ("carried", "later", "lost"))
+    return text + (f" ({'; '.join(found['lost'][:SHOWN])})" if found["lost"] else "")
 
 
 def _verified(v: dict[str, Any]) -> str:
@@ -319,6 +298,8 @@ ROWS: tuple[tuple[str, Callable[[Side], str]], ...] = (
      lambda s: _s(s.paused_s) + ("" if s.refused_writes is None else
                                  f"; {s.refused_writes:,} refused writes in the logs")),
     ("sessions lost / metadata ERRORs in Pulsar's logs", lambda s: f"{s.sessions_lost} / {s.metadata_errors}"),
+    ("writes that landed in the source from the refusal / hold on: carried / later in the target / lost",
+     lambda s: _writes(s.source_writes)),
     ("target matches the source (`metashift verify`)", lambda s: _verified(s.verify)),
     ("a way back", lambda s: s.way_back),
     ("restart on Oxia's own URL, no agent", lambda s: "not run" if s.native is None else
