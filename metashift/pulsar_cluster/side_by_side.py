@@ -304,7 +304,7 @@ ROWS: tuple[tuple[str, Callable[[Side], str]], ...] = (
     ("a way back", lambda s: s.way_back),
     ("restart on Oxia's own URL, no agent", lambda s: "not run" if s.native is None else
      f"{'ok' if s.native.get('ok') else 'FAILED'}: {s.native.get('topics')} topics, "
-     f"{s.native.get('messages_read'):,} kept messages read back"),
+     f"{s.native.get('messages_read'):,} of {s.acknowledged:,} acknowledged messages read back"),
 )  # fmt: skip
 
 
