@@ -14,6 +14,7 @@ Prints a Markdown table, a row per measure and a column per run (``--json``: the
 after it):
 
     .venv/bin/python bench/pip454_vs_metashift.py [--json] [--keep] [--warmup S] [--after S] [--native]
+                                                  [--only pip454|metashift]
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def main() -> int:
     parser.add_argument("--after", type=float, default=15.0, help="seconds of traffic after COMPLETED")
     parser.add_argument("--native", action="store_true",
                         help="then restart the bookie and brokers on Oxia's own URL, no agent, and read back")
-    parser.add_argument("--only", choices=KINDS, action="append", help=argparse.SUPPRESS)
+    parser.add_argument("--only", choices=KINDS, action="append", help="run only this side (repeatable)")
     args = parser.parse_args()
     started = time.monotonic()
     sides = asyncio.run(run_all(args))

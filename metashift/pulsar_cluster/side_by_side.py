@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import evidence
-from .cluster import PulsarCluster
+from .cluster import PulsarCluster, PulsarStartError
 from .pip454_run import Pip454Logs, Pip454Migration
 from .release import PulsarRelease
 from .scenario import MigrationRun
@@ -107,7 +107,11 @@ async def measure(
                             say=say)  # fmt: skip
     side = Side(kind)
     try:
-        await cluster.start()
+        try:
+            await cluster.start()
+        except PulsarStartError as e:
+            side.phase = f"the cluster did not start: {str(e)[:300]}"
+            return side
         run = MigrationRun(cluster, say)
         run.pip454 = None  # the sandbox's check that PIP-454 stays idle behind the agents: not here
         await run.start_workload()
