@@ -1,5 +1,6 @@
-"""PIP-454's own migration beside metashift's, on the same Pulsar 4.2.4 cluster and traffic (a
-benchmark, not a test).
+"""PIP-454's own migration beside metashift's, on the same Pulsar 4.2.4 cluster and traffic.
+
+A benchmark, not a test.
 
 Two runs, one after the other, each a fresh cluster (a bookie and two brokers, ledgers rolling every
 20 entries; producers and consumers counting every message, the admin loop), migrated from ZooKeeper
