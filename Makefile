@@ -57,10 +57,14 @@ $(PULSAR_CACHE)/.stamp: $(PULSAR_POMS) | .stamp-debs
 	$(MVN) -f packaging/pulsar/pom.xml dependency:copy-dependencies
 	@touch $@
 
+# mypy and import-linter read the package through build/view (packaging/source_view.py): they do
+# not follow pyproject's package-dir mapping of the top-level folders into metashift
+VIEW := build/view
 lint: setup
+	$(BIN)/python packaging/source_view.py $(VIEW)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/lint-imports
+	cd $(VIEW) && $(CURDIR)/$(BIN)/lint-imports --config $(CURDIR)/pyproject.toml
 
 pytest: setup
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

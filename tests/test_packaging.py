@@ -12,15 +12,18 @@ from the new virtualenv, and runs everything from a directory outside the checko
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
 import site
 import subprocess
 import sys
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,22 +44,30 @@ def _tracked_files() -> list[str]:
     return [f for f in out.decode().split("\0") if f and ((ROOT / f).exists() or (ROOT / f).is_symlink())]
 
 
+def _source_view() -> Any:
+    """``packaging/source_view.py``: how pyproject's packages map to the checkout's folders."""
+    spec = importlib.util.spec_from_file_location("source_view", ROOT / "packaging" / "source_view.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def package_files(tracked: list[str]) -> set[str]:
     """Every file the package holds, by its path in an installed package (``metashift/spark/...``):
-    the files under ``metashift/``, following its symlinks to the top-level folders."""
-    tracked_set = set(tracked)
+    the files of each package's folder (``package-dir`` maps ``agent/`` to ``metashift.agent``, ...)
+    that the checkout tracks. A folder with an ``__init__.py`` that pyproject does not list fails."""
+    view = _source_view()
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapping, packages = settings["package-dir"], settings["packages"]
+    folders = {os.path.relpath(view.source_dir(p, mapping), ROOT): p for p in packages}
     out: set[str] = set()
     for f in tracked:
-        if not f.startswith(PACKAGE + "/"):
-            continue
-        path = ROOT / f
-        if path.is_symlink() and path.is_dir():  # metashift/spark -> ../spark
-            target = os.path.relpath(path.resolve(), ROOT)
-            for g in tracked_set:
-                if g.startswith(target + "/"):
-                    out.add(f + g[len(target) :])
-        else:
-            out.add(f)
+        folder, _, name = f.rpartition("/")
+        if folder in folders:
+            out.add(f"{folders[folder].replace('.', '/')}/{name}")
+        elif name == "__init__.py" and any(folder.startswith(d + "/") for d in folders):
+            raise AssertionError(f"{folder} is a package of metashift's folders that pyproject.toml does not list")
     return {f for f in out if "__pycache__" not in f}
 
 
@@ -69,10 +80,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for f in _tracked_files():
         dest = src / f
         dest.parent.mkdir(parents=True, exist_ok=True)
-        if (ROOT / f).is_symlink():
-            dest.symlink_to(os.readlink(ROOT / f))
-        else:
-            shutil.copy2(ROOT / f, dest)
+        assert not (ROOT / f).is_symlink(), f"{f} is a link: the package maps folders, it links none"
+        shutil.copy2(ROOT / f, dest)
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
          "-w", str(work / "dist"), str(src)],
