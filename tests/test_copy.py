@@ -26,7 +26,8 @@ from metashift.stores import Restore, Store, open_store, paths
 from metashift.stores.sequence_floors import FLOORS_ROOT, read_floor
 from tests.ledger_id_generators import PulsarLedgerIdGenerator
 
-PAIRS = [("zk", "etcd"), ("etcd", "zk"), ("zk", "zk"), ("etcd", "etcd")]
+PAIRS = [("zk", "etcd"), ("etcd", "zk"), ("zk", "zk"), ("etcd", "etcd"),
+         ("zk", "oxia"), ("etcd", "oxia"), ("oxia", "zk"), ("oxia", "etcd"), ("oxia", "oxia")]
 TOPICS = 25
 RULES = Rules()
 

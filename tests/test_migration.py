@@ -340,10 +340,17 @@ async def test_the_target_down_during_copying_fails_cleanly(gateways: Gateways, 
         await cluster.close()
 
 
-@pytest.mark.parametrize("direction", ["zk-to-zk", "etcd-to-zk"])
-async def test_the_same_migration_between_other_stores(gateways: Gateways, zk_url: str, etcd_url: str,
-                                                       direction: str) -> None:
-    source, target = (zk_url, zk_url + "-target") if direction == "zk-to-zk" else (etcd_url, zk_url + "-target")
+#: Every pair besides zk -> etcd above, each a few seconds: the same cluster, clients writing all along,
+#: ephemerals carried, pre-copy and freeze.
+OTHER_PAIRS = ["zk-to-zk", "etcd-to-zk", "zk-to-oxia", "etcd-to-oxia", "oxia-to-zk", "oxia-to-etcd"]
+
+
+@pytest.mark.parametrize("direction", OTHER_PAIRS)
+async def test_the_same_migration_between_other_stores(gateways: Gateways, request: pytest.FixtureRequest,
+                                                       namespace: str, direction: str) -> None:
+    src, dst = direction.split("-to-")
+    source = request.getfixturevalue(f"{src}_server").url + namespace + "-src"
+    target = request.getfixturevalue(f"{dst}_server").url + namespace + "-dst"
     cluster = Cluster(gateways, source, target)
     try:
         await _seed(cluster)
@@ -352,8 +359,13 @@ async def test_the_same_migration_between_other_stores(gateways: Gateways, zk_ur
         await control.start(await cluster.source(), target)
         status = await _finish_and_check(cluster, Phase.COMPLETED)
         assert status["copy"]["verified"] is True
+        lives = await cluster.open(target)
         for writer in cluster.writers.values():
             assert writer.failed == 0, writer.errors
+            got = await lives.get(writer.ephemeral)  # carried into the target, still the client's
+            assert got is not None and got[0] == writer.node_id.encode() and got[1].ephemeral
+            through_agent = await writer.client.get(writer.ephemeral)
+            assert through_agent is not None and through_agent[1].created_by_self
     finally:
         await cluster.close()
 
