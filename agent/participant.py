@@ -6,7 +6,8 @@ It registers the agent under ``participants/`` in its home store (the store its 
 - SYNCING: nothing: writes flow while the coordinator copies.
 - PREPARATION, COPYING: close the write gate and drain the writes in flight, open the target
   (the flag names it; credentials come from the agent's own config), re-create there every
-  ephemeral of its clients with the same value and version, then acknowledge the epoch by a
+  ephemeral of its clients with the same value and version (and floors above the sequential
+  names among them: ``sequence_floors``), then acknowledge the epoch by a
   compare-and-set of its own record. Reads wait too (``WriteGate.readable``): the frozen source
   would answer stale once another agent released its writes into the target.
 - COMPLETED, once released (``released`` is false while the coordinator carries what changed in
@@ -37,6 +38,7 @@ from metashift.agent.dry_open import CheckAnswerer
 from metashift.agent.gate import WriteGate
 from metashift.agent.home import Home
 from metashift.agent.registration import Registration
+from metashift.agent.sequence_floors import floor_carried_sequentials
 from metashift.agent.sessions import SessionRegistry
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag
@@ -311,10 +313,17 @@ class Participant:
             await self._freeze()
             if self._target is None:
                 self._target = await self._open_target(flag.target_url)
-            carried = await self.registry.recreate_in(self._target)
+            carried = await self._carry_ephemerals(self._target)
             self._prepared = flag.epoch
             self.carried = carried
         await self.registration.acknowledge(flag.epoch)
+
+    async def _carry_ephemerals(self, target: MetadataStore) -> int:
+        """Re-create the clients' ephemerals in ``target``, and raise the floors above the
+        sequential names among them (a lock queue stays in order). How many were re-created."""
+        carried = await self.registry.recreate_in(target)
+        await floor_carried_sequentials(target, self.registry.ephemerals())
+        return carried
 
     async def _freeze(self) -> None:
         """Close the gate (held writes wait) and drain the writes in flight."""
@@ -329,7 +338,7 @@ class Participant:
             await self._freeze()
             if self._target is None:
                 self._target = await self._open_target(flag.target_url)
-            await self.registry.recreate_in(self._target)
+            await self._carry_ephemerals(self._target)
             self._prepared = flag.epoch
         target, old_home = self._target, self.home.store
         left_behind = self.registry.ephemerals()
