@@ -1,24 +1,28 @@
-"""BookKeeper's ledger-id generator across a copy, on real ZooKeeper and etcd: read as Pulsar's
+"""BookKeeper's ledger-id generator across a copy, on real ZooKeeper, etcd and Oxia: read as Pulsar's
 generator reads it, carried by a jump in the same few writes whatever the number of ids it handed
 out, its retired counters floored, plain counters carried exactly, the freeze's delta O(1) too,
 and the promise checked: every id handed out on the target after the copy (by Pulsar's generator
-logic, ``tests/ledger_id_generators.py``) is above every id the source handed out."""
+logic, ``tests/ledger_id_generators.py``; on Oxia, Pulsar's ``OxiaMetadataStore`` modelled on the raw
+records, and checked once against Oxia's own client) is above every id the source handed out."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
 
+from metashift.local_servers import oxia_binary
 from metashift.spark import counters, ledger_ids
 from metashift.spark.delta import carry as delta_carry
 from metashift.spark.delta import check as delta_check
 from metashift.spark.rules import Rules
 from metashift.spark.session import get_context, stop_context
 from metashift.stores import Store, open_store
+from metashift.stores.oxia.keys import Keys as OxiaKeys
 from metashift.stores.sequence_floors import floored_parents, raise_floor, read_floor, take_from_floor
 from tests.harness import Gateways
 from tests.ledger_id_generators import KazooLongLedgerIdGenerator, PulsarLedgerIdGenerator
@@ -29,7 +33,7 @@ LAYOUT_HIERARCHICAL = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerF
 LAYOUT_LEGACY = b"2\norg.apache.bookkeeper.meta.LegacyHierarchicalLedgerManagerFactory:1\n"
 
 
-@pytest.fixture(params=["zk", "etcd"])
+@pytest.fixture(params=["zk", "etcd", "oxia"])
 async def store(request: pytest.FixtureRequest, namespace: str) -> AsyncIterator[Store]:
     server = request.getfixturevalue(f"{request.param}_server")
     async with await open_store(server.url + namespace) as s:
@@ -97,14 +101,16 @@ async def test_next_id_is_the_one_pulsars_generator_hands_out(store: Store) -> N
 # ---- the carry ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk"])
+@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk", "zk-to-oxia", "oxia-to-zk", "etcd-to-oxia",
+                                       "oxia-to-etcd"])
 async def test_generator_carried_in_the_same_writes_whatever_its_ids(
     request: pytest.FixtureRequest, namespace: str, direction: str
 ) -> None:
     """The same generator at two sizes (ten or a hundred times more ids): the carry writes exactly as much
     for both, and Pulsar's generator reading each target hands out ids above every id its source
     handed out; the retired short counter has a floor at the source's next id."""
-    sizes = (1_000, 100_000) if direction.startswith("zk") else (1_000, 10_000)
+    # (raising a counter: a write per step on ZooKeeper and etcd, one write on Oxia: a billion ids)
+    sizes = {"zk": (1_000, 100_000), "etcd": (1_000, 10_000), "oxia": (1_000, 10**9)}[direction.split("-")[0]]
     writes = []
     for size in sizes:
         source, target = await _pair(request, namespace, direction, f"-{size}")
@@ -134,7 +140,7 @@ async def test_generator_carried_in_the_same_writes_whatever_its_ids(
     assert writes[0] == writes[1] <= 7, writes  # (ZooKeeper: a floor's three parents made too)
 
 
-@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk"])
+@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk", "zk-to-oxia", "oxia-to-etcd"])
 async def test_long_ids_jump_to_a_new_hob_and_retire_the_old_ones(
     request: pytest.FixtureRequest, namespace: str, direction: str
 ) -> None:
@@ -165,17 +171,51 @@ async def test_long_ids_jump_to_a_new_hob_and_retire_the_old_ones(
         await target.close()
 
 
+async def test_oxias_own_client_is_handed_the_id_the_jump_promised(
+    request: pytest.FixtureRequest, namespace: str, oxia_server: Any
+) -> None:
+    """Pulsar's store on Oxia names a sequential child after the ``modificationsCount`` Oxia's
+    client returns for a blind put of empty bytes on the parent. After a jump into Oxia, Oxia's own
+    client (its Go library, through its CLI) makes that put on the counter the generator reads
+    and is handed the low bits of the id ``next_id`` promised, above every id of the source."""
+    source, target = await _pair(request, namespace, "zk-to-oxia")
+    try:
+        await source.restore("/ledgers/LAYOUT", LAYOUT_HIERARCHICAL, 0)
+        await source.advance_sequence_counter("/ledgers/idgen", 70_000)
+        issued = await _issue(source, 3)
+        await counters.carry(source, target, "/ledgers/idgen", RULES)
+        promised = await ledger_ids.next_id(target, ROOT)
+        live = await ledger_ids.live_counter(target, ROOT)
+        assert live is not None and promised > max(issued)
+        binary = oxia_binary()
+        assert binary is not None
+        key = OxiaKeys(target.url.root).key(live)
+        done = await asyncio.to_thread(subprocess.run, [binary, "client", "-a", oxia_server.address,
+                                                        "--log-level", "warn", "put", key, ""],
+                                       capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
+        count = json.loads(done.stdout)["modifications_count"]
+        high = (await ledger_ids.hobs(target, ROOT))[-1]
+        assert (high << 32) | count == promised, (done.stdout, promised)
+        assert await _issue(target, 1) == [promised + 1]  # Pulsar's generator goes on from there
+    finally:
+        await source.close()
+        await target.close()
+
+
 async def test_a_plain_counter_keeps_its_exact_carry(request: pytest.FixtureRequest, namespace: str) -> None:
     """A plain sequential parent (Pulsar's producer-name counter) has no room to jump: the
     target's own counter is raised to exactly the source's next suffix, and the next sequential
-    child there (Pulsar's etcd layout: the parent key's version) is named after it."""
-    for direction in ("zk-to-etcd", "etcd-to-zk"):
-        source, target = await _pair(request, namespace, direction)
+    child there (Pulsar's etcd layout: the parent key's version; Oxia's: the parent's count of
+    writes, moved in one write) is named after it."""
+    for direction in ("zk-to-etcd", "etcd-to-zk", "zk-to-oxia", "oxia-to-zk"):
+        source, target = await _pair(request, namespace, direction, f"-{direction}")
         try:
             await source.put("/counters/producer-name", b"")
             await source.advance_sequence_counter("/counters/producer-name", 4_321)
             (carry,) = (await counters.carry(source, target, "/counters/producer-name", RULES)).values()
             assert (carry.scheme, carry.carried, carry.source, carry.target) == ("sequential", "exact", 4321, 4321)
+            if target.url.scheme == "oxia":
+                assert carry.writes == 1
             assert await target.sequence_counter("/counters/producer-name") == 4321
             made = await target.put("/counters/producer-name/p-", b"", sequential=True)
             assert int(made.path.rsplit("p-", 1)[1]) == 4321, made.path
@@ -249,7 +289,7 @@ async def test_the_check_catches_a_counter_gone_back(request: pytest.FixtureRequ
         await target.close()
 
 
-@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk"])
+@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk", "zk-to-oxia", "oxia-to-zk"])
 async def test_through_the_agent_after_a_copy_ids_are_above_the_sources(
     request: pytest.FixtureRequest, namespace: str, gateways: Gateways, direction: str
 ) -> None:
@@ -278,8 +318,8 @@ async def test_through_the_agent_after_a_copy_ids_are_above_the_sources(
         through_gateway = await client.put("/ledgers/idgen/ID-", b"", sequential=True)
         assert got[0] == 10_001 and got[2] == 10_002, got
         assert got[1] >> 32 == 1 and got[3] == got[1] + 1, got
-        # Pulsar's names: unpadded on etcd, ten digits on ZooKeeper
-        assert through_gateway.path == ("/ledgers/idgen/ID-10003" if direction == "zk-to-etcd"
+        # Pulsar's names: unpadded on etcd, ten digits on ZooKeeper and Oxia
+        assert through_gateway.path == ("/ledgers/idgen/ID-10003" if direction.endswith("etcd")
                                         else "/ledgers/idgen/ID-0000010003")
         assert not set(got) & set(issued) and min(got) > max(issued)
     finally:
