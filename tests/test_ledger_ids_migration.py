@@ -2,8 +2,9 @@
 ``LongZkLedgerIdGenerator`` on kazoo through the agents' ZooKeeper front (a generator that read
 the store before the switch keeps its caches: the existence of ``idgen-long``, its list of
 ``HOB-`` nodes), a fresh one through the front, and Pulsar's ``PulsarLedgerIdGenerator`` reading
-the target directly. Two ledgers roots (the coordinator's ``ledgers_roots`` setting): one whose
-generator went past 2^31 ids (``HOB-`` nodes), one still on short ids. Every id handed out after
+the target directly (on Oxia, as Pulsar's ``OxiaMetadataStore`` names sequential children). Two
+ledgers roots (the coordinator's ``ledgers_roots`` setting): one whose generator went past 2^31 ids
+(``HOB-`` nodes), one still on short ids. Every id handed out after
 the switch is new and above every id the source handed out; a plain counter is carried exactly;
 ``migrate status`` says what each counter's carry did."""
 
@@ -57,10 +58,15 @@ def _kazoo(hosts: str) -> KazooClient:
     return k
 
 
-@pytest.mark.parametrize("cluster", ["zk-to-etcd", "etcd-to-zk"], indirect=True)
+#: Short ids the source's generator handed out: a write per id to make on ZooKeeper and etcd, one
+#: write on Oxia (its counter moves by the modifications-count override).
+SHORT_IDS = {"zk": 20_000, "etcd": 3_000, "oxia": 50_000_000}
+
+
+@pytest.mark.parametrize("cluster", ["zk-to-etcd", "etcd-to-zk", "zk-to-oxia", "oxia-to-zk"], indirect=True)
 async def test_ledger_ids_after_a_migration_are_above_every_id_the_source_handed_out(cluster: Cluster) -> None:
     source = await cluster.source()
-    await _fill(source, 20_000 if source.url.scheme == "zk" else 3_000)
+    await _fill(source, SHORT_IDS[source.url.scheme])
     producer_names = await source.sequence_counter("/counters/producer-name")
     await cluster.start(brokers=2, bookies=1, settings={
         "zookeeper.listen": "127.0.0.1:0", "coordinator.ledgers_roots": list(ROOTS)})  # fmt: skip
