@@ -393,6 +393,42 @@ async def test_copy_and_verify_of_a_million_ids_say_what_each_counter_took(
         ("/ledgers/idgen-long/HOB-0000000002", "extra")]
 
 
+async def test_copy_and_verify_out_of_oxia_of_two_billion_ids(
+    oxia_url: str, zk_url: str, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Out of Oxia, where a counter is the parent's count of writes (made in one write however
+    large): ``metashift copy --verify`` into ZooKeeper carries a generator that handed out two
+    billion short ids in the same few writes, and every id handed out on ZooKeeper afterwards is
+    above every id Oxia handed out."""
+    from metashift.cli import main
+
+    ids = 2_000_000_000
+    assert await asyncio.to_thread(
+        main, ["generate", "--target", oxia_url, "--topics", "20", "--ledger-ids", str(ids), "--no-ephemerals",
+               "--producer-names", "3000", "--json"]) == 0  # fmt: skip
+    made = json.loads(capsys.readouterr().out)
+    assert made["counters"]["/ledgers/idgen"] == ids and made["counter_writes"] <= 10, made
+    assert await asyncio.to_thread(
+        main, ["copy", "--source", oxia_url, "--target", zk_url, "--json", "--verify", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    by_path = report["counters"]
+    assert by_path["/ledgers/idgen-long"]["carried"] == "jump"
+    assert by_path["/ledgers/idgen-long"]["target"] == 2 << 32 > by_path["/ledgers/idgen-long"]["source"]
+    assert (by_path["/ledgers/idgen"]["carried"], by_path["/ledgers/idgen"]["target"]) == ("floor", ids)
+    assert sum(c["writes"] for p, c in by_path.items() if p.startswith("/ledgers/")) <= 7, by_path
+    assert by_path["/counters/producer-name"]["target"] == 3000
+    assert report["verify"]["ok"], report["verify"]
+    assert await asyncio.to_thread(main, ["verify", "--source", oxia_url, "--target", zk_url, "--json",
+                                          "--no-progress"]) == 0  # fmt: skip
+    checks = json.loads(capsys.readouterr().out)["counter_checks"]
+    assert checks["/ledgers/idgen"] == {"scheme": "ledger-ids", "carried": "floor", "source": ids, "target": ids,
+                                        "ok": True}  # fmt: skip
+    async with await open_store(oxia_url) as source, await open_store(zk_url) as target:
+        bound = await ledger_ids.issued_bound(source, ROOT)
+        after = await _issue(target, 3)
+        assert min(after) >= bound and after == sorted(set(after))
+
+
 async def test_a_bad_ledgers_root_is_refused(capsys: pytest.CaptureFixture[str], zk_url: str, etcd_url: str) -> None:
     from metashift.cli import main
 
