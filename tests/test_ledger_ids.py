@@ -1,9 +1,11 @@
 """BookKeeper's ledger-id generator across a copy, on real ZooKeeper, etcd and Oxia: read as Pulsar's
 generator reads it, carried by a jump in the same few writes whatever the number of ids it handed
-out, its retired counters floored, plain counters carried exactly, the freeze's delta O(1) too,
-and the promise checked: every id handed out on the target after the copy (by Pulsar's generator
-logic, ``tests/ledger_id_generators.py``; on Oxia, Pulsar's ``OxiaMetadataStore`` modelled on the raw
-records, and checked once against Oxia's own client) is above every id the source handed out."""
+out, its retired counters floored (into Oxia, whose counters move in one write, each counter
+carried exactly instead, one write each), plain counters carried exactly, the freeze's delta O(1)
+too, and the promise checked: every id handed out on the target after the copy (by Pulsar's
+generator logic, ``tests/ledger_id_generators.py``; on Oxia, Pulsar's ``OxiaMetadataStore``
+modelled on the raw records, and checked once against Oxia's own client) is above every id the
+source handed out."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from tests.ledger_id_generators import KazooLongLedgerIdGenerator, PulsarLedgerI
 
 RULES = Rules()
 ROOT = "/ledgers"
+HOB_1 = "/ledgers/idgen-long/HOB-0000000001"
 LAYOUT_HIERARCHICAL = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:2\n"
 LAYOUT_LEGACY = b"2\norg.apache.bookkeeper.meta.LegacyHierarchicalLedgerManagerFactory:1\n"
 
@@ -101,8 +104,7 @@ async def test_next_id_is_the_one_pulsars_generator_hands_out(store: Store) -> N
 # ---- the carry ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk", "zk-to-oxia", "oxia-to-zk", "etcd-to-oxia",
-                                       "oxia-to-etcd"])
+@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk", "oxia-to-zk", "oxia-to-etcd"])
 async def test_generator_carried_in_the_same_writes_whatever_its_ids(
     request: pytest.FixtureRequest, namespace: str, direction: str
 ) -> None:
@@ -140,7 +142,7 @@ async def test_generator_carried_in_the_same_writes_whatever_its_ids(
     assert writes[0] == writes[1] <= 7, writes  # (ZooKeeper: a floor's three parents made too)
 
 
-@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk", "zk-to-oxia", "oxia-to-etcd"])
+@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk", "oxia-to-etcd"])
 async def test_long_ids_jump_to_a_new_hob_and_retire_the_old_ones(
     request: pytest.FixtureRequest, namespace: str, direction: str
 ) -> None:
@@ -171,13 +173,61 @@ async def test_long_ids_jump_to_a_new_hob_and_retire_the_old_ones(
         await target.close()
 
 
-async def test_oxias_own_client_is_handed_the_id_the_jump_promised(
+@pytest.mark.parametrize("direction", ["zk-to-oxia", "etcd-to-oxia"])
+async def test_into_oxia_each_counter_is_carried_exactly_in_one_write(
+    request: pytest.FixtureRequest, namespace: str, direction: str
+) -> None:
+    """Into Oxia a counter moves in one write (the modifications-count override), so the
+    generator is not jumped: each of its counters (``R/idgen``, every ``HOB-`` node) is raised to
+    exactly the source's next id, one write each however many ids it handed out (a hundred, or a
+    hundred thousand times more), as each node is copied; Pulsar's generator reading Oxia goes on
+    from the source's next id, with no floor and no new ``HOB-`` node."""
+    writes = []
+    for size in (1_000, 100_000):
+        source, target = await _pair(request, namespace, direction, f"-{size}")
+        try:
+            await source.restore("/ledgers/LAYOUT", LAYOUT_HIERARCHICAL, 0)
+            short = await _issue(source, 2)
+            await source.advance_sequence_counter("/ledgers/idgen", size)
+            short += await _issue(source, 1)
+            await source.put("/ledgers/idgen-long", b"")
+            long = await _issue(source, 2)  # HOB-0000000001 made by the generator
+            await source.put("/ledgers/idgen-long/HOB-0000000002", b"")
+            await source.advance_sequence_counter("/ledgers/idgen-long/HOB-0000000002", size)
+            long += await _issue(source, 1)
+            assert long[-1] == (2 << 32) | size and short[-1] == size
+            carried: dict[str, counters.CounterCarry] = {}
+            for node in await ledger_ids.counters(source, ROOT):  # as the copy puts each in place
+                carried.update(await counters.carry(source, target, node, RULES))
+            assert {p: (c.carried, c.target, c.writes) for p, c in carried.items()} == {
+                "/ledgers/idgen": ("exact", size + 1, 1),
+                "/ledgers/idgen-long/HOB-0000000001": ("exact", await source.sequence_counter(HOB_1), 1),
+                "/ledgers/idgen-long/HOB-0000000002": ("exact", size + 1, 1)}
+            assert await counters.carry(source, target, "/ledgers/idgen-long", RULES) == {}  # not a counter
+            writes.append(sum(c.writes for c in carried.values()))
+            assert await ledger_ids.hobs(target, ROOT) == [1, 2]
+            assert await floored_parents(target) == set()
+            bound = await ledger_ids.issued_bound(source, ROOT)
+            states = await counters.check(source, target, "/ledgers/idgen", RULES)
+            assert states["/ledgers/idgen-long"].ok and states["/ledgers/idgen-long"].target == bound, states
+            assert states["/ledgers/idgen"].ok and states["/ledgers/idgen"].carried == "exact", states
+            assert await _issue(target, 3) == [bound, bound + 1, bound + 2] and bound == long[-1] + 1
+            again = {p: c for node in await ledger_ids.counters(source, ROOT)
+                     for p, c in (await counters.carry(source, target, node, RULES)).items()}  # fmt: skip
+            assert sum(c.writes for c in again.values()) == 0  # idempotent
+        finally:
+            await source.close()
+            await target.close()
+    assert writes == [3, 3], writes
+
+
+async def test_oxias_own_client_is_handed_the_id_the_carry_promised(
     request: pytest.FixtureRequest, namespace: str, oxia_server: Any
 ) -> None:
     """Pulsar's store on Oxia names a sequential child after the ``modificationsCount`` Oxia's
-    client returns for a blind put of empty bytes on the parent. After a jump into Oxia, Oxia's own
-    client (its Go library, through its CLI) makes that put on the counter the generator reads
-    and is handed the low bits of the id ``next_id`` promised, above every id of the source."""
+    client returns for a blind put of empty bytes on the parent. After a carry into Oxia, Oxia's
+    own client (its Go library, through its CLI) makes that put on the counter the generator reads
+    and is handed the id ``next_id`` promised: the source's next one."""
     source, target = await _pair(request, namespace, "zk-to-oxia")
     try:
         await source.restore("/ledgers/LAYOUT", LAYOUT_HIERARCHICAL, 0)
@@ -185,17 +235,15 @@ async def test_oxias_own_client_is_handed_the_id_the_jump_promised(
         issued = await _issue(source, 3)
         await counters.carry(source, target, "/ledgers/idgen", RULES)
         promised = await ledger_ids.next_id(target, ROOT)
-        live = await ledger_ids.live_counter(target, ROOT)
-        assert live is not None and promised > max(issued)
+        assert await ledger_ids.live_counter(target, ROOT) == "/ledgers/idgen"
+        assert promised == max(issued) + 1
         binary = oxia_binary()
         assert binary is not None
-        key = OxiaKeys(target.url.root).key(live)
+        key = OxiaKeys(target.url.root).key("/ledgers/idgen")
         done = await asyncio.to_thread(subprocess.run, [binary, "client", "-a", oxia_server.address,
                                                         "--log-level", "warn", "put", key, ""],
                                        capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
-        count = json.loads(done.stdout)["modifications_count"]
-        high = (await ledger_ids.hobs(target, ROOT))[-1]
-        assert (high << 32) | count == promised, (done.stdout, promised)
+        assert json.loads(done.stdout)["modifications_count"] == promised, (done.stdout, promised)
         assert await _issue(target, 1) == [promised + 1]  # Pulsar's generator goes on from there
     finally:
         await source.close()
@@ -316,11 +364,15 @@ async def test_through_the_agent_after_a_copy_ids_are_above_the_sources(
 
         client = await connect(agent.address)
         through_gateway = await client.put("/ledgers/idgen/ID-", b"", sequential=True)
-        assert got[0] == 10_001 and got[2] == 10_002, got
-        assert got[1] >> 32 == 1 and got[3] == got[1] + 1, got
-        # Pulsar's names: unpadded on etcd, ten digits on ZooKeeper and Oxia
-        assert through_gateway.path == ("/ledgers/idgen/ID-10003" if direction.endswith("etcd")
-                                        else "/ledgers/idgen/ID-0000010003")
+        if direction.endswith("oxia"):  # carried exactly: both generators go on from the source's next id
+            assert got == [10_001, 10_002, 10_003, 10_004], got
+            assert through_gateway.path == "/ledgers/idgen/ID-0000010005"
+        else:  # a jump: the stale generator takes its ids from the floor, the fresh one from the new HOB-
+            assert got[0] == 10_001 and got[2] == 10_002, got
+            assert got[1] >> 32 == 1 and got[3] == got[1] + 1, got
+            # Pulsar's names: unpadded on etcd, ten digits on ZooKeeper
+            assert through_gateway.path == ("/ledgers/idgen/ID-10003" if direction.endswith("etcd")
+                                            else "/ledgers/idgen/ID-0000010003")
         assert not set(got) & set(issued) and min(got) > max(issued)
     finally:
         if client is not None:
