@@ -27,7 +27,7 @@ from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
 from metashift.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
-from metashift.stores import MetadataStore, MetadataStoreError, Notification, open_store
+from metashift.stores import MetadataStore, MetadataStoreError, Notification, StoreUnavailable, open_store
 
 from .agents import AgentProcess, AgentStartError, run_cli_json, start_agents, stop_agents
 from .beside_copy import copy_beside
@@ -196,9 +196,20 @@ class Sandbox:
         last_line = ""
         last_shown = 0.0
         remove = source.add_listener(self._on_flag, under=paths.ROOT) if o.kill_agent_at else None
+        silent_since: float | None = None
         while True:
-            status = (await control.status(source)).to_dict()
-            now_flag = await read_flag(source)
+            try:
+                status = (await control.status(source)).to_dict()
+                now_flag = await read_flag(source)
+                silent_since = None
+            except StoreUnavailable:
+                # the source's server restarting (a chaos run): an Oxia store answers at once that
+                # it is down (a ZooKeeper store's read waits for the next connection): look again
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since > CHECK_TIMEOUT:
+                    raise
+                await asyncio.sleep(FOLLOW_SECONDS)
+                continue
             phase = status["phase"]
             if now_flag is not None and now_flag.epoch == flag.epoch and now_flag.phase.value not in since:
                 since[now_flag.phase.value] = now_flag.phase_since / 1000.0
