@@ -15,8 +15,8 @@ PYTEST_ARGS ?= -n 2 --dist worksteal
 .PHONY: setup test lint pytest demo demo-copy demo-pulsar bench proto clean oxia
 
 PULSAR_CACHE := .cache/pulsar
-PULSAR_POMS := packaging/pulsar/pom.xml packaging/pulsar/server/pom.xml packaging/pulsar/admin/pom.xml \
-	packaging/pulsar/settings.xml
+PULSAR_POMS := packaging/pulsar/pom.xml packaging/pulsar/server/pom.xml packaging/pulsar/server-4.2/pom.xml \
+	packaging/pulsar/admin/pom.xml packaging/pulsar/settings.xml
 # settings.xml reads every repository from Maven Central; the local repository stays in the cache
 MVN := mvn -B -q -s packaging/pulsar/settings.xml -Dmaven.repo.local=$(CURDIR)/$(PULSAR_CACHE)/m2 \
 	-Dpulsar.cache=$(CURDIR)/$(PULSAR_CACHE)
@@ -49,11 +49,11 @@ oxia: .stamp-debs
 	@$(BIN)/python -c 'import metashift' || { echo "installing metashift into $(VENV) failed"; exit 1; }
 	@touch $@
 
-# the Pulsar release's jars: lib/ (broker, bookie, PulsarClusterMetadataSetup) and admin-lib/
-# (pulsar-admin), each with every dependency and the log4j2 binding
+# the Pulsar releases' jars: 4.0.7/lib/ and 4.2.4/lib/ (broker, bookie, PulsarClusterMetadataSetup) and
+# admin-lib/ (pulsar-admin), each with every dependency and the log4j2 binding
 $(PULSAR_CACHE)/.stamp: $(PULSAR_POMS) | .stamp-debs
-	@echo "fetching the Pulsar release with Maven into $(PULSAR_CACHE) (once) ..."
-	rm -rf $(PULSAR_CACHE)/lib $(PULSAR_CACHE)/admin-lib
+	@echo "fetching the Pulsar releases with Maven into $(PULSAR_CACHE) (once) ..."
+	rm -rf $(PULSAR_CACHE)/lib $(PULSAR_CACHE)/4.0.7 $(PULSAR_CACHE)/4.2.4 $(PULSAR_CACHE)/admin-lib
 	$(MVN) -f packaging/pulsar/pom.xml dependency:copy-dependencies
 	@touch $@
 

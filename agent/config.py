@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from metashift.agent.config_values import ConfigError, from_text, typed  # ConfigError: raised from here too
-from metashift.stores import StoreURL, parse_url
-from metashift.stores.errors import InvalidStoreURL
+from metashift.stores import StoreURL, parse_url, reserved
+from metashift.stores.errors import InvalidPath, InvalidStoreURL
 
 ROLES = ("broker", "bookie")
 #: Longest unix socket path the OS takes (sun_path is 108 bytes with its terminating NUL).
@@ -101,6 +101,9 @@ class AgentConfig:
     zookeeper_listen: str = ""
     """host:port where ZooKeeper's client protocol is served ("" = not served). Loopback unless
     TLS is configured (tls.cert, tls.key: served with TLS) or tls.allow_insecure_tcp."""
+    migration_root: str = reserved.DEFAULT_ROOT
+    """Where the migration keeps its nodes in every store (``metashift.stores.reserved``): the
+    same for every agent and command of a cluster."""
 
 
 #: Every key -> its kind (``config_values``), which reads it from the environment and the command line.
@@ -136,6 +139,7 @@ SCHEMA: dict[str, str] = {
     "coordinator.ledgers_roots": "paths",
     "coordinator.counters": "paths",
     "zookeeper.listen": "str",
+    "migration.root": "str",
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -276,6 +280,11 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
     kwargs["coordinator"] = coordinator
     if values.get("zookeeper.listen"):
         kwargs["zookeeper_listen"] = _zookeeper_listen(values["zookeeper.listen"], tls)
+    if values.get("migration.root"):
+        try:
+            kwargs["migration_root"] = reserved.check_root(values["migration.root"])
+        except InvalidPath as e:
+            raise ConfigError("migration.root", str(e)) from None
     config = AgentConfig(**kwargs)
     if config.session_timeout > config.session_max_timeout:
         raise ConfigError("session.timeout", "must not exceed session.max_timeout")

@@ -2,7 +2,7 @@
 credentials, from its own node?
 
 ``migrate check`` (and ``migrate start``, which runs it) writes a request under
-``/pulsar/migration-coordinator/preflight`` naming the target; every agent sees it (it follows that
+``preflight/`` below the migration's root naming the target; every agent sees it (it follows that
 subtree anyway), opens the target as it would at PREPARATION (its ``[target]`` credentials), reads
 the target's root, closes it, and answers in its participant record (``dryOpen``). A target that
 only the operator's host can reach, or credentials missing on one node, show up before any write

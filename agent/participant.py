@@ -43,7 +43,7 @@ from metashift.agent.sessions import SessionRegistry
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag
 from metashift.migration.liveness import BEATS_PER_TIMEOUT
-from metashift.migration.origin import read_state
+from metashift.migration.origin import StoreState, read_state
 from metashift.migration.participants import ParticipantRecord
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, Notification, SessionEvent
@@ -114,6 +114,8 @@ class Participant:
         self._tasks: list[asyncio.Task[None]] = []
         self._removers: list[Callable[[], None]] = []
         self._lease_timer: asyncio.TimerHandle | None = None
+        self.state: StoreState | None = None
+        """The home store's flag and origin as last read."""
         self.errors = 0
         self.carried = 0
         """Ephemerals re-created in the target by the last freeze."""
@@ -121,6 +123,19 @@ class Participant:
     @property
     def record(self) -> ParticipantRecord:
         return self.registration.record
+
+    def describe(self) -> str:
+        """Where the migration of this agent's cluster stands, in a few words (as last read)."""
+        state = self.state
+        flag = state.current_flag if state is not None else None
+        if flag is not None and (flag.phase.in_progress or flag.holds_writes):
+            return f"migration epoch {flag.epoch} in {flag.phase.value} to {flag.target_url}"
+        if flag is not None and flag.phase is Phase.FAILED:
+            return f"migration epoch {flag.epoch} FAILED ({flag.reason or 'no reason given'}); none in progress"
+        if state is not None and state.origin is not None:
+            return (f"no migration in progress; the cluster arrived here from {state.origin.source_url} "
+                    f"(epoch {state.origin.epoch})")
+        return "no migration in progress"
 
     # ---- life cycle -----------------------------------------------------------------------------
 
@@ -131,7 +146,7 @@ class Participant:
         self.gate.fence_with(self.lease_ok, self._on_lapse)
         self._listen()
         for _ in range(MAX_HOPS):
-            state = await read_state(self.home.store)
+            state = self.state = await read_state(self.home.store)
             if state.released_to is None:
                 break
             assert state.flag is not None
@@ -256,7 +271,7 @@ class Participant:
             await self._fence()
         lapsed_at = self._lapsed_at
         renewed_at = self.registration.renewed_at
-        state = await read_state(self.home.store)
+        state = self.state = await read_state(self.home.store)
         await self.registration.ensure()
         if lapsed_at is not None:
             if renewed_at <= lapsed_at or not self.registration.fresh():

@@ -35,7 +35,9 @@ from metashift.agent.metrics import AgentMetrics
 from metashift.agent.participant import Participant
 from metashift.agent.router import Router
 from metashift.agent.sessions import SessionRegistry
+from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.server import ZooKeeperServer
+from metashift.migration import paths
 from metashift.migration.phase import Phase
 from metashift.proto import wire
 from metashift.stores import MetadataStore, Store, StoreURL, open_store, parse_url
@@ -168,6 +170,7 @@ class Agent:
             self.router, self.gate, self.registry, host=host.strip("[]"), port=int(port),
             min_timeout_ms=min(4000, int(config.session_max_timeout * 1000)),
             max_timeout_ms=int(config.session_max_timeout * 1000), ssl_context=context,
+            pip454_flag=Pip454Flag(self._migration_state),
         )
         try:
             await zk.start(serve=False)
@@ -176,6 +179,11 @@ class Agent:
                 "zookeeper.listen", f"cannot listen on {config.zookeeper_listen}: {e.strerror or e}"
             ) from None
         self.zookeeper = zk
+
+    def _migration_state(self) -> tuple[str, str]:
+        """Where the migration stands and the store its commands take (``Pip454Flag``)."""
+        home = self.home.store.url.public() if self.home is not None else self.config.source.public()
+        return (self.participant.describe() if self.participant is not None else "starting"), home
 
     def _warn_insecure(self) -> None:
         """Settings that let more callers in than the defaults are allowed, but never silently."""
@@ -387,4 +395,5 @@ async def serve(config: AgentConfig, companion: Companion | None = None) -> int:
 def run(config: AgentConfig, companion: Companion | None = None) -> int:
     """``metashift agent``: log JSON lines and serve (with ``companion`` beside it) on uvloop until SIGTERM."""
     setup_logging(config.log_level)
+    paths.use_root(config.migration_root)  # the process's (and its copy jobs') migration nodes
     return run_loop(serve(config, companion))

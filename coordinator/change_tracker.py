@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 
 class ChangeTracker:
-    """Collects every change to the source outside ``/pulsar/migration-coordinator``."""
+    """Collects every change to the source outside the migration's own subtree (``paths.ROOT``)."""
 
     def __init__(self, source: MetadataStore) -> None:
         self.source = source

@@ -20,12 +20,14 @@ log = logging.getLogger(__name__)
 #: ZooKeeper's own subtree, present in every ZooKeeper target.
 RESERVED = ("zookeeper",)
 #: Kept by every emptying (module doc).
-KEPT = (migration_paths.FLAG,)
+def kept() -> tuple[str, ...]:
+    """The flag (at its place, and where an older metashift wrote it)."""
+    return (migration_paths.FLAG, migration_paths.LEGACY_FLAG)
 _BATCH = 500
 
 
 def _kept_or_above(path: str) -> bool:
-    return any(k == path or k.startswith(path + "/") for k in KEPT)
+    return any(k == path or k.startswith(path + "/") for k in kept())
 
 
 async def _children(target: MetadataStore, parent: str) -> list[str]:
@@ -51,7 +53,7 @@ async def first_path(target: MetadataStore) -> str | None:
     frontier = ["/"]
     while frontier:
         for path in await _children(target, frontier.pop()):
-            if path in KEPT:
+            if path in kept():
                 continue
             if not _kept_or_above(path):
                 return path
@@ -68,10 +70,10 @@ async def empty_target(target: MetadataStore, fence: Callable[[], None] | None =
     may no longer write there (a coordinator whose leader lease ran out: a new migration may be
     copying into that target by the time a paused one resumes)."""
     found = await target_paths(target)
-    kept = [p for p in found if p in KEPT]
+    kept_here = [p for p in found if p in kept()]
     by_depth: dict[int, list[str]] = {}
     for path in found:
-        if not any(k == path or k.startswith(path + "/") for k in kept):
+        if not any(k == path or k.startswith(path + "/") for k in kept_here):
             by_depth.setdefault(path.count("/"), []).append(path)
     deleted = 0
     for depth in sorted(by_depth, reverse=True):  # a batch runs in no order: one depth at a time

@@ -64,15 +64,12 @@ async def _sandbox(args: argparse.Namespace) -> int:
         print(f"metashift: error: --source and --target are both {source}: a migration needs another store",
               file=sys.stderr)
         return EXIT_USER_ERROR
-    if not args.pulsar and (args.adopt or args.forget):
-        print("metashift: error: --adopt and --forget are for a real Pulsar cluster (--pulsar)", file=sys.stderr)
-        return EXIT_USER_ERROR
-    if args.pulsar and "oxia" in (source, target):
-        # the real Pulsar cluster (metashift.pulsar_cluster) runs on ZooKeeper and etcd only so far
-        print("metashift: error: --pulsar runs zk and etcd; the simulated sandbox (without --pulsar) runs oxia",
+    if not args.pulsar and (args.adopt or args.forget or args.pulsar_version):
+        print("metashift: error: --adopt, --forget and --pulsar-version are for a real Pulsar cluster (--pulsar)",
               file=sys.stderr)
         return EXIT_USER_ERROR
-    adopt = args.adopt or (args.pulsar and source != "zk")  # a Pulsar on etcd is born there, then adopts its agents
+    # a Pulsar cluster on etcd or Oxia is born there, then adopts its agents
+    adopt = args.adopt or (args.pulsar and source != "zk")
     if args.forget and not adopt:
         print("metashift: error: --forget needs --adopt (a member left on the store in the rolling restart)",
               file=sys.stderr)
@@ -83,12 +80,14 @@ async def _sandbox(args: argparse.Namespace) -> int:
             json=args.json, kill_agent_at=args.kill_agent_at, kill_agent=args.kill_agent, keep=args.keep,
             spark_master=args.spark_master, beside_copy=args.beside_copy,
             pulsar=args.pulsar, abort_first=args.abort_first, client_protocol=args.client_protocol or "grpc",
-            source=source, target=target, adopt=adopt, forget=args.forget,
+            source=source, target=target, adopt=adopt, forget=args.forget, pulsar_version=args.pulsar_version,
         )
     )
 
 
 def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from metashift.pulsar_cluster.release import RELEASES  # names only (no JVM, no client)
+
     p = sub.add_parser(
         "sandbox",
         help="a whole migration on this machine: local stores, agent processes, clients writing all along",
@@ -119,6 +118,9 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                    "etcd directly and adopts its agents by a rolling restart")
     p.add_argument("--target", choices=["zk", "etcd", "oxia"],
                    help="the store it migrates into (default etcd, or zk from etcd)")
+    p.add_argument("--pulsar-version", choices=list(RELEASES), metavar="VERSION",
+                   help=f"with --pulsar: the release to run, one of {', '.join(RELEASES)} (default {RELEASES[0]}, "
+                   "the 4.0 LTS line; 4.2.4 ships PIP-454's own migration code, kept from acting)")
     p.add_argument("--adopt", action="store_true",
                    help="with --pulsar: start Pulsar on the source store directly, then adopt the agents by a "
                    "rolling restart (the bookie, then each broker), `migrate check` before and after each step")

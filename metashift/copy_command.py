@@ -16,10 +16,10 @@ def _progress_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _rules(args: argparse.Namespace) -> Any:
-    from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_EXCLUDED, DEFAULT_LEDGERS_ROOTS, Rules
+    from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_LEDGERS_ROOTS, Rules, default_excluded
 
     return Rules(
-        excluded=tuple(DEFAULT_EXCLUDED) + tuple(args.exclude or ()),
+        excluded=default_excluded() + tuple(args.exclude or ()),
         counters=tuple(args.counter) if args.counter else DEFAULT_COUNTERS,
         ledgers_roots=tuple(r for r in args.ledgers_root if r) if args.ledgers_root else DEFAULT_LEDGERS_ROOTS,
     )

@@ -17,8 +17,10 @@ from typing import Any
 from metashift.coordinator import cleanup, control, preflight
 from metashift.coordinator.after_switch import AfterSwitch
 from metashift.coordinator.progress import timing_text
+from metashift.migration import paths
 from metashift.migration.phase import Phase
-from metashift.stores import open_store, parse_url
+from metashift.stores import open_store, parse_url, reserved
+from metashift.stores.errors import InvalidPath
 
 EXIT_USER_ERROR = 2
 #: ``migrate check``: the check ran and found something ``start`` refuses.
@@ -39,7 +41,8 @@ def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser], runner
     c.add_argument("--target", required=True, metavar="URL", help="the store to move to")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
     _agent_timeout(c)
-    c.set_defaults(handler=lambda a: runner(_check(a)))
+    _migration_root(c)
+    c.set_defaults(handler=lambda a: runner(_check(_rooted(a))))
     s = verbs.add_parser("start", help="start a migration: every agent freezes, the coordinator copies and switches")
     s.add_argument("--source", required=True, metavar="URL", help="the store the cluster uses now")
     s.add_argument("--target", required=True, metavar="URL", help="the (empty) store to move to")
@@ -54,16 +57,42 @@ def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser], runner
     _agent_timeout(s)
     s.add_argument("--wait", action="store_true", help="follow the migration to its end (exit 0 COMPLETED, 1 FAILED)")
     s.add_argument("--json", action="store_true", help="print the status as JSON")
-    s.set_defaults(handler=lambda a: runner(_start(a)))
+    _migration_root(s)
+    s.set_defaults(handler=lambda a: runner(_start(_rooted(a))))
     t = verbs.add_parser("status", help="where the migration stands (read from the source store)")
     t.add_argument("--source", required=True, metavar="URL")
     t.add_argument("--json", action="store_true", help="print the status as JSON")
     t.add_argument("--watch", action="store_true", help="print again at every change until Ctrl-C")
-    t.set_defaults(handler=lambda a: runner(_status(a)))
+    _migration_root(t)
+    t.set_defaults(handler=lambda a: runner(_status(_rooted(a))))
     a = verbs.add_parser("abort", help="fail the running migration: every agent goes back to the source")
     a.add_argument("--source", required=True, metavar="URL")
     a.add_argument("--json", action="store_true", help="print the status as JSON")
-    a.set_defaults(handler=lambda a: runner(_abort(a)))
+    _migration_root(a)
+    a.set_defaults(handler=lambda a: runner(_abort(_rooted(a))))
+
+
+def _migration_root(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--migration-root", type=_root, default=None, metavar="PATH",
+                   help=f"where the migration keeps its nodes in each store, as the agents' migration.root "
+                        f"(default ${reserved.ENV}, else {reserved.DEFAULT_ROOT})")
+
+
+def _root(text: str) -> str:
+    try:
+        return reserved.check_root(text)
+    except (InvalidPath, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _rooted(args: argparse.Namespace) -> argparse.Namespace:
+    """Use ``--migration-root`` (else ``$METASHIFT_MIGRATION_ROOT``, checked) before anything is read."""
+    try:
+        paths.use_root(args.migration_root or reserved.own_root())
+    except (InvalidPath, ValueError) as e:
+        print(f"metashift: error: {reserved.ENV}: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_USER_ERROR) from None
+    return args
 
 
 def _agent_timeout(p: argparse.ArgumentParser) -> None:

@@ -11,10 +11,17 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from metashift.stores import paths
+from metashift.stores import paths, reserved
 
-#: Subtrees never copied: ZooKeeper's own, and the migration's control nodes (PIP-454).
-DEFAULT_EXCLUDED = ("/zookeeper", "/pulsar/migration-coordinator")
+
+def default_excluded() -> tuple[str, ...]:
+    """Subtrees never copied: ZooKeeper's own, metashift's own (the migration's nodes, the
+    sequence floors: ``reserved``), and PIP-454's (``/pulsar/migration-coordinator``: its only
+    persistent node is a flag that Pulsar 4.2+ brokers would act on, or what an older metashift
+    kept there; the participants Pulsar registers there are ephemerals, carried as every client's
+    ephemerals are)."""
+    return ("/zookeeper", reserved.own_root(), reserved.LEGACY_ROOT)
+
 #: Plain sequential parents whose suffixes must keep growing, carried exactly (Pulsar's
 #: producer-name counter). ``*`` matches one path segment.
 DEFAULT_COUNTERS = ("/counters/*",)
@@ -27,7 +34,7 @@ DEFAULT_LEDGERS_ROOTS = ("/ledgers",)
 class Rules:
     """What the copy and the verification cover. Plain data: it travels to Spark executors."""
 
-    excluded: tuple[str, ...] = DEFAULT_EXCLUDED
+    excluded: tuple[str, ...] = field(default_factory=default_excluded)
     counters: tuple[str, ...] = DEFAULT_COUNTERS
     """Patterns of plain sequential parents (carried exactly)."""
     ledgers_roots: tuple[str, ...] = DEFAULT_LEDGERS_ROOTS

@@ -36,7 +36,7 @@ from typing import Any, NoReturn
 import pytest
 
 from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper, oxia_binary
-from metashift.stores import MetadataStore, StoreUnavailable, open_store
+from metashift.stores import MetadataStore, StoreUnavailable, open_store, reserved
 
 
 async def eventually(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0, what: str = "") -> None:
@@ -89,9 +89,10 @@ async def retry_while_unavailable(call: Callable[[], Awaitable[Any]], attempts: 
 
 
 async def user_roots(store: MetadataStore) -> list[str]:
-    """The root's children, less the migration protocol's own ``/pulsar/migration-coordinator``
-    (where every agent registers as a participant): what clients wrote at the top level."""
-    roots = await store.get_children("/")
+    """The root's children, less metashift's own (``/metashift``: where every agent registers as a
+    participant) and PIP-454's ``/pulsar/migration-coordinator`` if that is all ``/pulsar``
+    holds: what clients wrote at the top level."""
+    roots = [r for r in await store.get_children("/") if "/" + r != reserved.own_root()]
     if "pulsar" in roots and await store.get_children("/pulsar") == ["migration-coordinator"]:
         got = await store.get("/pulsar")
         if got is None or not got[0]:

@@ -23,7 +23,7 @@ from metashift.spark.rules import Rules
 from metashift.spark.session import get_context, stop_context
 from metashift.spark.verify import verify_tree
 from metashift.stores import Restore, Store, open_store, paths
-from metashift.stores.sequence_floors import FLOORS_ROOT, read_floor
+from metashift.stores.sequence_floors import floors_root, read_floor
 from tests.ledger_id_generators import PulsarLedgerIdGenerator
 from tests.oxia_raw import raw_record
 
@@ -86,7 +86,7 @@ def _ids(p: tuple[str, str]) -> str:
 
 def is_floors(path: str) -> bool:
     """The floors of retired counters, and (ZooKeeper) their parents."""
-    return paths.is_under(path, FLOORS_ROOT) or paths.is_under(FLOORS_ROOT, path)
+    return paths.is_under(path, floors_root()) or paths.is_under(floors_root(), path)
 
 
 async def check_copied(source: Store, target_url: str) -> None:

@@ -21,7 +21,7 @@ from metashift.spark.delta import check as delta_check
 from metashift.spark.rules import Rules
 from metashift.spark.session import get_context, stop_context
 from metashift.stores import Store, open_store
-from metashift.stores.sequence_floors import floored_parents, raise_floor, read_floor, take_from_floor
+from metashift.stores.sequence_floors import floor_path, floored_parents, raise_floor, read_floor, take_from_floor
 from tests.harness import Gateways
 from tests.ledger_id_generators import KazooLongLedgerIdGenerator, PulsarLedgerIdGenerator
 
@@ -244,7 +244,7 @@ async def test_the_check_catches_a_counter_gone_back(request: pytest.FixtureRequ
     try:
         await _issue(source, 5)
         await counters.carry(source, target, "/ledgers/idgen", RULES)
-        await target.delete("/pulsar/migration-coordinator/sequence-floors/%2Fledgers%2Fidgen")
+        await target.delete(floor_path("/ledgers/idgen"))
         await target.delete("/ledgers/idgen-long")  # (etcd: its HOB- key stays, but the generator looks no further)
         states = await counters.check(source, target, "/ledgers/idgen", RULES)
         assert not states["/ledgers/idgen-long"].ok  # back to short ids: 0 in the target

@@ -31,6 +31,7 @@ from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
 from metashift.agent.sequence_floors import SequenceFloors
 from metashift.agent.sessions import SessionRegistry
+from metashift.agent.zookeeper import pip454
 from metashift.agent.zookeeper.handlers.base import Zxid, is_virtual
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import CHILD, DATA, EXIST, Watches
@@ -58,8 +59,8 @@ _OWNER_FROM_END = 24
 
 def _valid(path: str, sequential: bool = False) -> bool:
     """A path the front may forward: valid for every store, not the root, not ZooKeeper's own."""
-    if path == paths.SEPARATOR or is_virtual(path):
-        return False
+    if path == paths.SEPARATOR or is_virtual(path) or pip454.is_flag(path):
+        return False  # the front's own (PIP-454's flag: ``pip454``)
     try:
         paths.validate(path + "0000000000" if sequential else path)
     except InvalidPath:

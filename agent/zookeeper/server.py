@@ -29,6 +29,7 @@ from metashift.agent.zookeeper.forward import Forwarder
 from metashift.agent.zookeeper.four_letter import WORDS, ConnectionFacts, FrontFacts, LatencyStats, answer
 from metashift.agent.zookeeper.handlers import Handlers
 from metashift.agent.zookeeper.handlers.runs import RUN_MAX
+from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.replies import Replies, Slot
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
@@ -101,6 +102,7 @@ class ZooKeeperServer:
         min_timeout_ms: int = 4000,
         max_timeout_ms: int = 60000,
         ssl_context: ssl.SSLContext | None = None,
+        pip454_flag: Pip454Flag | None = None,
     ) -> None:
         self.host = host
         self.port = port
@@ -110,7 +112,7 @@ class ZooKeeperServer:
             registry, min_timeout_ms=min_timeout_ms, max_timeout_ms=max_timeout_ms,
             on_end=self.watches.drop_session,
         )
-        self.handlers = Handlers(router, gate, registry, self.sessions, self.watches)
+        self.handlers = Handlers(router, gate, registry, self.sessions, self.watches, pip454_flag)
         self.forwarder = Forwarder(router, gate, registry, self.sessions, self.watches, self.handlers.zxid,
                                    self.handlers.floors)
         self.router, self.gate = router, gate

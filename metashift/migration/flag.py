@@ -224,6 +224,22 @@ async def read_flag(store: MetadataStore) -> MigrationFlag | None:
     return MigrationFlag.from_json(got[0], got[1].version)
 
 
+async def read_legacy_flag(store: MetadataStore) -> MigrationFlag | None:
+    """A flag an older metashift wrote at PIP-454's place (``paths.LEGACY_FLAG``), or ``None``:
+    no node there, or a flag that is not metashift's (Pulsar's own has no ``epoch``). It is
+    read, never written: its ``version`` is -1, so a move of it writes the flag at its place."""
+    got = await store.get(paths.LEGACY_FLAG)
+    if got is None:
+        return None
+    try:
+        body = json.loads(got[0])
+        if not isinstance(body, dict) or "epoch" not in body:
+            return None
+        return MigrationFlag.from_json(got[0])
+    except (ValueError, UnicodeDecodeError, MalformedFlag):
+        return None
+
+
 async def write_flag(store: MetadataStore, flag: MigrationFlag, read_at: int) -> MigrationFlag:
     """Store ``flag`` if the node is still at version ``read_at`` (-1: it must not exist);
     ``FlagChanged`` otherwise. Returns the flag with its new version."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from metashift.stores import MetadataStore
 
 from . import paths
-from .flag import MigrationFlag, now_ms, read_flag
+from .flag import MigrationFlag, now_ms, read_flag, read_legacy_flag
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,12 @@ class Origin:
 
 
 async def read_origin(store: MetadataStore) -> Origin | None:
-    got = await store.get(paths.ORIGIN)
-    return Origin.from_json(got[0]) if got is not None else None
+    """The origin record (at its place, else where an older metashift wrote it)."""
+    for path in (paths.ORIGIN, paths.LEGACY_ORIGIN):
+        got = await store.get(path)
+        if got is not None:
+            return Origin.from_json(got[0])
+    return None
 
 
 async def write_origin(target: MetadataStore, epoch: int, source_url: str) -> None:
@@ -90,4 +94,7 @@ class StoreState:
 
 
 async def read_state(store: MetadataStore) -> StoreState:
-    return StoreState(await read_flag(store), await read_origin(store))
+    """The store's flag and origin. With no flag at its place, a flag an older metashift left at
+    PIP-454's place counts (a migration it started or completed: ``read_legacy_flag``)."""
+    flag = await read_flag(store) or await read_legacy_flag(store)
+    return StoreState(flag, await read_origin(store))

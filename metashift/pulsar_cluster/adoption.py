@@ -87,11 +87,12 @@ class Adoption:
         self.say = say
         self.figures = AdoptionFigures()
 
-    async def check(self) -> tuple[int, dict[str, Any]]:
-        """``metashift migrate check --json``: its exit status and report."""
+    async def check(self, source: str | None = None, target: str | None = None) -> tuple[int, dict[str, Any]]:
+        """``metashift migrate check --json`` (of the cluster's source and target unless given):
+        its exit status and report."""
         c = self.cluster
-        code, out, err = await metashift_cli("migrate", "check", "--source", c.source_url, "--target", c.target_url,
-                                             "--json", within=300)  # fmt: skip
+        code, out, err = await metashift_cli("migrate", "check", "--source", source or c.source_url, "--target",
+                                             target or c.target_url, "--json", within=300)  # fmt: skip
         try:
             return code, dict(json.loads(out))
         except ValueError:
@@ -116,14 +117,22 @@ class Adoption:
         if forget is None:
             f.ready_after = await self._green()
 
-    async def _green(self) -> bool:
+    async def _green(self, *, moved: bool = False) -> bool:
         """The check, until green (a stopped member's registration may outlive it for its session
-        timeout); False when it stays red within ``GREEN_WITHIN_S``."""
+        timeout); False when it stays red within ``GREEN_WITHIN_S``. ``moved``: the cluster lives
+        in the target now (a forced migration completed): its members, checked there, are all
+        behind their agents (the old store is not empty, so no start from there is ready)."""
+        c = self.cluster
         deadline = time.monotonic() + GREEN_WITHIN_S
         while True:
-            code, report = await self.check()
-            if code == 0 and report.get("ready"):
-                self.say("migrate check: ready (every member behind its agent)")
+            if moved:
+                code, report = await self.check(c.target_url, c.source_url)
+                green = bool(report.get("members")) and not report.get("bypassing")
+            else:
+                code, report = await self.check()
+                green = code == 0 and bool(report.get("ready"))
+            if green:
+                self.say(f"migrate check: every member behind its agent{' (in the target)' if moved else ''}")
                 return True
             if time.monotonic() > deadline:
                 self.figures.troubles.append(f"adoption: the check stayed red with every member behind its agent: "
@@ -163,7 +172,13 @@ class Adoption:
             f.troubles.append(f"adoption: {name} stopped while it was left on the store")
         await c.restart_member(name, AGENT)
         f.steps.append({"restarted": name, "ready_before": False, "named_before": seen["check_named"]})
-        f.ready_after = await self._green()
+        f.ready_after = await self._green(moved=self.migrated)
+
+    @property
+    def migrated(self) -> bool:
+        """The forced migration completed: the cluster lives in the target already."""
+        forgotten = self.figures.forgotten or {}
+        return (forgotten.get("forced") or {}).get("phase") == "COMPLETED"
 
     async def _nothing_written(self) -> bool:
         c = self.cluster

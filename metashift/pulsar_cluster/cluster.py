@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from metashift.local_servers import LocalEtcd, LocalZooKeeper, free_port
+from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper, free_port
 from metashift.sandbox.agents import AgentProcess, start_agents, stop_agents
 
 from . import configs
@@ -57,13 +57,13 @@ def _wait_port(port: int, within: float) -> None:
 
 
 #: The stores a cluster can live on, by metashift's URL scheme.
-STORE_KINDS = ("zk", "etcd")
+STORE_KINDS = ("zk", "etcd", "oxia")
 #: Where a Pulsar process reaches its metadata: through its agent's ZooKeeper front, or a store
 #: directly (one of ``STORE_KINDS``, with Pulsar's own URL of it).
 AGENT = "agent"
 STORE_NAMES = {"zk": "ZooKeeper", "etcd": "etcd", "oxia": "Oxia"}
 
-LocalServer = LocalZooKeeper | LocalEtcd
+LocalServer = LocalZooKeeper | LocalEtcd | LocalOxia
 
 
 class PulsarCluster:
@@ -91,6 +91,11 @@ class PulsarCluster:
         self.say = say
         self.source, self.target = source, target
         self.servers: dict[str, LocalServer] = {kind: _server(kind, work_dir) for kind in (source, target)}
+        self.pip454_oxia: LocalOxia | None = None
+        """A release with PIP-454's own migration and no Oxia in the cluster: an Oxia of its own for
+        ``metadata-migration start`` to aim at (it never answers when it cannot reach one)."""
+        if release.ships_pip454 and "oxia" not in self.servers:
+            self.pip454_oxia = LocalOxia(work_dir / "oxia-pip454")
         self.log4j = work_dir / "log4j2.properties"
         self.broker_ports = [configs.BrokerPorts(free_port(), free_port()) for _ in range(brokers)]
         self.bookie_port = free_port()
@@ -121,6 +126,8 @@ class PulsarCluster:
         server = self.servers[kind]
         if isinstance(server, LocalZooKeeper):
             return f"zk:{server.hosts}"
+        if isinstance(server, LocalOxia):
+            return f"oxia://{server.address}"  # namespace "default", as Pulsar takes it when absent
         return f"etcd:{server.endpoint}"
 
     @property
@@ -186,7 +193,7 @@ class PulsarCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.log4j.write_text(configs.LOG4J2)
         # in the caller's (main) thread: the servers die with the thread that started them
-        for server in self.servers.values():
+        for server in [*self.servers.values(), *([self.pip454_oxia] if self.pip454_oxia else [])]:
             server.start()
         self.say(f"{STORE_NAMES[self.source]} (source) at {self.servers[self.source].url}, "
                  f"{STORE_NAMES[self.target]} (target) at {self.servers[self.target].url}; "
@@ -310,7 +317,7 @@ class PulsarCluster:
             await self.stop_pulsar()
         with contextlib.suppress(Exception):
             await stop_agents(self.agents)
-        for server in self.servers.values():
+        for server in [*self.servers.values(), *([self.pip454_oxia] if self.pip454_oxia else [])]:
             with contextlib.suppress(Exception):
                 server.cleanup()
         if not keep:
@@ -321,4 +328,6 @@ def _server(kind: str, work_dir: Path) -> LocalServer:
     """A local server of the store ``kind`` with its data in ``work_dir``."""
     if kind == "zk":
         return LocalZooKeeper(work_dir / "zookeeper")
+    if kind == "oxia":
+        return LocalOxia(work_dir / "oxia")
     return LocalEtcd(work_dir / "etcd")

@@ -33,6 +33,8 @@ class PulsarFigures:
     """Restarts, lost sessions, metadata errors, failed admin calls, client errors."""
     bundle_owners: dict[str, int] = field(default_factory=dict)
     admin_updates: int = 0
+    pip454: dict[str, Any] | None = None
+    """A release with PIP-454's own migration: what it did (``Pip454Figures``; nothing, it must)."""
     disconnections: list[str] = field(default_factory=list)
     """Times a process's session watcher got no answer for 2 s (ConnectionLost) and then one
     (reconnected by itself: the session was kept)."""
@@ -49,6 +51,7 @@ class PulsarFigures:
             "max_publish_latency_ms": self.max_publish_latency_ms,
             "native_restart": self.native_restart,
             **({"etcd_restart": self.etcd_restart} if self.native_restart.get("store") == "etcd" else {}),
+            **({"pip454": self.pip454} if self.pip454 is not None else {}),
         }
 
     @property

@@ -1,17 +1,25 @@
-"""The stock Pulsar release ``make setup`` fetched: where its jars are, which version it is, and how
-its JVMs are started (the flags Pulsar's own ``bin/pulsar`` passes)."""
+"""The stock Pulsar releases ``make setup`` fetched: where their jars are, which version each is,
+and how their JVMs are started (the flags Pulsar's own ``bin/pulsar`` passes).
+
+Two releases, each in its folder of the cache (``<version>/lib``), beside one ``admin-lib``
+(``pulsar-admin``): 4.0.7 of the 4.0 LTS line (the default), and 4.2.4, the newest served here,
+which ships PIP-454's own migration code (``DualMetadataStore``)."""
 
 from __future__ import annotations
 
 import os
 import re
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Environment variable naming the folder that holds ``lib/`` and ``admin-lib/`` (default: the
-#: checkout's ``.cache/pulsar``, filled by ``make setup``).
+#: Environment variable naming the folder that holds ``<version>/lib/`` and ``admin-lib/`` (default:
+#: the checkout's ``.cache/pulsar``, filled by ``make setup``).
 HOME_ENV = "METASHIFT_PULSAR_HOME"
+#: The releases ``make setup`` fetches: the 4.0 LTS line's (the default), and 4.2's.
+LTS_VERSION = "4.0.7"
+RELEASES = (LTS_VERSION, "4.2.4")
 
 #: What ``bin/pulsar`` gives every JVM: ZooKeeper packets up to 10 MB (so a ZooKeeper front must
 #: serve them), IPv4, Netty's reflection, and the ``--add-opens`` Java 17 needs for BookKeeper's
@@ -48,10 +56,13 @@ class PulsarRelease:
     home: Path
     version: str
     admin_version: str
+    lib: Path
+    """The release's jars (broker, bookie, cluster setup)."""
 
     @property
-    def lib(self) -> Path:
-        return self.home / "lib"
+    def ships_pip454(self) -> bool:
+        """Its metadata layer carries PIP-454's own migration (``DualMetadataStore``, 4.2+)."""
+        return any(_holds(jar, DUAL_STORE_CLASS) for jar in self.lib.glob("pulsar-metadata-*.jar"))
 
     @property
     def admin_lib(self) -> Path:
@@ -86,15 +97,29 @@ def _version(lib: Path, artifact: str) -> str | None:
     return None
 
 
-def find_release(home: str | os.PathLike[str] | None = None) -> PulsarRelease:
-    """The release in ``home`` (else ``$METASHIFT_PULSAR_HOME``, else the checkout's
-    ``.cache/pulsar``); ``PulsarNotInstalled`` when its jars are missing."""
+def find_release(version: str | None = None, home: str | os.PathLike[str] | None = None) -> PulsarRelease:
+    """The release ``version`` (``LTS_VERSION`` by default) in ``home`` (else
+    ``$METASHIFT_PULSAR_HOME``, else the checkout's ``.cache/pulsar``): its ``<version>/lib``;
+    ``PulsarNotInstalled`` when its jars are missing."""
+    version = version or LTS_VERSION
     where = Path(home or os.environ.get(HOME_ENV) or default_home())
-    version = _version(where / "lib", "pulsar-broker")
+    lib = where / version / "lib"
+    found = _version(lib, "pulsar-broker")
     admin_version = _version(where / "admin-lib", "pulsar-client-tools")
-    if version is None or admin_version is None:
+    if found is None or admin_version is None:
         raise PulsarNotInstalled(
-            f"no Pulsar release in {where} (lib/pulsar-broker-*.jar, admin-lib/pulsar-client-tools-*.jar): "
+            f"no Pulsar {version} in {where} ({version}/lib/pulsar-broker-*.jar, admin-lib/pulsar-client-tools-*.jar): "
             f"run `make setup`, or set {HOME_ENV}"
         )
-    return PulsarRelease(where, version, admin_version)
+    if found != version:
+        raise PulsarNotInstalled(f"{lib} holds Pulsar {found}, not {version}: run `make setup` again")
+    return PulsarRelease(where, found, admin_version, lib)
+
+
+#: PIP-454's store wrapper, in ``pulsar-metadata`` of 4.2+.
+DUAL_STORE_CLASS = "org/apache/pulsar/metadata/impl/DualMetadataStore.class"
+
+
+def _holds(jar: Path, entry: str) -> bool:
+    with zipfile.ZipFile(jar) as z:
+        return entry in z.namelist()

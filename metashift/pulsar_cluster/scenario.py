@@ -18,6 +18,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.sandbox.report import freeze_window
 from metashift.stores import open_store
@@ -26,6 +27,7 @@ from . import evidence, workload
 from .admin import PulsarAdmin, pulsar_admin
 from .cluster import BOOKIE_READY, BROKER_READY, STORE_NAMES, PulsarCluster
 from .figures import PulsarFigures, metadata_op_text
+from .pip454 import START_FAILED, Pip454Figures
 from .traffic import Traffic, read_backlog, round_trip
 
 #: Bounds that turn a hang into a failure.
@@ -35,7 +37,6 @@ ADMIN_S = 120.0
 PULSAR_ADMIN_S = 600.0
 ABORT_WAIT_S = 300.0
 ABORT_TTL = 4242
-MIGRATION_FLAG = "/pulsar/migration-coordinator/migration"
 #: Ledgers the brokers must have created on the target before the traffic stops (within a bound).
 LEDGERS_AFTER = 4
 LEDGERS_AFTER_S = 180.0
@@ -71,6 +72,8 @@ class MigrationRun:
         self.reason: str | None = None
         self.switched_at: float | None = None
         self.freeze: tuple[float, float] | None = None
+        self.pip454 = Pip454Figures() if cluster.release.ships_pip454 else None
+        """A 4.2+ release: what PIP-454's own code did (``pip454``)."""
 
     async def start_workload(self) -> None:
         await asyncio.to_thread(workload.set_up, self.admin)
@@ -93,12 +96,34 @@ class MigrationRun:
         if change_topics:
             self.admin_loop.change_topics.set()
         self.say(f"metashift migrate start --source {c.source_url} --target {c.target_url} --wait")
+        watching = asyncio.get_running_loop().create_task(self._pip454_during()) if self.pip454 else None
         code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url,
                                               "--wait")  # fmt: skip
         if code not in (0, 1):
             self.say(f"metashift migrate start exited with {code}: {err.strip()[-2000:]}")
+        if watching is not None:
+            await asyncio.wait_for(watching, ADMIN_S * 2)
         await self.read_outcome()
+        if self.pip454 is not None and self.phase == "COMPLETED":
+            await asyncio.to_thread(self.pip454.read_status, self.admin, "after")
         return code
+
+    async def _pip454_during(self) -> None:
+        """While metashift copies (SYNCING): PIP-454's status, and a start of its own (into a
+        reachable Oxia: the target when it is one, else one of its own), which must start nothing."""
+        assert self.pip454 is not None
+        c = self.cluster
+        if not await _until(lambda: self._phase_is("SYNCING"), ADMIN_S):
+            self.pip454.troubles.append("pip454: the migration was never seen in SYNCING")
+            return
+        await asyncio.to_thread(self.pip454.read_status, self.admin, "during")
+        oxia = c.native_url("oxia") if c.target == "oxia" else ""
+        if c.pip454_oxia is not None:
+            oxia = f"oxia://{c.pip454_oxia.address}"
+        if oxia:
+            await asyncio.to_thread(self.pip454.try_start, self.admin, oxia)
+            self.say(f"pulsar-admin metadata-migration start --target {oxia} while metashift migrates: "
+                     f"{self.pip454.start}")
 
     async def read_outcome(self) -> None:
         """The migration's phase, reason and switch time (from the flag), and the freeze (from the
@@ -161,7 +186,7 @@ class MigrationRun:
         return bool((await self.status()).get("target_cleaned"))
 
     async def _phase_is(self, phase: str) -> bool:
-        flag = await self._source_json(MIGRATION_FLAG)
+        flag = await self._source_json(paths.FLAG)
         return flag is not None and flag.get("phase") == phase
 
     async def _source_json(self, path: str) -> dict[str, Any] | None:
@@ -265,7 +290,10 @@ class MigrationRun:
                 else:
                     f.disconnections.append(f"{name}: no answer from its metadata store for {until - since:.1f} s "
                                             f"from {_clock(since)} (ConnectionLost, then reconnected by itself)")
-            f.troubles += [f"{name} metadata error: {line[:300]}" for line in evidence.metadata_errors(text)[:5]]
+            errors = evidence.metadata_errors(text)
+            if self.pip454 is not None and self.pip454.start is not None:  # the start refused on purpose
+                errors = [line for line in errors if not START_FAILED.search(line)]
+            f.troubles += [f"{name} metadata error: {line[:300]}" for line in errors[:5]]
         worst = None
         for web in c.web_urls:
             try:
@@ -281,6 +309,12 @@ class MigrationRun:
             ids = evidence.ledger_ids(creations, self.freeze[0], self.switched_at)
             f.ledger_ids = ids.summary()
             f.ledger_ids_reused = len(ids.reused)
+        if self.pip454 is not None:
+            self.pip454.read_logs([p.log_text() for p in c.history])
+            f.pip454 = self.pip454.to_dict()
+            f.troubles += self.pip454.troubles
+            self.say(f"PIP-454's code: {self.pip454.registered} DualMetadataStore(s) registered, "
+                     f"{len(self.pip454.acted)} step(s) taken; its status during and after: {self.pip454.status}")
         longest = metadata_op_text(f.max_metadata_op_ms)
         self.say(f"ledger ids {f.ledger_ids}; longest broker metadata operation {longest}")
         for line in f.disconnections:
@@ -293,6 +327,7 @@ class MigrationRun:
         subscription and kept message readable, new messages flow."""
         c, f = self.cluster, self.figures
         where = STORE_NAMES[c.target]
+        restarted = time.time()
         await c.restart_native()
         admin = PulsarAdmin(*c.web_urls)
         want = workload.expected_topics(self.traffic)
@@ -320,6 +355,12 @@ class MigrationRun:
             flowed += n
             if n < 10:
                 problems.append(f"{topic}: {n} of 10 new messages came back on {where}")
+        # Pulsar's own generator, reading the target directly now: above every id handed out before
+        native = evidence.ledger_ids(evidence.ledger_creations(c.broker_logs()), restarted, restarted)
+        if native.reused:
+            problems.append(f"ledger ids handed out again on {where} directly: {native.reused[:10]}")
+            f.ledger_ids_reused += len(native.reused)
+        self.say(f"ledger ids on {where} directly: {native.summary()}")
         f.native_restart = {"store": c.target, "ok": not problems, "topics": found, "messages_read": sum(read.values())}
         f.troubles += [f"{where} restart: {p}" for p in problems]
         self.say(f"on {where} directly: {found} topics listed, {sum(read.values())} kept messages read back, "

@@ -75,6 +75,8 @@ class AgentProcess:
     """``host:port``: also serve ZooKeeper's protocol there (a stock broker or bookie dials it)."""
     target_credentials: tuple[str, str] | None = None
     """(user, password) of the ``[target]`` section: how this agent opens a migration's target."""
+    migration_root: str | None = None
+    """The ``[migration] root`` (``None``: the default)."""
     process: asyncio.subprocess.Process | None = None
     killed: bool = False
 
@@ -127,6 +129,8 @@ class AgentProcess:
             lines.append(f"{key} = {_toml(value) if isinstance(value, str) else repr(value).lower()}")
         if self.zk_listen:
             lines += ["", "[zookeeper]", f"listen = {_toml(self.zk_listen)}"]
+        if self.migration_root:
+            lines += ["", "[migration]", f"root = {_toml(self.migration_root)}"]
         if self.target_credentials:
             user, password = self.target_credentials
             lines += ["", "[target]", f"username = {_toml(user)}", f"password = {_toml(password)}"]

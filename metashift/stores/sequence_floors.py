@@ -10,9 +10,11 @@ target: one node whose value holds the next id to hand out, at least the source'
 sequential creates under a parent with a floor take their id from it (a compare-and-set of the
 value), so even a stale client gets ids above every id the source handed out.
 
-The floors live under the migration's own subtree, which the copy never copies and the freeze
-watch ignores: ``/pulsar/migration-coordinator/sequence-floors/<parent, %-encoded>``, JSON
-``{"parent": "/ledgers/idgen", "next": 1234}``. Only the API of ``MetadataStore`` is used.
+The floors live under metashift's own subtree (``reserved``), which the copy never copies and
+the freeze watch ignores: ``/metashift/sequence-floors/<parent, %-encoded>``, JSON
+``{"parent": "/ledgers/idgen", "next": 1234}``. An older metashift kept them below
+``/pulsar/migration-coordinator``: those are still read, and the first id taken moves such a floor
+to its new place. Only the API of ``MetadataStore`` is used.
 """
 
 from __future__ import annotations
@@ -20,18 +22,24 @@ from __future__ import annotations
 import json
 from urllib.parse import quote, unquote
 
-from . import paths
+from . import paths, reserved
 from .api import MetadataStore
 from .errors import AlreadyExists, BadVersion, NotFound
 
-FLOORS_ROOT = "/pulsar/migration-coordinator/sequence-floors"
+#: Where an older metashift kept the floors.
+LEGACY_FLOORS_ROOT = f"{reserved.LEGACY_ROOT}/sequence-floors"
 #: Compare-and-set attempts of a floor that keeps moving under us.
 _ATTEMPTS = 100
 
 
-def floor_path(parent: str) -> str:
-    """The node of ``parent``'s floor."""
-    return f"{FLOORS_ROOT}/{quote(paths.validate(parent), safe='')}"
+def floors_root() -> str:
+    """The parent of every floor: ``sequence-floors`` below metashift's own root."""
+    return f"{reserved.own_root()}/sequence-floors"
+
+
+def floor_path(parent: str, root: str | None = None) -> str:
+    """The node of ``parent``'s floor (below ``root``, ``floors_root()`` by default)."""
+    return f"{root or floors_root()}/{quote(paths.validate(parent), safe='')}"
 
 
 def _encode(parent: str, next_id: int) -> bytes:
@@ -50,14 +58,17 @@ def _decode(parent: str, value: bytes) -> int:
 
 
 async def read_floor(store: MetadataStore, parent: str) -> int | None:
-    """The next id ``parent``'s floor hands out; ``None`` when it has none."""
-    got = await store.get(floor_path(parent))
-    return None if got is None else _decode(parent, got[0])
+    """The next id ``parent``'s floor hands out (the higher of its place and its older place);
+    ``None`` when it has none."""
+    found = [_decode(parent, got[0]) for root in (floors_root(), LEGACY_FLOORS_ROOT)
+             if (got := await store.get(floor_path(parent, root))) is not None]
+    return max(found) if found else None
 
 
 async def floored_parents(store: MetadataStore) -> set[str]:
-    """Every parent that has a floor in ``store``."""
-    return {unquote(name) for name in await store.get_children(FLOORS_ROOT)}
+    """Every parent that has a floor in ``store`` (at its place or its older place)."""
+    names = set(await store.get_children(floors_root())) | set(await store.get_children(LEGACY_FLOORS_ROOT))
+    return {unquote(name) for name in names}
 
 
 async def raise_floor(store: MetadataStore, parent: str, at_least: int) -> int:
@@ -86,8 +97,12 @@ async def raise_floor(store: MetadataStore, parent: str, at_least: int) -> int:
 
 async def take_from_floor(store: MetadataStore, parent: str) -> int | None:
     """The next id of ``parent``'s floor, taken (the floor moves one up); ``None`` when
-    ``parent`` has no floor."""
+    ``parent`` has no floor. A floor at its older place is raised at its place first (floors only
+    go up: the higher of the two is the floor)."""
     path = floor_path(parent)
+    legacy = await store.get(floor_path(parent, LEGACY_FLOORS_ROOT))
+    if legacy is not None:
+        await raise_floor(store, parent, _decode(parent, legacy[0]))
     for _ in range(_ATTEMPTS):
         got = await store.get(path)
         if got is None:

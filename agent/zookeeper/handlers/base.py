@@ -13,6 +13,8 @@ from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
 from metashift.agent.sequence_floors import SequenceFloors
 from metashift.agent.sessions import SessionRegistry
+from metashift.agent.zookeeper import pip454
+from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.session import ZkSessions
 from metashift.agent.zookeeper.stat import to_zstat
 from metashift.agent.zookeeper.watches import Watches
@@ -123,7 +125,8 @@ class HandlerBase:
     """The agent's parts a request handler uses, and the helpers every kind of request shares."""
 
     def __init__(
-        self, router: Router, gate: WriteGate, registry: SessionRegistry, sessions: ZkSessions, watches: Watches
+        self, router: Router, gate: WriteGate, registry: SessionRegistry, sessions: ZkSessions, watches: Watches,
+        pip454_flag: Pip454Flag | None = None,
     ) -> None:
         self.router = router
         self.gate = gate
@@ -132,6 +135,8 @@ class HandlerBase:
         self.watches = watches
         self.floors = SequenceFloors(router)
         self.zxid = Zxid()
+        self.pip454 = pip454_flag or Pip454Flag()
+        """PIP-454's flag, served by the front itself (``pip454``)."""
 
     @property
     def store(self) -> MetadataStore:
@@ -152,6 +157,8 @@ class HandlerBase:
             if virtual is None:
                 return None
             return b"", ZStat(num_children=len(virtual), cversion=len(virtual)), list(virtual)
+        if pip454.is_flag(path):
+            return self.pip454.node() if path == pip454.FLAG else None
         store = self.store
         if path == paths.SEPARATOR:
             got, kids = await asyncio.gather(store.get(path), store.get_children(path))
@@ -167,13 +174,22 @@ class HandlerBase:
         if node is None:
             return None
         value, stat, kids = node
+        if path == pip454.PARENT:
+            kids = sorted({*kids, pip454.NAME})
         return value, to_zstat(stat, len(value), len(kids), self._owner(path)), kids
 
-    def _no_writes_in_zookeeper_root(self, path: str) -> None:
+    def _no_writes_in_zookeeper_root(self, path: str, op: str = "write", data: bytes | None = None) -> None:
+        """Refuse a write of ZooKeeper's own nodes, and of PIP-454's flag (``pip454``: ``op``
+        "create" with its ``data`` is a ``metadata-migration start``)."""
         if is_virtual(path) or path == paths.SEPARATOR:
             raise ZkError(Err.BADARGUMENTS, f"{path} is ZooKeeper's own")
+        if pip454.is_flag(path):
+            raise ZkError(self.pip454.refuse(op, data), f"{path} is PIP-454's flag: metashift migrates this cluster")
 
     async def _node_children(self, path: str) -> list[str]:
         if is_virtual(path):
             return list(VIRTUAL_CHILDREN.get(path, []))
-        return await self.store.get_children(path)
+        kids = await self.store.get_children(path)
+        if path == pip454.PARENT and (kids or await self.store.exists(path)):
+            kids = sorted({*kids, pip454.NAME})
+        return kids

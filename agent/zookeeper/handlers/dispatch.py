@@ -16,6 +16,7 @@ from metashift.agent.zookeeper.handlers.base import Body, ZkError, error_code
 from metashift.agent.zookeeper.handlers.multi import MultiRequests
 from metashift.agent.zookeeper.handlers.runs import WriteRuns
 from metashift.agent.zookeeper.handlers.watch_requests import WatchRequests
+from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
 from metashift.stores.errors import MetadataStoreError
@@ -28,9 +29,10 @@ class Handlers(MultiRequests, WriteRuns, WatchRequests, AclRequests):
     """The ZooKeeper requests, on the agent's router, gate and session registry."""
 
     def __init__(
-        self, router: Router, gate: WriteGate, registry: SessionRegistry, sessions: ZkSessions, watches: Watches
+        self, router: Router, gate: WriteGate, registry: SessionRegistry, sessions: ZkSessions, watches: Watches,
+        pip454_flag: Pip454Flag | None = None,
     ) -> None:
-        super().__init__(router, gate, registry, sessions, watches)
+        super().__init__(router, gate, registry, sessions, watches, pip454_flag)
         self._table: dict[int, Callable[[ZkSession, Any], Awaitable[Body]]] = {
             Op.CREATE: self._create,
             Op.CREATE2: self._create2,

@@ -65,7 +65,7 @@ class WriteRequests(HandlerBase):
         if not req.acl:
             raise ZkError(Err.INVALIDACL)
         check_path(req.path, CreateMode.sequential(req.flags))
-        self._no_writes_in_zookeeper_root(req.path)
+        self._no_writes_in_zookeeper_root(req.path, "create", req.data)
 
     async def _do_create(self, session: ZkSession, req: wire.CreateRequest) -> tuple[str, ZStat]:
         self._check_create(req)
