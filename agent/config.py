@@ -378,3 +378,22 @@ def _zookeeper_listen(text: str, tls: TLSConfig) -> str:
                 "zookeeper.listen", f"{text!r} is not a loopback address: set tls.cert and tls.key (served with TLS)"
             )
     return text.strip()
+
+
+def summary(config: AgentConfig) -> str:
+    """What an agent with ``config`` would do, in a few lines (``metashift agent --check-config``;
+    no secret shown)."""
+    c = config.coordinator
+    lines = [
+        f"configuration ok: agent {config.node_id} ({config.role})",
+        f"  source          {config.source.redacted()}",
+        f"  listen          {config.listen.kind}:{config.listen.address}"
+        + (f", ZooKeeper's protocol on {config.zookeeper_listen}" if config.zookeeper_listen else ""),
+        f"  metrics         {config.metrics or 'off'}",
+        f"  coordinator     {'a candidate' if c.enabled else 'never (coordinator.enabled = false)'}"
+        + (f", Spark {c.spark_master}" if c.enabled else ""),
+        f"  migration root  {config.migration_root}",
+        f"  target creds    {'set' if config.target_username else 'none (the source credentials for a way back)'}",
+    ]
+    return "\n".join(lines)
+

@@ -3,6 +3,8 @@ tests). Served on the ``metrics`` address when one is configured."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Enum, Gauge, Histogram, start_http_server
 
 PHASES = ["NOT_STARTED", "SYNCING", "PREPARATION", "COPYING", "COMPLETED", "FAILED"]
@@ -46,9 +48,25 @@ class AgentMetrics:
                           states=PHASES, registry=r)
         self.active_store = Enum("metashift_agent_active_store", "Store that reads and writes go to",
                                  states=["source", "target"], registry=r)
+        self.heartbeat_age = Gauge(
+            "metashift_agent_heartbeat_age_seconds",
+            "Seconds since this agent's last migration heartbeat got through to its home store", registry=r,
+        )
+        self.leader = Gauge("metashift_coordinator_leader", "1 while this agent's coordinator leads", registry=r)
+        self.copy_done = Gauge("metashift_coordinator_copy_nodes_done",
+                               "Nodes the leading coordinator's current pass has done", registry=r)
+        self.copy_total = Gauge("metashift_coordinator_copy_nodes_total",
+                                "Nodes of the leading coordinator's current pass (0: not counted yet)", registry=r)
         self.phase.state("NOT_STARTED")
         self.active_store.state("source")
         self.gate_open.set(1)
+        self.watch_coordinator(lambda: (False, 0, 0))
+
+    def watch_coordinator(self, view: Callable[[], tuple[bool, int, int]]) -> None:
+        """Read the coordinator's state from ``view`` (leading, nodes done, nodes total) at every scrape."""
+        self.leader.set_function(lambda: 1.0 if view()[0] else 0.0)
+        self.copy_done.set_function(lambda: float(view()[1]))
+        self.copy_total.set_function(lambda: float(view()[2]))
 
     def serve(self, address: str) -> None:
         """Serve /metrics on ``host:port`` (a daemon thread)."""

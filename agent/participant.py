@@ -114,6 +114,7 @@ class Participant:
         self._tasks: list[asyncio.Task[None]] = []
         self._removers: list[Callable[[], None]] = []
         self._lease_timer: asyncio.TimerHandle | None = None
+        self._started_at = time.monotonic()
         self.state: StoreState | None = None
         """The home store's flag and origin as last read."""
         self.errors = 0
@@ -123,6 +124,11 @@ class Participant:
     @property
     def record(self) -> ParticipantRecord:
         return self.registration.record
+
+    @property
+    def heartbeat_age(self) -> float:
+        """Seconds since the last heartbeat that got through (since the start when none has)."""
+        return max(0.0, time.monotonic() - (self.registration.renewed_at or self._started_at))
 
     def describe(self) -> str:
         """Where the migration of this agent's cluster stands, in a few words (as last read)."""

@@ -134,6 +134,8 @@ class Agent:
             home=self.home, on_phase=self._phase_changed, agent_version=__version__,
         )
         await self.participant.start()
+        participant = self.participant
+        self.metrics.heartbeat_age.set_function(lambda: participant.heartbeat_age)
         await server.start()
         if self.zookeeper is not None:
             await self.zookeeper.serve()

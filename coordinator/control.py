@@ -5,23 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
-from dataclasses import dataclass
-from typing import Any
 
-from metashift.migration import paths
 from metashift.migration.flag import FlagChanged, Forced, MigrationFlag, move, new_flag, now_ms, write_flag
 from metashift.migration.origin import StoreState, read_state
 from metashift.migration.participants import list_participants
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, StoreURL, open_store, parse_url
 
-from .after_switch import AfterSwitch, writes_after
 from .cleanup import empty_target, first_path
-from .election import LeaderElection
 from .preflight import DRY_OPEN_WAIT, Preflight
 from .preflight import check as preflight_check
+from .status import Status, status
 
 #: How long ``start`` waits for the coordinator to remove a failed migration's copy.
 CLEAN_WAIT = 60.0
@@ -176,73 +171,5 @@ async def abort(source: MetadataStore) -> MigrationFlag:
             continue  # moved meanwhile (by the coordinator): decide again on what it is now
 
 
-@dataclass
-class Status:
-    """What ``migrate status`` shows; ``to_dict`` is its JSON."""
-
-    flag: MigrationFlag | None
-    participants: list[dict[str, Any]]
-    copy: dict[str, Any] | None
-    leader: str | None
-    state: StoreState | None = None
-    after_switch: AfterSwitch | None = None
-    """Read from a store the cluster left: what was written there since the switch."""
-
-    def to_dict(self) -> dict[str, Any]:
-        flag = self.flag
-        state = self.state or StoreState(flag, None)
-        origin = state.origin
-        return {
-            "phase": flag.phase.value if flag else Phase.NOT_STARTED.value,
-            "target": flag.target_url if flag else None,
-            "epoch": flag.epoch if flag else state.arrived_epoch,
-            "reason": flag.reason if flag else None,
-            "coordinator": (flag.coordinator if flag and flag.coordinator else self.leader),
-            "participants": self.participants,
-            "dropped": list(flag.dropped) if flag else [],
-            "copy": self.copy,
-            "elapsed_s": round(flag.elapsed_s, 3) if flag else 0.0,
-            "target_cleaned": flag.target_cleaned if flag else False,
-            "released": flag.released if flag else True,
-            "lives_on": state.left_for,
-            "origin": {"epoch": origin.epoch, "source": origin.source_url} if origin else None,
-            "forced": flag.forced.to_dict() if flag and flag.forced else None,
-            "writes_after_switch": self.after_switch.to_dict() if self.after_switch else None,
-        }
-
-
-async def status(source: MetadataStore, *, after_switch: bool = False) -> Status:
-    """Where the migration stands, read from ``source``. ``after_switch``: read from a store the
-    cluster left, also walk it for what was written there since the switch (``after_switch``)."""
-    state = await read_state(source)
-    flag = state.current_flag
-    epoch = flag.epoch if flag else 0
-    now = int(time.time() * 1000)
-    participants = []
-    for p in await list_participants(source):
-        age = p.heartbeat_age(now)
-        participants.append({
-            "node_id": p.node_id, "role": p.role, "address": p.address,
-            "acknowledged": flag is not None and p.acknowledged == epoch, "path": p.path,
-            "heartbeat_age_s": round(age, 1) if age is not None else None,
-            "alive": age is None or p.timeout is None or age <= p.timeout,
-        })
-    copy = None
-    got = await source.get(paths.PROGRESS)
-    if got is not None and flag is not None:
-        try:
-            body = json.loads(got[0])
-        except ValueError:
-            body = None
-        if isinstance(body, dict) and body.get("epoch") == epoch:
-            copy = {k: body.get(k) for k in ("stage", "done", "total", "verified", "passes", "pending", "counters",
-                                          "counters_total", "timings")}
-            copy["timings"] = copy["timings"] or []
-            if not copy.get("total"):
-                copy["total"] = None  # a pass that had not counted its nodes (or never will: it was stopped)
-            copy["stopped"] = flag.phase is Phase.FAILED and not copy.get("verified")
-    leader = await LeaderElection(source, "").leader()
-    written = None
-    if after_switch and state.left_for is not None and flag is not None and flag.switch_position is not None:
-        written = await writes_after(source, flag.switch_position)
-    return Status(flag, participants, copy, leader, state, written)
+__all__ = ["MigrationRefused", "PreflightRefused", "Status", "abort", "check_cleanable", "start", "start_checked",
+           "status"]

@@ -81,7 +81,28 @@ def pass_timing(kind: str, number: int, seconds: float, *, paths: int | None = N
             "verify": float(verify.get("seconds") or 0.0),
         }
         timing["stages"] = {k: round(v, 3) for k, v in stages.items()}
+        # what the pass did, for the account of the whole migration (``migration_text``)
+        timing["nodes"] = int(report.get("nodes") or 0)
+        timing["verified"] = int(verify.get("nodes") or 0) if verify else 0
     return timing
+
+
+def migration_text(timings: list[dict[str, Any]]) -> str:
+    """The whole migration's copy in a line, from its passes: the full passes' nodes copied and
+    verified, the delta rounds' paths, the final check's."""
+    full = [t for t in timings if t.get("kind") == "full"]
+    deltas = [t for t in timings if t.get("kind") == "delta"]
+    final = [t for t in timings if t.get("kind") == "final"]
+    parts = []
+    if full:
+        last = full[-1]
+        parts.append(f"{len(full)} full pass(es), the last {last.get('nodes', 0)} nodes copied and "
+                     f"{last.get('verified', 0)} verified")
+    if deltas:
+        parts.append(f"{len(deltas)} delta round(s), {sum(int(t.get('paths') or 0) for t in deltas)} path(s) carried")
+    if final:
+        parts.append(f"final check of {int(final[-1].get('paths') or 0)} path(s) passed")
+    return "; ".join(parts) or "no pass recorded"
 
 
 def timing_text(timing: dict[str, Any]) -> str:

@@ -48,7 +48,9 @@ async def run_coordinator(agent: Agent) -> None:
     while True:
         store = home.store
         assert isinstance(store, Store), "the agent's home must be a store of its own"
-        candidate = loop.create_task(coordinator_for(agent, store).run(), name="coordinator")
+        coordinator = coordinator_for(agent, store)
+        agent.metrics.watch_coordinator(lambda c=coordinator: _view(c))  # type: ignore[misc]
+        candidate = loop.create_task(coordinator.run(), name="coordinator")
         moved = loop.create_task(home.wait_moved())
         try:
             await asyncio.wait({candidate, moved}, return_when=asyncio.FIRST_COMPLETED)
@@ -59,3 +61,11 @@ async def run_coordinator(agent: Agent) -> None:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         log.info("the agent's home moved to %s: standing for election there", home.store.url)
+
+
+def _view(coordinator: Coordinator) -> tuple[bool, int, int]:
+    """(leading, nodes done, nodes total) of ``coordinator``'s current pass, for the agent's metrics."""
+    shown = coordinator.passes.progress if coordinator.leading else {}
+    done, total = shown.get("done"), shown.get("total")
+    return coordinator.leading, done if isinstance(done, int) else 0, total if isinstance(total, int) else 0
+

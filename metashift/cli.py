@@ -196,6 +196,9 @@ def _agent(args: argparse.Namespace) -> int:
     except config.ConfigError as e:
         print(f"metashift: error: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
+    if args.check_config:
+        print(config.summary(cfg), flush=True)
+        return 0
     if not cfg.coordinator.enabled:
         return run(cfg)
     from metashift.coordinator.service import run_coordinator
@@ -219,6 +222,9 @@ def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     p.add_argument("--role", choices=["broker", "bookie"], help="what runs next to this agent")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics there")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    p.add_argument("--check-config", action="store_true",
+                   help="load and check the whole configuration (file, environment, options) without serving: "
+                   "exit 0 and a summary, or exit 2 with one line naming the bad key")
     p.set_defaults(handler=_agent)
 
 

@@ -163,6 +163,9 @@ async def _start(args: argparse.Namespace) -> int:
                 print(json.dumps((await control.status(source)).to_dict(), indent=2), flush=True)
             return 0
         final = await _follow(source, flag.epoch, show=not args.json)
+        if final["phase"] == Phase.COMPLETED.value and final.get("lives_on"):
+            # the end of the story: where the agents are now, and nothing written here since
+            final = (await control.status(source, after_switch=True)).to_dict()
         if args.json:
             print(json.dumps(final, indent=2), flush=True)
         else:
@@ -265,15 +268,23 @@ async def _abort(args: argparse.Namespace) -> int:
 
 
 def _text(status: dict[str, Any]) -> str:
-    lines = [f"phase        {status['phase']}" + (f" (epoch {status['epoch']})" if status["epoch"] else "")]
+    if status.get("lives_here"):
+        origin = status["origin"]
+        lines = [f"phase        none in progress: the cluster lives here (arrived from {origin['source']} in epoch "
+                 f"{origin['epoch']})"]
+    else:
+        lines = [f"phase        {status['phase']}" + (f" (epoch {status['epoch']})" if status["epoch"] else "")]
     if status["target"]:
         lines.append(f"target       {status['target']}")
     if status.get("lives_on"):
         lines.append(f"lives on     {status['lives_on']} (the cluster went there: read its status there, "
                      f"metashift migrate status --source {status['lives_on']})")
-    if status.get("origin") and status["phase"] == "NOT_STARTED":
-        origin = status["origin"]
-        lines.append(f"arrived from {origin['source']} (epoch {origin['epoch']})")
+    now = status.get("agents_now")
+    if now:
+        count = "?" if now.get("count") is None else now["count"]
+        lines.append(f"agents now   {count} in {now['store']}" + (f" ({', '.join(now['node_ids'])})" if now["node_ids"]
+                                                                   else "")
+                     + (f": cannot read it from here ({now['error']})" if now.get("error") else ""))
     if status["reason"]:
         lines.append(f"reason       {status['reason']}")
     if status.get("forced"):
@@ -296,7 +307,8 @@ def _text(status: dict[str, Any]) -> str:
     if status.get("dropped"):
         lines.append(f"dropped      {', '.join(status['dropped'])} (dead: no heartbeat in time, not waited for)")
     lines.append(f"elapsed      {status['elapsed_s']:.1f}s")
-    lines.append(f"participants {len(status['participants'])}")
+    left = " here (the agents moved with the cluster)" if status.get("lives_on") else ""
+    lines.append(f"participants {len(status['participants'])}{left}")
     for p in status["participants"]:
         mark = "acknowledged" if p["acknowledged"] else "not acknowledged"
         if not p.get("alive", True):
@@ -315,7 +327,9 @@ def _copy_text(copy: dict[str, Any]) -> str:
         count = f"{done} nodes" + ("" if copy.get("stopped") else " so far")
     else:
         count = ""
+    if copy.get("summary"):  # a migration that completed: the whole of it, not its last step
+        return str(copy["summary"])
     text = f"{copy.get('stage')}: {count}" if count else str(copy.get("stage"))
     if copy.get("stopped"):
         text += " (stopped: the migration failed)"
-    return text + (", verified" if copy.get("verified") else "")
+    return text + (", verified" if copy.get("verified") and copy.get("stage") != "verified" else "")

@@ -124,6 +124,18 @@ async def test_status_of_the_store_left_names_what_was_written_there_after_the_s
     await eventually(lambda: _agents_left(source), within=60, what="the agents left the old store")
     quiet = json.loads(cli("migrate", "status", "--source", source_url, "--json").stdout)
     assert quiet["writes_after_switch"] == {"position": flag.switch_position, "count": 0, "paths": []}, quiet
+    # read from the store left: where the agents are now, and the copy of the whole migration
+    assert quiet["agents_now"] == {"store": target_url, "count": 2, "node_ids": ["bookie-1", "broker-1"]}, quiet
+    assert quiet["participants"] == [] and quiet["copy"]["summary"].startswith("1 full pass(es), the last "), quiet
+    assert quiet["copy"]["done"] == quiet["copy"]["total"] and quiet["copy"]["total"] > 0, quiet
+    left = cli("migrate", "status", "--source", source_url).stdout
+    assert f"agents now   2 in {target_url} (bookie-1, broker-1)" in left, left
+    assert "participants 0 here (the agents moved with the cluster)" in left, left
+    # read from where it arrived: it lives there, not NOT_STARTED
+    arrived = cli("migrate", "status", "--source", target_url)
+    assert arrived.stdout.startswith(f"phase        none in progress: the cluster lives here (arrived from "
+                                     f"{source_url} in epoch 1)"), arrived.stdout
+    assert json.loads(cli("migrate", "status", "--source", target_url, "--json").stdout)["lives_here"] is True
 
     if direction == "zk-to-etcd":
         await writer.write("/admin/policies/public/default", b'{"ttl":2}')

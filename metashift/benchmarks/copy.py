@@ -2,14 +2,16 @@
 (a benchmark, not a test).
 
 On one generated tree (``metashift.sample_tree``, or ``--flat N`` nodes at version 0 under one
-parent) on a local ZooKeeper, copied to a local etcd with its default 2 GiB quota:
+parent) on a local ZooKeeper, copied to a local etcd with its default 2 GiB quota (or, with
+``--target-kind oxia``, to a local Oxia standalone server of 4 shards):
 
 - ``floor``: what the servers take for the same work driven directly, each part at its raw
   rate: ``source_reads`` (every node read from ZooKeeper once, pipelined getData requests, one
   per node), ``store_writes``
   (as many etcd writes as the copy makes: the sum of V+1 over the nodes, and the steps of the
-  sequence counters, in txns of 128 distinct keys, several in flight) and ``verify_reads`` (the
-  source read once more);
+  sequence counters, in txns of 128 distinct keys, several in flight; into Oxia: every node
+  written once with the version overrides a copy uses, pipelined per shard:
+  ``metashift.benchmarks.oxia_floor``) and ``verify_reads`` (the source read once more);
 - ``floor_multi_read``: the same with the reads in ZooKeeper's multiRead requests, as the copy
   and the verification read (a getData inside a multiRead costs ZooKeeper a fraction of a
   request of its own): the lower floor, and the copy's ratio to it;
@@ -24,6 +26,7 @@ parent) on a local ZooKeeper, copied to a local etcd with its default 2 GiB quot
   ``metashift copy``), and of everything it started (its JVM and Python workers).
 
     metashift bench copy --topics 17000       # ~100k nodes
+    metashift bench copy --topics 17000 --target-kind oxia   # the same into Oxia, beside Oxia's floor
     metashift bench copy --topics 170000      # ~1M nodes
     metashift bench copy --flat 50000         # 50k nodes at version 0 under one parent
     metashift bench copy --topics 17000 --ledger-ids 100000000   # a generator that issued 10^8 ids
@@ -55,7 +58,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from metashift.benchmarks.counters import beside_fresh
-from metashift.local_servers import LocalEtcd, LocalZooKeeper
+from metashift.benchmarks.oxia_floor import raw_oxia_writes
+from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper
 from metashift.sample_tree import generate
 from metashift.spark.ledger_ids import issued_below
 from metashift.spark.rules import Rules
@@ -291,6 +295,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     parser.add_argument("--baseline-seconds", type=float, default=60.0, help="time budget of the kazoo baseline")
     parser.add_argument("--spark-master", default=None)
     parser.add_argument("--etcd-quota", type=int, default=0, help="etcd --quota-backend-bytes (default etcd's: 2 GiB)")
+    parser.add_argument("--target-kind", choices=["etcd", "oxia"], default="etcd",
+                        help="the target store (default etcd); its floor is its own raw writes")
     parser.add_argument("--beside-fresh", action="store_true",
                         help="copy the tree with --ledger-ids N issued and the same tree with a fresh generator, "
                              "side by side (metashift.benchmarks.counters); no floor, no baseline")
@@ -307,9 +313,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
     out: dict[str, Any] = {"tree": f"flat {args.flat}" if args.flat else f"topics {args.topics}", "seed": args.seed,
                            "cpus": os.cpu_count(), "ledger_ids": args.ledger_ids,
-                           "producer_names": args.producer_names}  # fmt: skip
+                           "producer_names": args.producer_names, "target": args.target_kind}  # fmt: skip
     zk = LocalZooKeeper(heap_mb=4096)
-    etcd = LocalEtcd(quota_backend_bytes=args.etcd_quota or None)
+    etcd: LocalEtcd | LocalOxia = (LocalOxia() if args.target_kind == "oxia"
+                                   else LocalEtcd(quota_backend_bytes=args.etcd_quota or None))
     with zk, etcd:
         assert zk.process is not None and etcd.process is not None
         servers = [zk.process.pid, etcd.process.pid]
@@ -336,7 +343,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         out["generate"], (all_paths, total_writes) = asyncio.run(setup())
         print(f"generated: {out['generate']}", file=sys.stderr, flush=True)
         reads = asyncio.run(raw_zk_reads(zk.url, all_paths))
-        writes = asyncio.run(raw_etcd_writes(zk.url, etcd.url, all_paths, total_writes))
+        if isinstance(etcd, LocalOxia):
+            writes = asyncio.run(raw_oxia_writes(zk.url, etcd.url + "/raw-writes", all_paths))
+        else:
+            writes = asyncio.run(raw_etcd_writes(zk.url, etcd.url, all_paths, total_writes))
         reads2 = asyncio.run(raw_zk_reads(zk.url, all_paths))
         floor = {"source_reads": reads, "store_writes": writes, "verify_reads": reads2,
                  "seconds": round(reads["seconds"] + writes["seconds"] + reads2["seconds"], 2)}  # fmt: skip

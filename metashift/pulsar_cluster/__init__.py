@@ -13,6 +13,9 @@ Python ``pulsar-client``. Used by ``metashift sandbox --pulsar`` and by the Puls
 - ``admin``: Pulsar's admin REST API, and ``pulsar-admin`` from the release
 - ``traffic``: producers and consumers that count every message
 - ``evidence``: what the brokers' logs and metrics say (ledger ids, sessions, metadata errors)
+- ``pip454_run``: Pulsar 4.2's own migration (PIP-454) started and followed as an operator does
+- ``side_by_side``: PIP-454's migration beside metashift's on the same cluster and traffic
+  (``bench/pip454_vs_metashift.py``); ``target_check``: the target against the source after one
 """
 
 from .cluster import PulsarCluster, PulsarStartError

@@ -70,13 +70,17 @@ class PulsarCluster:
     """A bookie and ``brokers`` brokers, each beside its own ``metashift agent --zk-listen``, on a
     ``source`` store to be migrated into ``target``. ``born_direct``: the processes start on the
     source store's own URL (as a cluster that never had agents), to adopt them later
-    (``restart_member``)."""
+    (``restart_member``); with ``agents=False`` as well, no agent process is started at all (a
+    cluster that only Pulsar's own migration moves)."""
 
     def __init__(
         self, work_dir: Path, release: PulsarRelease, *, brokers: int = 2, hold_timeout: float = 300.0,
         prepare_timeout: float = 60.0, spark_master: str | None = None, say: Callable[[str], None] = print,
         bookie_driver: str = "metadata-store", source: str = "zk", target: str = "etcd", born_direct: bool = False,
+        agents: bool = True,
     ) -> None:  # fmt: skip
+        if not agents and not born_direct:
+            raise ValueError("a cluster without agents must be born on its source store (born_direct)")
         if bookie_driver not in BOOKIE_DRIVERS:
             raise ValueError(f"bookie_driver must be one of {BOOKIE_DRIVERS}, not {bookie_driver!r}")
         for kind in (source, target):
@@ -108,6 +112,7 @@ class PulsarCluster:
             )
             for name in self.names
         ]  # fmt: skip
+        self.with_agents = agents
         self.where = {name: source if born_direct else AGENT for name in self.names}
         """Where each Pulsar process reaches its metadata now (``AGENT`` or a store kind)."""
         self.processes: dict[str, JavaProcess] = {}
@@ -198,6 +203,12 @@ class PulsarCluster:
         self.say(f"{STORE_NAMES[self.source]} (source) at {self.servers[self.source].url}, "
                  f"{STORE_NAMES[self.target]} (target) at {self.servers[self.target].url}; "
                  f"Pulsar {self.release.version}")  # fmt: skip
+        if self.with_agents:
+            await self._start_agents()
+        await self._initialize_metadata()
+        await self._start_pulsar()
+
+    async def _start_agents(self) -> None:
         for agent in self.agents:
             agent.source_url = self.source_url
         self.agents[0].work_dir.mkdir(parents=True, exist_ok=True)
@@ -206,8 +217,6 @@ class PulsarCluster:
             _wait_port(int(self.zk_address(agent.node_id).rsplit(":", 1)[1]), 60.0)
         self.say("agents serving ZooKeeper's protocol: " + ", ".join(
             f"{a.node_id} {a.zk_listen} (pid {a.pid})" for a in self.agents))  # fmt: skip
-        await self._initialize_metadata()
-        await self._start_pulsar()
 
     async def _initialize_metadata(self) -> None:
         url = self.metadata_url("broker-1")
@@ -276,6 +285,8 @@ class PulsarCluster:
         a store kind directly)."""
         if where != AGENT and where not in self.servers:
             raise ValueError(f"no {where} store in this cluster")
+        if where == AGENT and not self.with_agents:
+            raise ValueError("this cluster has no agents")
         old = self.processes.get(name)
         if old is not None:
             await old.stop()

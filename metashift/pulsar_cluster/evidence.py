@@ -95,6 +95,43 @@ def ledger_ids(creations: list[tuple[float, int]], freeze_start: float, switched
     return result
 
 
+#: A ledger BookKeeper could not make under the id handed out (its metadata already there).
+_CREATE_FAILED = re.compile(r"Failed to create ledger (\d+)")
+
+
+@dataclass
+class HandedOutAgain:
+    """Ledger ids the generator handed out from the switch on that are not above every id seen
+    before it: no settling time (``ledger_ids`` waits ``SETTLE_S``), as a hand-out is logged when
+    the generator's create returns, which a freeze holds until it is made in the target."""
+
+    ids: list[int] = field(default_factory=list)
+    created: list[int] = field(default_factory=list)
+    """Of those, the ids a managed ledger then made a ledger under (a second ledger of that id)."""
+    refused: int = 0
+    """Ledger creations refused from the switch on because the id's ledger was there already."""
+
+
+def handed_out_again(texts: list[str], switched: float) -> HandedOutAgain:
+    """Every id handed out at or after ``switched`` must be above every id handed out or created
+    before it (``HandedOutAgain``)."""
+    found = HandedOutAgain()
+    top = max((i for ts, i in ledger_creations(texts) if ts < switched), default=-1)
+    for text in texts:
+        for ts, _level, line in lines(text):
+            if ts < switched:
+                continue
+            if (m := _HANDED_OUT.search(line)) and ((int(m.group(1) or 0) << 32) | int(m.group(2))) <= top:
+                found.ids.append((int(m.group(1) or 0) << 32) | int(m.group(2)))
+            elif (m := _CREATED.search(line)) and int(m.group(1)) <= top:
+                found.created.append(int(m.group(1)))
+            elif _CREATE_FAILED.search(line):
+                found.refused += 1
+    found.ids.sort()
+    found.created = sorted(set(found.created) & set(found.ids))
+    return found
+
+
 def sessions_lost(text: str) -> list[str]:
     """Lines where the process's metadata session was lost or expired."""
     return [line for _ts, _level, line in lines(text) if _SESSION_LOST.search(line)]

@@ -59,6 +59,8 @@ class TopicTraffic:
     """(wall clock at send, seconds to the broker's acknowledgement) per acknowledged publish."""
     received: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
+    failures: Counter[str] = field(default_factory=Counter)
+    """Failed publishes by what the client answered (its result, or the exception it raised)."""
 
     @property
     def lost(self) -> set[str]:
@@ -140,6 +142,7 @@ class Traffic:
                         t.latencies.append((sent_at, time.time() - sent_at))
                     else:
                         t.failed += 1
+                        t.failures[str(result)] += 1
                         if len(t.errors) < 5:
                             t.errors.append(f"publish {payload}: {result}")
                 pending.release()
@@ -151,6 +154,7 @@ class Traffic:
             except Exception as e:  # the client refused it at once: not published
                 with self._lock:
                     t.failed += 1
+                    t.failures[f"{type(e).__name__}: {e}"] += 1
                     t.errors.append(f"publish {payload}: {e}")
                 pending.release()
             next_at += 1.0 / self.rate
@@ -221,17 +225,29 @@ class Traffic:
                        if between is None or (between[0] <= at + s and at <= between[1])]  # fmt: skip
         return round(max(samples, default=0.0) * 1000, 1)
 
+    def failures(self) -> Counter[str]:
+        """Failed publishes of every topic by what the client answered."""
+        with self._lock:
+            return sum((t.failures for t in self.topics.values()), Counter())
+
     def errors(self) -> list[str]:
         with self._lock:
             return [f"{t.topic}: {e}" for t in self.topics.values() for e in t.errors]
 
 
+#: Seconds ``read_backlog`` waits for a topic's next message before it gives that topic up (a
+#: topic that lost messages must not take the time of the topics read after it).
+BACKLOG_IDLE_S = 60.0
+
+
 def read_backlog(
-    service_url: str, topics: list[str], expected: dict[str, set[str]], within: float = 600.0
-) -> dict[str, int]:
+    service_url: str, topics: list[str], expected: dict[str, set[str]], within: float = 600.0,
+    idle: float = BACKLOG_IDLE_S,
+) -> dict[str, int]:  # fmt: skip
     """Read each topic's ``backlog`` subscription from the start (every message it kept, old
-    ledgers included) until every payload of ``expected[topic]`` came out or ``within`` seconds
-    pass; returns the payloads read per topic (distinct)."""
+    ledgers included) until every payload of ``expected[topic]`` came out, or none came for
+    ``idle`` seconds (that topic), or ``within`` seconds pass (all); returns the payloads read per
+    topic (distinct)."""
     client = _client(service_url)
     read: dict[str, int] = {}
     try:
@@ -240,11 +256,13 @@ def read_backlog(
             consumer = client.subscribe(topic, BACKLOG)
             seen: set[str] = set()
             want = expected.get(topic, set())
-            while not want <= seen and time.monotonic() < deadline:
+            last = time.monotonic()
+            while not want <= seen and time.monotonic() < min(deadline, last + idle):
                 try:
                     message = consumer.receive(timeout_millis=2000)
                 except Exception:
                     continue
+                last = time.monotonic()
                 seen.add(message.data().decode())
                 consumer.acknowledge(message)
             read[topic] = len(seen & want) if want else len(seen)
