@@ -6,15 +6,15 @@ It registers the agent under ``participants/`` in its home store (the store its 
 - SYNCING: nothing: writes flow while the coordinator copies.
 - PREPARATION, COPYING: close the write gate and drain the writes in flight, open the target
   (the flag names it; credentials come from the agent's own config), re-create there every
-  ephemeral of its clients with the same value and version (and floors above the sequential
-  names among them: ``sequence_floors``), then acknowledge the epoch by a
+  ephemeral of its clients with the same value and version, then acknowledge the epoch by a
   compare-and-set of its own record. Reads wait too (``WriteGate.readable``): the frozen source
   would answer stale once another agent released its writes into the target.
 - COMPLETED, once released (``released`` is false while the coordinator carries what changed in
   the source just before its COMPLETED write; writes stay held meanwhile): the target becomes the
-  home: register and beat there, leave the old home, then route reads, writes and watches to the
-  target and release the held writes there. A new migration from there (the way back) finds the
-  agent registered and following its flag.
+  home: register and beat there, leave the old home, raise floors above the sequential names of
+  the ephemerals it carried where the target's own counter is below them (``sequence_floors``),
+  then route reads, writes and watches to the target and release the held writes there. A new
+  migration from there (the way back) finds the agent registered and following its flag.
 - FAILED: drop the target (its session takes the re-created ephemerals with it), route to the
   source and release the held writes there.
 
@@ -334,17 +334,10 @@ class Participant:
             await self._freeze()
             if self._target is None:
                 self._target = await self._open_target(flag.target_url)
-            carried = await self._carry_ephemerals(self._target)
+            carried = await self.registry.recreate_in(self._target)
             self._prepared = flag.epoch
             self.carried = carried
         await self.registration.acknowledge(flag.epoch)
-
-    async def _carry_ephemerals(self, target: MetadataStore) -> int:
-        """Re-create the clients' ephemerals in ``target``, and raise the floors above the
-        sequential names among them (a lock queue stays in order). How many were re-created."""
-        carried = await self.registry.recreate_in(target)
-        await floor_carried_sequentials(target, self.registry.ephemerals())
-        return carried
 
     async def _freeze(self) -> None:
         """Close the gate (held writes wait) and drain the writes in flight."""
@@ -359,11 +352,14 @@ class Participant:
             await self._freeze()
             if self._target is None:
                 self._target = await self._open_target(flag.target_url)
-            await self._carry_ephemerals(self._target)
+            await self.registry.recreate_in(self._target)
             self._prepared = flag.epoch
         target, old_home = self._target, self.home.store
         left_behind = self.registry.ephemerals()
         await self._move_home(target, leave=not starting)
+        # the counters are carried by now: a lock queue whose own counter in the target is still
+        # below the names carried into it gets a floor before anyone names a child there
+        await floor_carried_sequentials(target, self.registry.ephemerals())
         await self.gate.open(towards=target)
         self._holding = self._fenced = False
         log.info("migration epoch %d completed: serving from %s, now this agent's home", flag.epoch, target.url)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from metashift.agent.sequence_floors import floor_carried_sequentials
 from metashift.spark import counters, ledger_ids
 from metashift.spark.delta import carry as delta_carry
 from metashift.spark.delta import check as delta_check
@@ -65,6 +66,21 @@ async def test_floors_hand_out_distinct_ids_from_their_next_one_up(store: Store)
     assert await raise_floor(store, "/ledgers/idgen", 5000) == 1
     assert await take_from_floor(store, "/ledgers/idgen") == 5000
     assert await floored_parents(store) == {"/ledgers/idgen"}
+
+
+async def test_a_carried_lock_queue_gets_a_floor_a_carried_counter_none(store: Store) -> None:
+    """At the switch an agent floors the parents of the sequential names it carried (a lock
+    queue's holder) only where the target's own counter is not above them already: a counter the
+    copy carried (a broker's ephemeral under Pulsar's producer-name counter, a ledger-id node in
+    flight) gets none, or the floor and the counter would hand out the same numbers."""
+    await store.advance_sequence_counter("/counters/producer-name", 43)  # as the copy carried it
+    carried = ["/counters/producer-name/-0000000042", "/locks/queue/x__lock__0000000057", "/loadbalance/brokers/b:8080"]
+    for path in carried:
+        await store.put(path, b"", ephemeral=True)
+    assert await floor_carried_sequentials(store, carried) >= 1
+    assert await floored_parents(store) == {"/locks/queue"}
+    assert await read_floor(store, "/locks/queue") == 58
+    assert await floor_carried_sequentials(store, carried) == 0  # nothing more to do
 
 
 # ---- reading the generator as Pulsar does ------------------------------------------------------------
