@@ -11,9 +11,10 @@ It registers the agent under ``participants/`` in its home store (the store its 
   would answer stale once another agent released its writes into the target.
 - COMPLETED, once released (``released`` is false while the coordinator carries what changed in
   the source just before its COMPLETED write; writes stay held meanwhile): the target becomes the
-  home: register and beat there, leave the old home, then route reads, writes and watches to the
-  target and release the held writes there. A new migration from there (the way back) finds the
-  agent registered and following its flag.
+  home: register and beat there, leave the old home, raise floors above the sequential names of
+  the ephemerals it carried where the target's own counter is below them (``sequence_floors``),
+  then route reads, writes and watches to the target and release the held writes there. A new
+  migration from there (the way back) finds the agent registered and following its flag.
 - FAILED: drop the target (its session takes the re-created ephemerals with it), route to the
   source and release the held writes there.
 
@@ -37,6 +38,7 @@ from metashift.agent.dry_open import CheckAnswerer
 from metashift.agent.gate import WriteGate
 from metashift.agent.home import Home
 from metashift.agent.registration import Registration
+from metashift.agent.sequence_floors import floor_carried_sequentials
 from metashift.agent.sessions import SessionRegistry
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag
@@ -355,6 +357,9 @@ class Participant:
         target, old_home = self._target, self.home.store
         left_behind = self.registry.ephemerals()
         await self._move_home(target, leave=not starting)
+        # the counters are carried by now: a lock queue whose own counter in the target is still
+        # below the names carried into it gets a floor before anyone names a child there
+        await floor_carried_sequentials(target, self.registry.ephemerals())
         await self.gate.open(towards=target)
         self._holding = self._fenced = False
         log.info("migration epoch %d completed: serving from %s, now this agent's home", flag.epoch, target.url)

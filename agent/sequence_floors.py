@@ -9,6 +9,19 @@ switch may still create sequential nodes under a retired counter (BookKeeper kee
 the floor's next id, taken by a compare-and-set, so those ids are above every id the source
 handed out too.
 
+The same floors keep ZooKeeper's lock queues in order across a migration: a client's ephemeral
+with a sequential name (a kazoo or Curator lock node, ``..._lock__0000000042``) is re-created in
+the target under its own name, and the target's own counter for that parent knows nothing of it
+(ZooKeeper counts the creations it saw; Oxia and etcd count the parent's writes), so a newcomer's
+lock node could sort before the holder's and take the lock it holds. At the switch, before it
+routes anyone to the target, each agent raises a floor under every parent of such an ephemeral
+it carried whose own counter in the target is still at or below the name's number
+(``floor_carried_sequentials``): one write per parent, and later sequential names there come from
+the floor. Only there: a counter the copy carried (a ledger-id generator's, Pulsar's
+producer-name counter, whose broker holds an ephemeral child all along) is above every name of
+the source by then, and a floor beside it would hand out the numbers its own counter hands out
+to clients on the store directly.
+
 Which parents have a floor is read once per store and kept: a store gains floors only as a
 migration's target, before any agent routes to it (the cache of a store is dropped when the
 router switches to it, all the same).
@@ -17,11 +30,35 @@ router switches to it, all the same).
 from __future__ import annotations
 
 import asyncio
+import re
 import weakref
+from collections.abc import Iterable
 
 from metashift.agent.router import Router
-from metashift.stores import MetadataStore, PutOp, paths
-from metashift.stores.sequence_floors import floored_parents, take_from_floor
+from metashift.stores import BulkStore, MetadataStore, PutOp, paths
+from metashift.stores.sequence_floors import floored_parents, raise_floor, take_from_floor
+
+#: A ZooKeeper sequential name: ten digits at the end (``%010d``, what ZooKeeper's recipes parse).
+_SEQUENTIAL_SUFFIX = re.compile(r"([0-9]{10})$")
+
+
+async def floor_carried_sequentials(store: MetadataStore, carried: Iterable[str]) -> int:
+    """Raise, in ``store``, the floor of every parent of a ``carried`` path with a sequential name
+    above that name's number, where the store's own counter there is not above it already, so
+    that the next sequential name there sorts after it (the module doc). Returns the number of
+    writes."""
+    above: dict[str, int] = {}
+    for path in carried:
+        m = _SEQUENTIAL_SUFFIX.search(path.rsplit(paths.SEPARATOR, 1)[1])
+        parent = paths.parent(path)
+        if m and parent is not None:
+            above[parent] = max(above.get(parent, 0), int(m.group(1)) + 1)
+    writes = 0
+    for parent, next_id in sorted(above.items()):
+        if isinstance(store, BulkStore) and await store.sequence_counter(parent) >= next_id:
+            continue  # its own counter names children above them (a counter the copy carried)
+        writes += await raise_floor(store, parent, next_id)
+    return writes
 
 
 class SequenceFloors:

@@ -4,17 +4,20 @@ by a seeded random generator, each checked for lost writes and linearizability.
     .venv/bin/python bench/chaos.py --runs 50                 # seeds 1..50
     .venv/bin/python bench/chaos.py --runs 10 --first-seed 100 --fault kill-coordinator
     .venv/bin/python bench/chaos.py --seed 17                 # replay one run, in this process
+    .venv/bin/python bench/chaos.py --runs 10 --source zk --target oxia --fault target-stall
 
-Each run is ``metashift sandbox``'s migration (local ZooKeeper -> etcd, one agent process per
-broker and bookie, writers through them; ``metashift/sandbox/``) with ``metashift/sandbox/faults.py``'s
-fault, and register clients on both of the agent's protocols (``metashift.client`` and kazoo
-through ``--zk-listen``) recording a history, judged by ``tests/linearizability.py``. Prints one
-line per run (seed, fault, the phase asked for and the phase it came in, outcome, longest freeze,
-slowest acknowledged write, writes acknowledged and lost, operations and unknown outcomes in the
-history, linearizable), then the table of outcomes, and the seed of every failed run (a lost write,
-a non-linearizable history, a run stuck or broken): ``--seed`` replays it. The work directory
-(agents' logs, the history as ``history.jsonl``) of a failed run, or of a migration that did not
-complete, is kept; each run's own log is in ``--log-dir``.
+Each run is ``metashift sandbox``'s migration (local ZooKeeper -> etcd by default, ``--source`` and
+``--target`` name other kinds: zk, etcd, oxia; one agent process per broker and bookie, writers
+through them; ``metashift/sandbox/``) with ``metashift/sandbox/faults.py``'s fault (the store faults
+strike the source's or the target's server, whatever its kind), and register clients on both of the
+agent's protocols (``metashift.client`` and kazoo through ``--zk-listen``) recording a history,
+judged by ``tests/linearizability.py``. Prints one line per run (seed, fault, the phase asked for
+and the phase it came in, outcome, longest freeze, slowest acknowledged write, writes acknowledged
+and lost, operations and unknown outcomes in the history, linearizable), then the table of outcomes,
+and the seed of every failed run (a lost write, a non-linearizable history, a run stuck or broken):
+``--seed`` replays it. The work directory (agents' logs, the history as ``history.jsonl``) of a
+failed run, or of a migration that did not complete, is kept; each run's own log is in
+``--log-dir``.
 """
 
 from __future__ import annotations
@@ -36,8 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checker is t
 from metashift.local_servers import ServerStartError
 from metashift.sandbox.agents import AgentStartError
 from metashift.sandbox.chaos import ChaosSandbox
-from metashift.sandbox.faults import FAULTS, PHASES, FaultPlan
+from metashift.sandbox.faults import ASKED_ONLY, FAULTS, PHASES, RENAMED, FaultPlan
 from metashift.sandbox.options import Options
+from metashift.sandbox.servers import KINDS
 from metashift.stores import MetadataStoreError
 from tests.linearizability import check
 
@@ -97,7 +101,8 @@ async def one_run(plan: FaultPlan, options: Options, verify_tree: bool) -> dict[
 
 def options_from(args: argparse.Namespace) -> Options:
     return Options(topics=args.topics, brokers=args.brokers, bookies=args.bookies, clients_per_agent=1,
-                   hold_timeout=args.hold_timeout, warmup=2.0, after=3.0)  # fmt: skip
+                   hold_timeout=args.hold_timeout, warmup=2.0, after=3.0, source=args.source,
+                   target=args.target)  # fmt: skip
 
 
 HEADER = (f"{'seed':>5} {'fault':<17} {'phase':<11} {'landed':<18} {'outcome':<10} {'freeze s':>8} "
@@ -147,7 +152,8 @@ def summary(rows: list[dict[str, Any]]) -> str:
 def child_command(seed: int, args: argparse.Namespace) -> list[str]:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(seed), "--topics", str(args.topics),
                "--brokers", str(args.brokers), "--bookies", str(args.bookies),
-               "--hold-timeout", str(args.hold_timeout)]  # fmt: skip
+               "--hold-timeout", str(args.hold_timeout), "--source", args.source,
+               "--target", args.target]  # fmt: skip
     if args.fault:
         command += ["--fault", args.fault]
     if args.phase:
@@ -195,7 +201,9 @@ def main() -> int:
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--seed", type=int, help="replay one run (in this process) and print its details")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--fault", choices=FAULTS, help="this fault in every run (default: drawn from the seed)")
+    parser.add_argument("--fault", choices=[*FAULTS, *ASKED_ONLY, *RENAMED],
+                        help="this fault in every run (default: drawn from the seed, among "
+                        f"{', '.join(FAULTS)})")
     parser.add_argument("--phase", choices=PHASES, help="this phase in every run (default: drawn from the seed)")
     parser.add_argument("--topics", type=int, default=20, help="size of the Pulsar tree (sandbox --topics)")
     # three agents: a coordinator, and participants to kill or stop besides it
@@ -205,8 +213,12 @@ def main() -> int:
     parser.add_argument("--verify-tree", action="store_true", help="also run metashift verify (Spark) after COMPLETED")
     parser.add_argument("--spark-in-freeze", action="store_true",
                         help="the freeze's last delta carried by a Spark pass (COPYING lasts seconds)")
+    parser.add_argument("--source", choices=KINDS, default="zk", help="the store kind migrated from (default zk)")
+    parser.add_argument("--target", choices=KINDS, default="etcd", help="the store kind migrated into (default etcd)")
     parser.add_argument("--log-dir", default="chaos-logs")
     args = parser.parse_args()
+    if args.source == args.target:
+        parser.error(f"--source and --target are both {args.source}: a migration needs another store")
     if args.child is not None or args.seed is not None:
         seed = args.child if args.child is not None else args.seed
         plan = FaultPlan.draw(seed, args.fault, args.phase, spark_in_freeze=args.spark_in_freeze)

@@ -235,6 +235,10 @@ class Passes(FreezePasses):
         if path in self.tracker.since_pass:
             return True
         if mismatch.get("kind") == "counter":  # a counter moves with its children
+            root = self.rules.ledger_root_of(path)
+            if root is not None:  # a ledger-id generator's next id: with any node of it, or their children
+                return any(root in (self.rules.ledger_root_of(p), self.rules.ledger_root_of(store_paths.parent(p) or p))
+                           for p in self.tracker.since_pass)  # fmt: skip
             return any(store_paths.parent(p) == path for p in self.tracker.since_pass)
         return False
 

@@ -68,11 +68,8 @@ async def _sandbox(args: argparse.Namespace) -> int:
         print("metashift: error: --adopt, --forget and --pulsar-version are for a real Pulsar cluster (--pulsar)",
               file=sys.stderr)
         return EXIT_USER_ERROR
-    if not args.pulsar and (source, target) != ("zk", "etcd"):
-        print("metashift: error: the simulated sandbox migrates zk -> etcd; other pairs need --pulsar",
-              file=sys.stderr)
-        return EXIT_USER_ERROR
-    adopt = args.adopt or source != "zk"  # a cluster on etcd is born there, then adopts its agents
+    # a Pulsar cluster on etcd or Oxia is born there, then adopts its agents
+    adopt = args.adopt or (args.pulsar and source != "zk")
     if args.forget and not adopt:
         print("metashift: error: --forget needs --adopt (a member left on the store in the rolling restart)",
               file=sys.stderr)
@@ -93,11 +90,12 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 
     p = sub.add_parser(
         "sandbox",
-        help="a whole migration on this machine: ZooKeeper, etcd, agent processes, clients writing all along",
-        description="Start local ZooKeeper and etcd, a Pulsar-shaped tree, one metashift agent process per "
-        "broker and bookie with clients writing through them, migrate ZooKeeper -> etcd while they write, "
-        "then check every acknowledged write and verify the tree. Exit 0 when the migration completed with "
-        "nothing lost and verification passed.",
+        help="a whole migration on this machine: local stores, agent processes, clients writing all along",
+        description="Start a local source and target store (ZooKeeper -> etcd unless --source/--target say "
+        "otherwise: zk, etcd, oxia), a Pulsar-shaped tree on the source, one metashift agent process per "
+        "broker and bookie with clients writing through them, migrate while they write, then check every "
+        "acknowledged write and verify the tree. Exit 0 when the migration completed with nothing lost and "
+        "verification passed.",
     )
     p.add_argument("--topics", type=_positive_int, default=2000, help="Pulsar tree size (default 2000, ~10k nodes)")
     p.add_argument("--brokers", type=_positive_int, default=3, help="broker agents (default 3)")
@@ -110,7 +108,7 @@ def _add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     p.add_argument("--spark-master", metavar="M", help="Spark master of the coordinator's copy (default local[*])")
     p.add_argument("--keep", action="store_true", help="keep the work directory (agent logs and configs)")
     p.add_argument("--beside-copy", action="store_true",
-                   help="then time `metashift copy --verify` of the same tree into a fresh etcd, alone, and report "
+                   help="then time `metashift copy --verify` of the same tree into a fresh target, alone, and report "
                    "the migration's time (start to COMPLETED) against it (migration_vs_copy)")
     p.add_argument("--pulsar", action="store_true",
                    help="a real Apache Pulsar cluster (the release `make setup` fetched: a bookie, two brokers, "

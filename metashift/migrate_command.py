@@ -119,6 +119,12 @@ async def _check(args: argparse.Namespace) -> int:
     return 0 if report.ready else EXIT_NOT_READY
 
 
+#: Said by ``migrate start`` into etcd, which then goes on: the cluster can live there on Pulsar 3.x
+#: to 4.2.x, but not once it upgrades (apache/pulsar#25329, #25380).
+ETCD_REMOVED = ("Pulsar 5.0 removed the etcd metadata store (PIP-462): a cluster on etcd must move to ZooKeeper or "
+                "Oxia before it upgrades")
+
+
 async def _start(args: argparse.Namespace) -> int:
     if args.force and not (args.reason or "").strip():
         print("metashift: error: --force needs --reason TEXT (why the pre-flight check is overridden: it goes "
@@ -127,7 +133,8 @@ async def _start(args: argparse.Namespace) -> int:
     if args.reason is not None and not args.force:
         print("metashift: error: --reason goes with --force", file=sys.stderr)
         return EXIT_USER_ERROR
-    parse_url(args.target)
+    if parse_url(args.target).scheme == "etcd":
+        print(f"metashift: warning: {ETCD_REMOVED}", file=sys.stderr, flush=True)
     async with await open_store(args.source, create_root=False) as source:
         try:
             if args.clean_target and not await _confirm_clean(args.target, args.yes):

@@ -7,15 +7,21 @@ Which treatment a counter gets is stated by the rules, never guessed (``Rules.co
   ``R/idgen-long``, ``R/idgen-long/HOB-*``): the generator as a whole is carried by a **jump**
   (``ledger_ids.py``: a new ``HOB-`` node above every id the source handed out, two writes at
   most), and each counter it retires gets a **floor** (one write: what the agent hands out
-  from under it). The writes do not grow with the number of ids. Where ``R/LAYOUT`` names a
-  31-bit-only ledger manager, its counters are carried exactly instead;
+  from under it). The writes do not grow with the number of ids. Into a store that moves a
+  counter in one write (Oxia: ``Store.sequence_counter_in_one_write``) each of its counters is
+  carried exactly instead, in one write each: the ids go on where the source left them, with no
+  jump and no floor. Where ``R/LAYOUT`` names a 31-bit-only ledger manager, its counters are
+  carried exactly too, step by step;
 - any other counter (a plain sequential parent, ``/counters/*`` by default): **exact**, its own
   counter raised to the source's next suffix, one write per step (``advance_sequence_counter``:
   as fast as the store allows).
 
-Each carry says what it did as ``CounterCarry`` entries keyed by path: the generator's entry is
-keyed by ``R/idgen-long``, with its next ledger id on both sides. Every carry is idempotent: run
-again (a second pass, a second partition meeting the same generator) it writes nothing more.
+Each carry says what it did as ``CounterCarry`` entries keyed by path: a jumped generator's entry
+is keyed by ``R/idgen-long``, with its next ledger id on both sides; an exactly carried counter
+(each node of a generator carried exactly) by its own path. A carry is asked for each counter node
+the copy puts in place (a jump carries the whole generator at the first, and finds nothing more to
+do at the others). Every carry is idempotent: run again (a second pass, a second partition meeting
+the same generator) it writes nothing more.
 """
 
 from __future__ import annotations
@@ -82,7 +88,7 @@ async def carry(source: Store, target: Store, path: str, rules: Rules) -> dict[s
     """Carry the counter at ``path`` (for a node of a ledger-id generator: the whole generator)."""
     started = time.monotonic()
     root = rules.ledger_root_of(path)
-    if root is not None and await ledger_ids.supports_long_ids(source, root):
+    if root is not None and await jumps(source, target, root):
         out = await _carry_ledger_ids(source, target, root)
     else:
         scheme = SEQUENTIAL if root is None else LEDGER_IDS
@@ -93,6 +99,13 @@ async def carry(source: Store, target: Store, path: str, rules: Rules) -> dict[s
     for entry in out.values():
         entry.seconds = seconds
     return out
+
+
+async def jumps(source: Store, target: Store, root: str) -> bool:
+    """Whether the ledger-id generator under ``root`` is carried by a jump: not into a store that
+    moves a counter in one write (exact costs as little there, and ids keep their pace), nor when
+    its ledger manager takes 31-bit ids only."""
+    return not target.sequence_counter_in_one_write and await ledger_ids.supports_long_ids(source, root)
 
 
 async def _carry_exact(source: Store, target: Store, parent: str, scheme: str) -> CounterCarry:
@@ -157,11 +170,17 @@ async def check(source: Store, target: Store, path: str, rules: Rules) -> dict[s
     generator): the next id the target hands out is at or past the source's next one, so
     above every id the source handed out."""
     root = rules.ledger_root_of(path)
-    if root is None or not await ledger_ids.supports_long_ids(source, root):
-        if root is not None and path == ledger_ids.long_path(root):
-            return {}
-        return {path: await _check_one(source, target, path, SEQUENTIAL if root is None else LEDGER_IDS, EXACT)}
+    if root is None:
+        return {path: await _check_one(source, target, path, SEQUENTIAL, EXACT)}
     long = ledger_ids.long_path(root)
+    if not await jumps(source, target, root):
+        # each counter exact, and the generator as Pulsar's reads it: its next id above the source's
+        bound = await ledger_ids.issued_bound(source, root)
+        have = await ledger_ids.next_id(target, root)
+        out = {long: CounterCheck(LEDGER_IDS, EXACT, bound, have, have >= bound)}
+        if path != long:
+            out[path] = await _check_one(source, target, path, LEDGER_IDS, EXACT)
+        return out
     bound = await ledger_ids.issued_bound(source, root)
     have = await ledger_ids.next_id(target, root)
     out = {long: CounterCheck(LEDGER_IDS, JUMP, bound, have, have >= bound)}

@@ -137,17 +137,18 @@ async def carry(
 
 def counters_touched(changed: Collection[str], rules: Rules) -> list[str]:
     """The counters whose children (or, for a ledger-id generator, any of whose nodes) are
-    among ``changed``: one path per counter, one per generator."""
-    found: dict[str, str] = {}
+    among ``changed``: each counter once (a generator's node by node: a jump carries the whole
+    generator at the first and finds nothing more to do at the others; an exact carry needs
+    each)."""
+    found: set[str] = set()
     for path in changed:
-        root = rules.ledger_root_of(path)
-        if root is not None:  # a node of the generator itself (a HOB- node made or gone)
-            found.setdefault(root, path)
+        if rules.ledger_root_of(path) is not None:  # a node of the generator itself (a HOB- node made or gone)
+            found.add(path)
             continue
         parent = paths.parent(path)
         if parent and rules.is_counter(parent):
-            found.setdefault(rules.ledger_root_of(parent) or parent, parent)
-    return sorted(found.values())
+            found.add(parent)
+    return sorted(found)
 
 
 async def _ensure_parents(target: Store, path: str, report: DeltaReport, made: set[str]) -> None:

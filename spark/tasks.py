@@ -185,10 +185,11 @@ class Copier:
                     self._move_counter(restore.path)
 
     def _move_counter(self, path: str) -> None:
-        key = self.rules.ledger_root_of(path) or path
-        if key in self.counters_seen:
+        # each counter node once (a generator carried exactly is carried node by node, each once
+        # it is in place; a jump carries the whole generator at its first node, none at the others)
+        if path in self.counters_seen:
             return
-        self.counters_seen.add(key)
+        self.counters_seen.add(path)
         if self.defer_counters:
             self.out.setdefault("deferred_counters", []).append(path)
         else:
@@ -391,9 +392,8 @@ async def verify_pages(
             out["mismatches"].append((path, j.kind, j.detail))
         if counter:
             out["counters"] += 1
-            key = rules.ledger_root_of(path) or path
-            if key not in checked:
-                checked.add(key)
+            if path not in checked:  # (a generator's checks come again at each of its nodes: the same)
+                checked.add(path)
                 for at, state in (await counters.check(source, target, path, rules)).items():
                     out["counter_checks"][at] = state.to_dict()
                     if not state.ok:

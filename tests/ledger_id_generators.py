@@ -2,8 +2,16 @@
 that tests hand out ledger ids exactly as a cluster reading a store would.
 
 - ``PulsarLedgerIdGenerator``: apache/pulsar pulsar-metadata,
-  ``org.apache.pulsar.metadata.bookkeeper.PulsarLedgerIdGenerator``, over a metashift store (whose
-  API is Pulsar's ``MetadataStore``: on etcd, its sequential puts are Pulsar's own layout);
+  ``org.apache.pulsar.metadata.bookkeeper.PulsarLedgerIdGenerator`` (4.0.7's bytecode: the same
+  logic), over a metashift store (whose API is Pulsar's ``MetadataStore``: on etcd, its sequential
+  puts are Pulsar's own layout), or on Oxia over ``PulsarOxiaMetadataStore`` (``pulsar_view``);
+- ``PulsarOxiaMetadataStore``: the parts of Pulsar's ``OxiaMetadataStore`` (pulsar-metadata 4.0.7)
+  the generator calls, on Oxia's raw protocol rather than the metashift store's mapping: a
+  sequential put is a blind put of empty bytes on the parent (``/`` at top level), the child named
+  ``path + %010d`` of the parent's ``modificationsCount`` that put returned, created with
+  ``IfRecordDoesNotExist`` (a taken name is Pulsar's ``BadVersionException``); ``Stat.version`` is
+  the record's ``versionId``; parents are made empty (``createParents``); a delete lists the
+  children first;
 - ``KazooLongLedgerIdGenerator``: apache/bookkeeper ``LongZkLedgerIdGenerator`` over
   ``ZkLedgerIdGenerator``, on a kazoo client (a ZooKeeper server or the agent's ZooKeeper front),
   its caches included: the existence of ``idgen-long`` and the list of ``HOB-`` nodes, once read,
@@ -16,7 +24,9 @@ import contextlib
 import re
 from typing import Any
 
-from metashift.stores import BadVersion, MetadataStore
+from metashift.proto.oxia.v1 import client_pb2 as pb
+from metashift.stores import BadVersion, MetadataStore, NotEmpty, NotFound, paths
+from metashift.stores.oxia import OxiaStore
 
 INTEGER_MAX = 2**31 - 1
 HOB_PREFIX = "HOB-"
@@ -46,12 +56,110 @@ def format_half_id(i: int) -> str:
     return f"{i:010d}"
 
 
+class PulsarStat:
+    """The ``Stat`` fields the generator reads: the path (the sequential name) and version."""
+
+    def __init__(self, path: str, version: int) -> None:
+        self.path = path
+        self.version = version
+
+
+class PulsarOxiaMetadataStore:
+    """Pulsar's ``OxiaMetadataStore`` as the generator uses it (see the module doc), over the
+    connection (shard routing, key prefix, sessions) of an open metashift Oxia store."""
+
+    def __init__(self, store: OxiaStore) -> None:
+        self.store = store
+        self.url = store.url
+
+    def _key(self, path: str) -> str:
+        return self.store._keys.key(path)
+
+    async def _get(self, path: str) -> Any:
+        conn, key = self.store._conn, self._key(path)
+        shard = conn.shard_for(key)
+        request = pb.ReadRequest(shard=shard.id, gets=[pb.GetRequest(key=key, include_value=False)])
+        (answer,) = await conn.streamed(None, "Read", shard, request)
+        got = answer.gets[0]
+        return None if got.status == pb.KEY_NOT_FOUND else got
+
+    async def _write(self, path: str, put: Any = None, delete: Any = None) -> Any:
+        conn = self.store._conn
+        shard = conn.shard_for(self._key(path))
+        request = pb.WriteRequest(shard=shard.id, puts=[put] if put else [], deletes=[delete] if delete else [])
+        answer = await conn.unary(None, "Write", shard, request)
+        return answer.puts[0] if put else answer.deletes[0]
+
+    async def exists(self, path: str) -> bool:
+        return await self._get(path) is not None
+
+    async def get_children(self, path: str) -> list[str]:
+        conn = self.store._conn
+        start = self._key(path).rstrip("/") + "/"
+        answers = [await conn.streamed(None, "List", s, pb.ListRequest(shard=s.id, start_inclusive=start,
+                                                                       end_exclusive=start + "/"))
+                   for s in conn.shards]  # fmt: skip
+        return [key[len(start):] for shard in answers for answer in shard for key in answer.keys]
+
+    async def _put(self, path: str, value: bytes, expected: int | None, ephemeral: bool = False) -> Any:
+        put = pb.PutRequest(key=self._key(path), value=value)
+        if expected is not None:
+            put.expected_version_id = expected
+        if ephemeral:  # AsEphemeralRecord: a record of the client's session on the shard
+            sessions = self.store._sessions
+            put.session_id = await sessions.id_for(self.store._conn.shard_for(self._key(path)), path)
+            put.client_identity = sessions.identity
+        got = await self._write(path, put=put)
+        if got.status == pb.UNEXPECTED_VERSION_ID:
+            raise BadVersion(path)  # Pulsar: UnexpectedVersionId, KeyAlreadyExists -> BadVersionException
+        assert got.status == pb.OK, got
+        return got.version
+
+    async def _create_parents(self, path: str) -> None:
+        parent = paths.parent(path)
+        if parent is None or parent == paths.SEPARATOR or await self.exists(parent):
+            return
+        try:
+            await self._put(parent, b"", -1)
+        except BadVersion:
+            pass
+        await self._create_parents(parent)
+
+    async def put(
+        self, path: str, value: bytes, expected_version: int | None = None, *, ephemeral: bool = False,
+        sequential: bool = False,
+    ) -> PulsarStat:
+        await self._create_parents(path)
+        if sequential:
+            parent = paths.parent(path) or paths.SEPARATOR
+            counter = await self._put(parent, b"", None)
+            path, expected_version = f"{path}{counter.modifications_count:010d}", -1
+        version = await self._put(path, value, expected_version, ephemeral)
+        return PulsarStat(path, int(version.version_id))
+
+    async def delete(self, path: str, expected_version: int | None = None) -> None:
+        if await self.get_children(path):
+            raise NotEmpty(path)
+        delete = pb.DeleteRequest(key=self._key(path))
+        if expected_version is not None:
+            delete.expected_version_id = expected_version
+        got = await self._write(path, delete=delete)
+        if got.status != pb.OK:
+            raise NotFound(path) if got.status == pb.KEY_NOT_FOUND else BadVersion(path)
+
+
+def pulsar_view(store: MetadataStore) -> Any:
+    """The store as Pulsar's own ``MetadataStore`` on it sees it: a metashift store keeps Pulsar's
+    layout on ZooKeeper and etcd; on Oxia Pulsar's store is modelled on the raw records."""
+    return PulsarOxiaMetadataStore(store) if isinstance(store, OxiaStore) else store
+
+
 class PulsarLedgerIdGenerator:
     """``PulsarLedgerIdGenerator`` (no caches of its own: Pulsar's store answers ``exists`` and
     ``getChildren``; a fresh store has nothing cached)."""
 
     def __init__(self, store: MetadataStore, ledgers_root: str = "/ledgers") -> None:
-        self.store = store
+        self.store: Any = pulsar_view(store)
         self.ledger_id_gen_path = ledgers_root + "/idgen-long"
         self.short_id_gen_path = ledgers_root + "/idgen"
 

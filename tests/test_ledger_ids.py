@@ -1,8 +1,10 @@
-"""BookKeeper's ledger-id generator across a copy, on real ZooKeeper and etcd: read as Pulsar's
+"""BookKeeper's ledger-id generator across a copy, on real ZooKeeper, etcd and Oxia: read as Pulsar's
 generator reads it, carried by a jump in the same few writes whatever the number of ids it handed
 out, its retired counters floored, plain counters carried exactly, the freeze's delta O(1) too,
 and the promise checked: every id handed out on the target after the copy (by Pulsar's generator
-logic, ``tests/ledger_id_generators.py``) is above every id the source handed out."""
+logic, ``tests/ledger_id_generators.py``; on Oxia over Pulsar's ``OxiaMetadataStore`` modelled on
+the raw records) is above every id the source handed out. Into Oxia, where each counter is carried
+exactly in one write, and out of it: ``tests/test_ledger_ids_oxia.py``."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from metashift.agent.sequence_floors import floor_carried_sequentials
 from metashift.spark import counters, ledger_ids
 from metashift.spark.delta import carry as delta_carry
 from metashift.spark.delta import check as delta_check
@@ -25,11 +28,12 @@ from tests.ledger_id_generators import KazooLongLedgerIdGenerator, PulsarLedgerI
 
 RULES = Rules()
 ROOT = "/ledgers"
+HOB_1 = "/ledgers/idgen-long/HOB-0000000001"
 LAYOUT_HIERARCHICAL = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:2\n"
 LAYOUT_LEGACY = b"2\norg.apache.bookkeeper.meta.LegacyHierarchicalLedgerManagerFactory:1\n"
 
 
-@pytest.fixture(params=["zk", "etcd"])
+@pytest.fixture(params=["zk", "etcd", "oxia"])
 async def store(request: pytest.FixtureRequest, namespace: str) -> AsyncIterator[Store]:
     server = request.getfixturevalue(f"{request.param}_server")
     async with await open_store(server.url + namespace) as s:
@@ -62,6 +66,21 @@ async def test_floors_hand_out_distinct_ids_from_their_next_one_up(store: Store)
     assert await raise_floor(store, "/ledgers/idgen", 5000) == 1
     assert await take_from_floor(store, "/ledgers/idgen") == 5000
     assert await floored_parents(store) == {"/ledgers/idgen"}
+
+
+async def test_a_carried_lock_queue_gets_a_floor_a_carried_counter_none(store: Store) -> None:
+    """At the switch an agent floors the parents of the sequential names it carried (a lock
+    queue's holder) only where the target's own counter is not above them already: a counter the
+    copy carried (a broker's ephemeral under Pulsar's producer-name counter, a ledger-id node in
+    flight) gets none, or the floor and the counter would hand out the same numbers."""
+    await store.advance_sequence_counter("/counters/producer-name", 43)  # as the copy carried it
+    carried = ["/counters/producer-name/-0000000042", "/locks/queue/x__lock__0000000057", "/loadbalance/brokers/b:8080"]
+    for path in carried:
+        await store.put(path, b"", ephemeral=True)
+    assert await floor_carried_sequentials(store, carried) >= 1
+    assert await floored_parents(store) == {"/locks/queue"}
+    assert await read_floor(store, "/locks/queue") == 58
+    assert await floor_carried_sequentials(store, carried) == 0  # nothing more to do
 
 
 # ---- reading the generator as Pulsar does ------------------------------------------------------------
@@ -97,14 +116,15 @@ async def test_next_id_is_the_one_pulsars_generator_hands_out(store: Store) -> N
 # ---- the carry ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk"])
+@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk", "oxia-to-zk", "oxia-to-etcd"])
 async def test_generator_carried_in_the_same_writes_whatever_its_ids(
     request: pytest.FixtureRequest, namespace: str, direction: str
 ) -> None:
     """The same generator at two sizes (ten or a hundred times more ids): the carry writes exactly as much
     for both, and Pulsar's generator reading each target hands out ids above every id its source
     handed out; the retired short counter has a floor at the source's next id."""
-    sizes = (1_000, 100_000) if direction.startswith("zk") else (1_000, 10_000)
+    # (raising a counter: a write per step on ZooKeeper and etcd, one write on Oxia: a billion ids)
+    sizes = {"zk": (1_000, 100_000), "etcd": (1_000, 10_000), "oxia": (1_000, 10**9)}[direction.split("-")[0]]
     writes = []
     for size in sizes:
         source, target = await _pair(request, namespace, direction, f"-{size}")
@@ -134,7 +154,7 @@ async def test_generator_carried_in_the_same_writes_whatever_its_ids(
     assert writes[0] == writes[1] <= 7, writes  # (ZooKeeper: a floor's three parents made too)
 
 
-@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk"])
+@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk", "oxia-to-etcd"])
 async def test_long_ids_jump_to_a_new_hob_and_retire_the_old_ones(
     request: pytest.FixtureRequest, namespace: str, direction: str
 ) -> None:
@@ -168,14 +188,17 @@ async def test_long_ids_jump_to_a_new_hob_and_retire_the_old_ones(
 async def test_a_plain_counter_keeps_its_exact_carry(request: pytest.FixtureRequest, namespace: str) -> None:
     """A plain sequential parent (Pulsar's producer-name counter) has no room to jump: the
     target's own counter is raised to exactly the source's next suffix, and the next sequential
-    child there (Pulsar's etcd layout: the parent key's version) is named after it."""
-    for direction in ("zk-to-etcd", "etcd-to-zk"):
-        source, target = await _pair(request, namespace, direction)
+    child there (Pulsar's etcd layout: the parent key's version; Oxia's: the parent's count of
+    writes, moved in one write) is named after it."""
+    for direction in ("zk-to-etcd", "etcd-to-zk", "zk-to-oxia", "oxia-to-zk"):
+        source, target = await _pair(request, namespace, direction, f"-{direction}")
         try:
             await source.put("/counters/producer-name", b"")
             await source.advance_sequence_counter("/counters/producer-name", 4_321)
             (carry,) = (await counters.carry(source, target, "/counters/producer-name", RULES)).values()
             assert (carry.scheme, carry.carried, carry.source, carry.target) == ("sequential", "exact", 4321, 4321)
+            if target.url.scheme == "oxia":
+                assert carry.writes == 1
             assert await target.sequence_counter("/counters/producer-name") == 4321
             made = await target.put("/counters/producer-name/p-", b"", sequential=True)
             assert int(made.path.rsplit("p-", 1)[1]) == 4321, made.path
@@ -249,7 +272,7 @@ async def test_the_check_catches_a_counter_gone_back(request: pytest.FixtureRequ
         await target.close()
 
 
-@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk"])
+@pytest.mark.parametrize("direction", ["zk-to-etcd", "etcd-to-zk", "zk-to-oxia", "oxia-to-zk"])
 async def test_through_the_agent_after_a_copy_ids_are_above_the_sources(
     request: pytest.FixtureRequest, namespace: str, gateways: Gateways, direction: str
 ) -> None:
@@ -276,11 +299,15 @@ async def test_through_the_agent_after_a_copy_ids_are_above_the_sources(
 
         client = await connect(agent.address)
         through_gateway = await client.put("/ledgers/idgen/ID-", b"", sequential=True)
-        assert got[0] == 10_001 and got[2] == 10_002, got
-        assert got[1] >> 32 == 1 and got[3] == got[1] + 1, got
-        # Pulsar's names: unpadded on etcd, ten digits on ZooKeeper
-        assert through_gateway.path == ("/ledgers/idgen/ID-10003" if direction == "zk-to-etcd"
-                                        else "/ledgers/idgen/ID-0000010003")
+        if direction.endswith("oxia"):  # carried exactly: both generators go on from the source's next id
+            assert got == [10_001, 10_002, 10_003, 10_004], got
+            assert through_gateway.path == "/ledgers/idgen/ID-0000010005"
+        else:  # a jump: the stale generator takes its ids from the floor, the fresh one from the new HOB-
+            assert got[0] == 10_001 and got[2] == 10_002, got
+            assert got[1] >> 32 == 1 and got[3] == got[1] + 1, got
+            # Pulsar's names: unpadded on etcd, ten digits on ZooKeeper
+            assert through_gateway.path == ("/ledgers/idgen/ID-10003" if direction.endswith("etcd")
+                                            else "/ledgers/idgen/ID-0000010003")
         assert not set(got) & set(issued) and min(got) > max(issued)
     finally:
         if client is not None:

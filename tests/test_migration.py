@@ -340,24 +340,6 @@ async def test_the_target_down_during_copying_fails_cleanly(gateways: Gateways, 
         await cluster.close()
 
 
-@pytest.mark.parametrize("direction", ["zk-to-zk", "etcd-to-zk"])
-async def test_the_same_migration_between_other_stores(gateways: Gateways, zk_url: str, etcd_url: str,
-                                                       direction: str) -> None:
-    source, target = (zk_url, zk_url + "-target") if direction == "zk-to-zk" else (etcd_url, zk_url + "-target")
-    cluster = Cluster(gateways, source, target)
-    try:
-        await _seed(cluster)
-        await cluster.start()
-        await cluster.start_writers()
-        await control.start(await cluster.source(), target)
-        status = await _finish_and_check(cluster, Phase.COMPLETED)
-        assert status["copy"]["verified"] is True
-        for writer in cluster.writers.values():
-            assert writer.failed == 0, writer.errors
-    finally:
-        await cluster.close()
-
-
 def _copy_job_pid() -> int | None:
     """The coordinator's copy child of this process (in-process agents), if one runs: the newest
     (a job that reported may still be exiting beside the next pass's)."""

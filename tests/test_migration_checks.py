@@ -1,6 +1,7 @@
 """The migration's small promises (issue 17): an agent that cannot bind never registers, a target
 that is the source is called so, the progress of a stopped pass makes sense, ``--clean-target``
-and its refusals, epochs that keep growing across stores, and the write gate's lease."""
+and its refusals, epochs that keep growing across stores, the write gate's lease, and the warning
+of a start into etcd (PIP-462)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import pytest
 from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
 from metashift.coordinator import control
+from metashift.migrate_command import ETCD_REMOVED
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, read_flag, write_flag
 from metashift.migration.origin import Origin
@@ -76,6 +78,23 @@ async def test_a_target_that_is_the_source_is_called_so(zk_url: str, open_stores
         assert done.returncode == 2 and why in done.stderr, done.stderr
         assert "not empty" not in done.stderr
     assert await source.get(paths.FLAG) is None
+
+
+async def test_a_start_into_etcd_warns_that_pulsar_5_removed_it_and_goes_on(
+    zk_url: str, etcd_url: str, oxia_url: str, open_stores: Any
+) -> None:
+    """PIP-462: one warning line on stderr, and the migration starts all the same; none into Oxia."""
+    for target, warned in ((etcd_url, True), (oxia_url, False)):
+        source: MetadataStore = await open_stores(f"{zk_url}-{target.split(':')[0]}")
+        await _register(source)
+        done = _cli("migrate", "start", "--source", str(source.url.unredacted()), "--target", target)
+        assert done.returncode == 0, done.stderr
+        said = [line for line in done.stderr.splitlines() if "PIP-462" in line]
+        assert said == ([f"metashift: warning: {ETCD_REMOVED}"] if warned else []), done.stderr
+        assert "migration epoch 1 started" in done.stdout
+        flag = await read_flag(source)
+        assert flag is not None and flag.phase is Phase.SYNCING
+    assert ETCD_REMOVED.startswith("Pulsar 5.0 removed the etcd metadata store (PIP-462)")
 
 
 async def test_the_progress_of_a_pass_stopped_by_an_abort_makes_sense(zk_url: str, etcd_url: str,

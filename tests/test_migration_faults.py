@@ -1,5 +1,5 @@
 """Agents that die mid-migration (issue 17): real ``metashift agent`` processes (SIGKILL, like a
-crashed node) in front of real ZooKeeper and etcd, clients writing through them all along.
+crashed node) in front of real ZooKeeper, etcd and Oxia, clients writing through them all along.
 
 A dead participant is dropped from the wait by its heartbeat (``coordinator.participant_timeout``),
 not after its store session times out, and is named in the status; a dead coordinator is replaced
@@ -102,13 +102,17 @@ class Processes:
 
 #: The agents' store sessions outlive every test here: only heartbeats can tell that one died
 #: (ZooKeeper's local servers allow 120 s at most; an etcd lease may be as long as one likes).
-LONG_SESSIONS = {"zk": "?session_timeout=120", "etcd": "?session_timeout=900"}
+#: (Oxia keeps a session's timeout within 5 minutes.)
+LONG_SESSIONS = {"zk": "?session_timeout=120", "etcd": "?session_timeout=900", "oxia": "?session_timeout=300"}
 
 
 @pytest.fixture
 async def processes(request: pytest.FixtureRequest, zk_url: str, etcd_url: str) -> AsyncIterator[Processes]:
-    """zk -> etcd; with ``@pytest.mark.from_etcd``, etcd -> zk."""
+    """zk -> etcd; with ``@pytest.mark.from_etcd``, etcd -> zk; with ``@pytest.mark.from_oxia``,
+    oxia -> zk."""
     source_url, target_url = (etcd_url, zk_url) if request.node.get_closest_marker("from_etcd") else (zk_url, etcd_url)
+    if request.node.get_closest_marker("from_oxia"):
+        source_url, target_url = str(request.getfixturevalue("oxia_url")), zk_url
     p = Processes(source_url + LONG_SESSIONS[source_url.split(":")[0]], target_url)
     source = await open_store(source_url)
     await generate(source, 5, seed=2, ephemerals=False)
@@ -163,6 +167,17 @@ async def test_a_participant_killed_in_preparation_is_dropped_and_named(processe
 async def test_the_coordinator_killed_in_preparation_is_replaced_and_the_migration_completes(
     processes: Processes,
 ) -> None:
+    await _coordinator_killed_in_preparation(processes)
+
+
+@pytest.mark.from_oxia
+async def test_the_coordinator_killed_in_preparation_on_an_oxia_home_is_replaced(processes: Processes) -> None:
+    """The same from Oxia: the dead leader's node lives on its Oxia session (five minutes); its
+    heartbeat is what tells the candidates, which take the leadership on Oxia and complete."""
+    await _coordinator_killed_in_preparation(processes)
+
+
+async def _coordinator_killed_in_preparation(processes: Processes) -> None:
     await processes.start(SETTINGS)
     cluster = processes.cluster
     holder = await _hold_preparation(cluster.source_url)

@@ -15,6 +15,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.migration import paths
 from metashift.stores import MetadataStore, open_store
@@ -79,11 +81,14 @@ async def test_check_names_a_broker_left_off_its_agent_and_start_refuses(
     assert text.returncode == 0 and "ready: yes" in text.stdout
 
 
-async def test_a_member_of_an_etcd_cluster_left_off_its_agent(
-    etcd_server: LocalEtcd, etcd_url: str, zk_url: str, agents: Agents, members: list[Member], open_stores: Any,
+@pytest.mark.parametrize("kind", ["etcd", "oxia"])
+async def test_a_member_of_an_etcd_or_oxia_cluster_left_off_its_agent(
+    request: pytest.FixtureRequest, kind: str, zk_url: str, agents: Agents, members: list[Member], open_stores: Any,
 ) -> None:
     """On etcd a session is a lease: the forgotten broker's registration lives on a lease no agent
-    holds (a store of its own, as Pulsar's etcd backend keeps one)."""
+    holds (a store of its own, as Pulsar's etcd backend keeps one). On Oxia it is a record of a
+    session (per shard) with the forgotten store's client identity, not any agent's."""
+    etcd_url = str(request.getfixturevalue(f"{kind}_url"))
     await member_cluster(agents, members, etcd_url)
     forgotten: MetadataStore = await open_stores(etcd_url)
     stat = await forgotten.put(f"/loadbalance/brokers/{FORGOTTEN}", b"{}", ephemeral=True)

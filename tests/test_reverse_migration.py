@@ -1,7 +1,9 @@
 """The way back (issue 17): after COMPLETED, a new migration from the store the cluster now lives
 on, with the same agents and no restart, into the store it left (emptied by
-``migrate start --clean-target``). zk -> etcd -> zk and etcd -> zk -> etcd, clients writing all
-along through in-process agents, real servers and Spark."""
+``migrate start --clean-target``). zk -> etcd -> zk, etcd -> zk -> etcd and oxia -> zk -> oxia
+(Oxia the store the cluster leaves, emptied for the way back, and the home an agent restarted
+meanwhile follows the flag from), clients writing all along through in-process agents, real
+servers and Spark."""
 
 from __future__ import annotations
 
@@ -64,10 +66,10 @@ async def _ledger_ids(cluster: Cluster, count: int) -> list[int]:
                 for _ in range(count)]
 
 
-@pytest.mark.parametrize("first", ["zk", "etcd"])
-async def test_there_and_back_again_with_the_same_agents(gateways: Gateways, zk_url: str, etcd_url: str,
-                                                         first: str) -> None:
-    there, back = (zk_url, etcd_url) if first == "zk" else (etcd_url, zk_url)
+@pytest.mark.parametrize("stores", ["zk-etcd", "etcd-zk", "oxia-zk"])
+async def test_there_and_back_again_with_the_same_agents(gateways: Gateways, request: pytest.FixtureRequest,
+                                                         stores: str) -> None:
+    there, back = (str(request.getfixturevalue(f"{kind}_url")) for kind in stores.split("-"))
     cluster = Cluster(gateways, there, back)
     try:
         source = await cluster.source()

@@ -1,4 +1,4 @@
-"""``metashift sandbox`` end to end, as a user runs it: real ZooKeeper, etcd and Spark, one
+"""``metashift sandbox`` end to end, as a user runs it: real ZooKeeper, etcd, Oxia and Spark, one
 ``metashift agent`` process per broker and bookie, clients writing all along. Also the issue's
 "agents as separate processes, one killed with SIGKILL mid-migration", and nothing left behind
 after Ctrl-C or SIGTERM."""
@@ -71,6 +71,27 @@ def test_sandbox_clients_over_the_zookeeper_front_lose_no_write() -> None:
     assert report["writes_acknowledged"] > 0
     assert report["ephemerals_carried"] >= 5 and report["ephemerals_carried"] == report["ephemerals"], report
     assert code == 0, stderr[-3000:]
+
+
+@pytest.mark.parametrize(("source", "target"), [("zk", "oxia"), ("oxia", "etcd")], ids=lambda k: k)
+def test_sandbox_between_other_stores_loses_no_write(source: str, target: str) -> None:
+    """``--source`` and ``--target``: the tree generated on the source's kind, the agents on it,
+    the migration into the target's kind, every acknowledged write checked there."""
+    code, report, stderr = _run_json("--source", source, "--target", target)
+    assert (report["source"], report["target"]) == (source, target), report
+    assert report["phase"] == "COMPLETED", (report, stderr[-3000:])
+    assert report["verified"] is True and report["tree_verified"] is True, report
+    assert report["writes_lost"] == 0 and report["writes_acknowledged"] > 0, report["lost"]
+    assert report["ephemerals_carried"] >= 5 and report["ephemerals_carried"] == report["ephemerals"], report
+    assert report["lives_on"] == {"oxia": "Oxia", "etcd": "etcd"}[target] + " (target)", report
+    assert code == 0, stderr[-3000:]
+
+
+def test_sandbox_refuses_one_store_kind_twice() -> None:
+    proc = subprocess.run([*SANDBOX, "--source", "oxia", "--target", "oxia"], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "" and "both oxia" in proc.stderr, proc
+    assert proc.stderr.count("\n") == 1, proc.stderr
 
 
 def test_sandbox_refuses_an_unknown_client_protocol() -> None:

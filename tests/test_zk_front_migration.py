@@ -1,8 +1,11 @@
-"""A whole zk -> etcd migration beneath stock ZooKeeper clients: kazoo clients connected to the
-agents' ZooKeeper ports, and an Apache Curator client (``tests/java/CuratorProbe.java``, holding an
-InterProcessMutex and an ephemeral PersistentNode), keep writing, hold locks and ephemerals
-throughout; the migration COMPLETES with no client error, no session expiry, every acknowledged
-write in etcd, and every lock still held by its owner."""
+"""A whole migration (zk -> etcd, zk -> oxia, oxia -> zk) beneath stock ZooKeeper clients: kazoo
+clients connected to the agents' ZooKeeper ports, and an Apache Curator client
+(``tests/java/CuratorProbe.java``, holding an InterProcessMutex and an ephemeral PersistentNode),
+keep writing, hold locks and ephemerals throughout; the migration COMPLETES with no client error,
+no session expiry, every acknowledged write in the target, and every lock still held by its owner.
+The versions a client read before the switch are the versions after it: a setData with a version
+read before the switch succeeds after it (on Oxia a version is the record's count of writes, not
+its shard-wide ``version_id``)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from metashift.migration.phase import Phase
 from metashift.sample_tree import generate
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually
+from tests.oxia_raw import raw_record
 from tests.zkjava import CuratorHolder, JavaProgram
 
 pytestmark = pytest.mark.timeout(900)
@@ -97,11 +101,30 @@ class ZkWriter:
                 pass
 
 
-@pytest.fixture
-async def cluster(gateways: Gateways, zk_url: str, etcd_url: str) -> AsyncIterator[Cluster]:
-    c = Cluster(gateways, zk_url, etcd_url)
+@pytest.fixture(params=["zk-to-etcd", "zk-to-oxia", "oxia-to-zk"])
+async def cluster(request: pytest.FixtureRequest, gateways: Gateways, namespace: str) -> AsyncIterator[Cluster]:
+    src, dst = request.param.split("-to-")
+    source_url = request.getfixturevalue(f"{src}_server").url + namespace + "-src"
+    target_url = request.getfixturevalue(f"{dst}_server").url + namespace + "-dst"
+    c = Cluster(gateways, source_url, target_url)
     yield c
     await c.close()
+
+
+#: A node rewritten before the migration; its version is read through the front before the switch.
+VERSIONED = "/versioned/node"
+
+
+def _versions_before(k: KazooClient) -> int:
+    """Write ``VERSIONED`` a few times (other nodes between, so that on Oxia its shard-wide
+    ``version_id`` runs ahead of its count of writes) and read its version as a client caches it."""
+    k.create(VERSIONED, b"0", makepath=True)
+    for i in range(1, 5):
+        k.create(f"/versioned/other-{i}", b"x")
+        k.set(VERSIONED, str(i).encode())
+    _, stat = k.get(VERSIONED)
+    assert stat.version == 4
+    return int(stat.version)
 
 
 def _curator_writes(holder: CuratorHolder, more_than: int) -> bool:
@@ -128,10 +151,21 @@ async def test_migration_beneath_kazoo_and_curator_clients(
         await eventually(lambda: _curator_writes(curator, 5), within=120, what="the Curator client writes")
         assert curator.errors == [] and curator.proc.returncode is None, curator.lines
         [lock_node], [ephemeral] = curator.tagged("LOCKED"), curator.tagged("EPHEMERAL")
+        first = writers[0].client
+        assert first is not None
+        read_before = await asyncio.to_thread(_versions_before, first)
+        if source.url.scheme == "oxia":  # a broker reading Oxia natively sees another number
+            raw = await raw_record(source, VERSIONED)
+            assert raw.version.modifications_count == read_before < raw.version.version_id, raw.version
         await control.start(source, cluster.target_url)
         status = await cluster.wait_phase(Phase.COMPLETED, Phase.FAILED)
         assert status["phase"] == "COMPLETED", status
         await eventually(cluster.all_on_target, what="agents serve from the target")
+        # a compare-and-set with the version read before the switch, on the target now
+        other = writers[1].client
+        assert other is not None
+        after = await asyncio.to_thread(other.set, VERSIONED, b"after the switch", read_before)
+        assert after.version == read_before + 1
         marks = {w.node_id: len(w.acked) for w in writers}
         curator_mark = len(curator.tagged("ACK"))
         await eventually(lambda: any(w.errors for w in writers)
@@ -142,7 +176,9 @@ async def test_migration_beneath_kazoo_and_curator_clients(
         assert [w.errors for w in writers if w.errors] == []
         assert curator.errors == [], curator.lines[-20:]
         target = await cluster.open(cluster.target_url)
-        # the Curator client's lock node and ephemeral are in etcd, ephemeral, while it holds them
+        got = await target.get(VERSIONED)
+        assert got is not None and (got[0], got[1].version) == (b"after the switch", read_before + 1)
+        # the Curator client's lock node and ephemeral are in the target, ephemeral, while it holds them
         for path in (lock_node, ephemeral):
             got = await target.get(path)
             assert got is not None and got[1].ephemeral, (path, got)
@@ -165,7 +201,7 @@ async def test_migration_beneath_kazoo_and_curator_clients(
                 assert got is not None and got[0] == value, (path, value, got)
             got = await target.get(f"/zkclients/{w.node_id}")
             assert got is not None and got[1].ephemeral
-            # the lock is still its owner's: its node is in etcd, first in line, and a newcomer
+            # the lock is still its owner's: its node is in the target, first in line, and a newcomer
             # contending now waits behind it
             lock = w.lock
             assert lock.is_acquired  # type: ignore[attr-defined]

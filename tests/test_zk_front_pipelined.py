@@ -79,12 +79,12 @@ def _run(k: KazooClient, bursts: list[list[tuple[str, str, Any]]]) -> list[list[
     return answers
 
 
-@pytest.mark.parametrize("behind", ["zk", "etcd"])
+@pytest.mark.parametrize("behind", ["zk", "etcd", "oxia"])
 async def test_pipelined_writes_answer_as_zookeeper_does(
     behind: str, request: pytest.FixtureRequest, gateways: Gateways, zk_server: Any, namespace: str
 ) -> None:
     ensure_chroot(zk_server, namespace + "-ref")
-    url = str(request.getfixturevalue("zk_url" if behind == "zk" else "etcd_url"))
+    url = str(request.getfixturevalue(f"{behind}_url"))
     agent = await gateways.start(url, {"zookeeper.listen": "127.0.0.1:0"})
     bursts = _generate(seed=21)
 

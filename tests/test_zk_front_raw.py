@@ -1,5 +1,5 @@
 """ZooKeeper requests kazoo never sends, written as raw packets (``tests/zkraw.py``, on the
-agent's codec), against a real ZooKeeper and through the agent in front of ZooKeeper and of etcd,
+agent's codec), against a real ZooKeeper and through the agent in front of ZooKeeper, of etcd and of Oxia,
 with the same assertions: addWatch (persistent, persistent recursive), removeWatches and
 checkWatches, getEphemerals, multiRead, getACL and setACL, whoAmI, getAllChildrenNumber; and an
 opcode the agent does not serve, answered with UNIMPLEMENTED on a connection that stays up.
@@ -15,7 +15,7 @@ import pytest
 
 from metashift.stores.zookeeper.wire import ACL, AddWatchMode, Err, EventType, Op, Perms, WatcherType, Writer
 from tests.harness import Gateways
-from tests.zkfront import ensure_chroot
+from tests.zkfront import behind_url, ensure_chroot
 from tests.zkraw import Event, RawZk, read_stat
 
 Connect = Callable[[], Awaitable[RawZk]]
@@ -25,14 +25,14 @@ Connect = Callable[[], Awaitable[RawZk]]
 async def raw(
     zk_target: str, request: pytest.FixtureRequest, gateways: Gateways, namespace: str
 ) -> AsyncIterator[Connect]:
-    """Opens raw sessions to the target (``zookeeper``, ``agent-zk``, ``agent-etcd``); closes
+    """Opens raw sessions to the target (``zookeeper``, ``agent-zk``, ``agent-etcd``, ``agent-oxia``); closes
     them after the test."""
     if zk_target == "zookeeper":
         server = request.getfixturevalue("zk_server")
         ensure_chroot(server, namespace)
         host, port, prefix = "127.0.0.1", int(server.port), namespace
     else:
-        url = str(request.getfixturevalue("zk_url" if zk_target == "agent-zk" else "etcd_url"))
+        url = str(request.getfixturevalue(behind_url(zk_target)))
         agent = await gateways.start(url, {"zookeeper.listen": "127.0.0.1:0"})
         host, port, prefix = agent.zookeeper.host, int(agent.zookeeper.port), ""
     opened: list[RawZk] = []

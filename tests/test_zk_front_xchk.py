@@ -1,12 +1,13 @@
 """Cross-check (zetcd's ``xchk`` idea): one generated sequence of operations runs against a real
-ZooKeeper and, step by step, through the agent's ZooKeeper port (in front of ZooKeeper and of
-etcd); every answer is compared: the error, or the value and the Stat fields a store keeps
+ZooKeeper and, step by step, through the agent's ZooKeeper port (in front of ZooKeeper, of etcd
+and of Oxia); every answer is compared: the error, or the value and the Stat fields a store keeps
 (version, dataLength, numChildren, ephemeral or not; in front of ZooKeeper cversion and aversion
 too), children, created paths. ``test_stat_is_zookeepers_own`` reads the same nodes through the
 front and directly: in front of ZooKeeper every Stat field is ZooKeeper's own.
 
 Sequential creates go under their own parent (``/x/seq``), whose own version is left out: on etcd
-its version is the sequence counter (Pulsar's layout), and the numbers themselves differ there."""
+and Oxia its version is the sequence counter (Pulsar's layout), and the numbers themselves differ
+there."""
 
 from __future__ import annotations
 
@@ -104,14 +105,14 @@ def _generate(seed: int) -> list[tuple[str, str, Any]]:
     return steps
 
 
-@pytest.mark.parametrize("behind", ["zk", "etcd"])
+@pytest.mark.parametrize("behind", ["zk", "etcd", "oxia"])
 async def test_cross_check_against_real_zookeeper(
     behind: str, request: pytest.FixtureRequest, gateways: Gateways, zk_server: Any, namespace: str
 ) -> None:
     ensure_chroot(zk_server, namespace + "-ref")
-    url = str(request.getfixturevalue("zk_url" if behind == "zk" else "etcd_url"))
+    url = str(request.getfixturevalue(f"{behind}_url"))
     agent = await gateways.start(url, {"zookeeper.listen": "127.0.0.1:0"})
-    steps = _generate(seed=12 if behind == "zk" else 13)
+    steps = _generate(seed={"zk": 12, "etcd": 13, "oxia": 14}[behind])
     global FULL_STAT
     FULL_STAT = behind == "zk"
 

@@ -1,6 +1,7 @@
 """Fixtures of the ZooKeeper front's tests: the same client tests run against a real ZooKeeper
 (``zookeeper``: the assertions are ZooKeeper's own behaviour) and against a metashift agent's
-ZooKeeper port in front of ZooKeeper (``agent-zk``) and in front of etcd (``agent-etcd``)."""
+ZooKeeper port in front of ZooKeeper (``agent-zk``), of etcd (``agent-etcd``) and of Oxia
+(``agent-oxia``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from kazoo.client import KazooClient
 from metashift.local_servers import LocalZooKeeper
 from tests.harness import Gateways
 
-TARGETS = ("zookeeper", "agent-zk", "agent-etcd")
+TARGETS = ("zookeeper", "agent-zk", "agent-etcd", "agent-oxia")
 
 
 def ensure_chroot(zk_server: LocalZooKeeper, namespace: str) -> None:
@@ -34,10 +35,16 @@ async def zk_hosts(target: str, request: pytest.FixtureRequest, gateways: Gatewa
         server = request.getfixturevalue("zk_server")
         ensure_chroot(server, namespace)
         return f"127.0.0.1:{server.port}{namespace}"
-    url = str(request.getfixturevalue("zk_url" if target == "agent-zk" else "etcd_url"))
+    url = str(request.getfixturevalue(behind_url(target)))
     agent = await gateways.start(url, {"zookeeper.listen": "127.0.0.1:0", **settings})
     assert agent.zookeeper is not None
     return str(agent.zookeeper.address)
+
+
+def behind_url(target: str) -> str:
+    """The URL fixture of the store an agent target (``agent-zk``, ``agent-etcd``, ``agent-oxia``)
+    serves from."""
+    return f"{target.removeprefix('agent-')}_url"
 
 
 class Kazoos:

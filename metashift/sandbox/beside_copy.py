@@ -2,8 +2,8 @@
 tree on the same machine, in one run.
 
 After the migration and its checks, with the agents and clients stopped (nothing else of the
-sandbox runs), ``metashift copy --verify`` copies the source ZooKeeper into a fresh, empty etcd, as
-a user runs it (its own process: interpreter, Spark, copy, verification). Its wall time is the
+sandbox runs), ``metashift copy --verify`` copies the source into a fresh, empty store of the
+target's kind, as a user runs it (its own process: interpreter, Spark, copy, verification). Its wall time is the
 floor the migration is measured against: from ``migrate start`` to COMPLETED (SYNCING,
 PREPARATION and COPYING) the migration copied the same tree while clients wrote through five
 agents on the same cores.
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from metashift.coordinator.progress import pass_timing
-from metashift.local_servers import LocalEtcd
+from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper
 
 from .agents import run_cli_json
 
@@ -28,7 +28,7 @@ MIGRATION_PHASES = ("SYNCING", "PREPARATION", "COPYING")
 
 @dataclass
 class BesideCopy:
-    """``metashift copy --verify`` of the migrated tree into a fresh etcd: its wall time and report."""
+    """``metashift copy --verify`` of the migrated tree into a fresh store: its wall time and report."""
 
     seconds: float
     nodes: int
@@ -50,15 +50,17 @@ class BesideCopy:
         }
 
 
-async def copy_beside(source_url: str, work_dir: Path, procs: list[asyncio.subprocess.Process]) -> BesideCopy:
-    """Run ``metashift copy --verify`` from ``source_url`` into a new etcd under ``work_dir``
-    (started and removed here); ``procs`` gets the child process (the sandbox's cleanup kills it)."""
-    etcd = LocalEtcd(work_dir / "etcd-beside-copy")
-    etcd.start()
+async def copy_beside(source_url: str, work_dir: Path, procs: list[asyncio.subprocess.Process],
+                      target: LocalZooKeeper | LocalEtcd | LocalOxia | None = None) -> BesideCopy:  # fmt: skip
+    """Run ``metashift copy --verify`` from ``source_url`` into ``target`` (a new etcd under
+    ``work_dir`` unless given; started and removed here); ``procs`` gets the child process (the
+    sandbox's cleanup kills it)."""
+    target = target or LocalEtcd(work_dir / "etcd-beside-copy")
+    target.start()
     try:
         began = time.monotonic()
         try:
-            body, status = await run_cli_json(["copy", "--source", source_url, "--target", etcd.url, "--verify",
+            body, status = await run_cli_json(["copy", "--source", source_url, "--target", target.url, "--verify",
                                                "--json", "--no-progress"], procs)  # fmt: skip
         except RuntimeError as e:
             return BesideCopy(time.monotonic() - began, 0, False, str(e))
@@ -69,4 +71,4 @@ async def copy_beside(source_url: str, work_dir: Path, procs: list[asyncio.subpr
         return BesideCopy(seconds, int(body.get("nodes") or 0), ok, "" if ok else "copy --verify did not pass",
                           stages if isinstance(stages, dict) else None)
     finally:
-        etcd.cleanup()
+        target.cleanup()

@@ -91,7 +91,7 @@ class ChaosSandbox(Sandbox):
         self.injector = FaultInjector(self, plan)
         self.restart_after_abort = False
         self.came_back = False
-        """A reverse migration (etcd -> ZooKeeper) completed: the cluster lives on ZooKeeper again."""
+        """A reverse migration (target -> source) completed: the cluster lives on its source again."""
         self.first_outcome = ""
         self.fault_error = ""
         self._lives: Any = None
@@ -106,11 +106,12 @@ class ChaosSandbox(Sandbox):
         return agent
 
     async def _more_clients(self) -> None:
-        assert self.source is not None and self.zk is not None
-        # the run's own view of the source waits through a ZooKeeper restart (a read is retried on
-        # the next connection until its deadline), so that following the migration survives it
+        assert self.source is not None and self.source_server is not None
+        # the run's own view of the source waits through a restart of its server (a read is
+        # retried on the next connection until its deadline), so that following the migration
+        # survives it
         self.stores.append(self.source)
-        self.source = await open_store(f"{self.zk.url}?timeout={SOURCE_TIMEOUT:g}")
+        self.source = await open_store(f"{self.source_server.url}?timeout={SOURCE_TIMEOUT:g}")
         await self.source.put(REGISTER_ROOT, b"", expected_version=-1)
         for i, agent in enumerate(self.agents):
             seed = self.plan.seed * 1000 + i
@@ -186,21 +187,21 @@ class ChaosSandbox(Sandbox):
         return r
 
     async def _migrate_back(self) -> tuple[float, float] | None:
-        """The way back: from etcd, where the cluster now lives, to ZooKeeper emptied first
-        (``--clean-target``), with the same agents and every client writing on."""
-        assert self.zk is not None and self.etcd is not None
-        say("completed as planned: migrating back, etcd -> ZooKeeper (emptied first)")
-        home = await open_store(f"{self.etcd.url}?timeout={SOURCE_TIMEOUT:g}")
+        """The way back: from the target, where the cluster now lives, to the source emptied
+        first (``--clean-target``), with the same agents and every client writing on."""
+        assert self.source_server is not None and self.target_server is not None
+        say(f"completed as planned: migrating back, {self.target_name} -> {self.source_name} (emptied first)")
+        home = await open_store(f"{self.target_server.url}?timeout={SOURCE_TIMEOUT:g}")
         self.stores.append(home)
         self.injector.landed = "after COMPLETED"
-        frozen = await self._migrate(home, self.zk.url, clean_target=True)
+        frozen = await self._migrate(home, self.source_server.url, clean_target=True)
         self.came_back = self.report.phase == Phase.COMPLETED.value
         return frozen
 
     def _lives_on(self) -> tuple[str, str]:
-        assert self.zk is not None
+        assert self.source_server is not None
         if self.came_back:
-            return self.zk.url, "ZooKeeper (back from etcd)"
+            return self.source_server.url, f"{self.source_name} (back from {self.target_name})"
         return super()._lives_on()
 
     async def _stop_clients(self) -> None:
@@ -212,7 +213,6 @@ class ChaosSandbox(Sandbox):
     async def _final_reads(self) -> None:
         """Every register read where the cluster lives, after everyone stopped: the history's last
         word (an acknowledged write lost there makes it non-linearizable)."""
-        assert self.zk is not None and self.etcd is not None
         url = self._lives_on()[0]
         store = self._lives = await open_store(f"{url}?timeout={SOURCE_TIMEOUT:g}", watch=False, create_root=False)
         self.stores.append(store)

@@ -1,6 +1,7 @@
 """Faults for the chaos run: which one, in which phase, when and for how long, all drawn from one
 seed (``FaultPlan.draw``), and the injector that waits for that phase and does it to the sandbox's
-processes and stores."""
+processes and stores. The stores' faults strike whatever kind of server the run migrates from or
+into (ZooKeeper, etcd, Oxia)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from metashift.stores import MetadataStoreError, StoreUnavailable
 from metashift.stores.aio import wait_event
 
 from .history import WRITE, History
+from .servers import LocalServer
 
 if TYPE_CHECKING:
     from .chaos import ChaosSandbox
@@ -33,18 +35,26 @@ FAULTS = (
     "kill-coordinator",  # SIGKILL of the coordinator's agent
     "stop-agent",  # SIGSTOP of a participant's agent for `duration` seconds, then SIGCONT
     "stop-coordinator",  # the same, to the coordinator's agent
-    "zk-restart",  # ZooKeeper (the source) stopped, down `duration` seconds, started again
-    "etcd-stall",  # SIGSTOP of etcd (the target) for `duration` seconds
+    "source-restart",  # the source's server stopped, down `duration` seconds, started again (was zk-restart)
+    "target-stall",  # SIGSTOP of the target's server for `duration` seconds (was etcd-stall)
     "bypass-write",  # a write straight to the source, behind the agents' back
     "abort-restart",  # `migrate abort`, then a new start once the target is clean
-    "reverse",  # after COMPLETED, the way back: etcd -> ZooKeeper (emptied first), clients writing on
+    "reverse",  # after COMPLETED, the way back: target -> source (emptied first), clients writing on
 )
+#: Faults a run does only when asked for (``--fault``): a seed draws from ``FAULTS`` alone, so that
+#: the seeds of earlier chaos runs still replay the same plan.
+ASKED_ONLY = (
+    "target-restart",  # the target's server stopped, down `duration` seconds, started again
+    "source-stall",  # SIGSTOP of the source's server for `duration` seconds
+)
+#: Earlier names of faults (the README's tables of past runs use them).
+RENAMED = {"zk-restart": "source-restart", "etcd-stall": "target-stall"}
 PHASES = (Phase.SYNCING.value, Phase.PREPARATION.value, Phase.COPYING.value)
 #: How long after the phase begins the fault comes (seconds, drawn uniformly).
 DELAYS = {Phase.SYNCING.value: (0.0, 8.0), Phase.PREPARATION.value: (0.0, 0.1), Phase.COPYING.value: (0.0, 0.05)}
 #: How long a stop, a stall or an outage lasts (seconds, drawn uniformly).
-DURATIONS = {"stop-agent": (1.0, 8.0), "stop-coordinator": (1.0, 8.0), "zk-restart": (0.0, 4.0),
-             "etcd-stall": (2.0, 15.0)}  # fmt: skip
+DURATIONS = {"stop-agent": (1.0, 8.0), "stop-coordinator": (1.0, 8.0), "source-restart": (0.0, 4.0),
+             "target-stall": (2.0, 15.0), "target-restart": (0.0, 4.0), "source-stall": (2.0, 15.0)}  # fmt: skip
 #: How often the injector reads the flag while it waits for its phase, besides when the flag's
 #: notification comes.
 POLL = 0.25
@@ -71,10 +81,10 @@ class FaultPlan:
     def draw(cls, seed: int, fault: str | None = None, phase: str | None = None,
              spark_in_freeze: bool = False) -> FaultPlan:  # fmt: skip
         rng = random.Random(seed)
-        fault = fault or rng.choice(FAULTS[1:])
+        fault = RENAMED.get(fault or "", fault) or rng.choice(FAULTS[1:])
         phase = phase or rng.choice(PHASES)
-        if fault not in FAULTS:
-            raise ValueError(f"unknown fault {fault!r}: one of {', '.join(FAULTS)}")
+        if fault not in FAULTS + ASKED_ONLY:
+            raise ValueError(f"unknown fault {fault!r}: one of {', '.join(FAULTS + ASKED_ONLY)}")
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}: one of {', '.join(PHASES)}")
         delay = round(rng.uniform(*DELAYS[phase]), 3)
@@ -175,28 +185,43 @@ class FaultInjector:
     async def _stop_coordinator(self) -> None:
         await self._stop_agent(coordinator=True)
 
-    async def _zk_restart(self) -> None:
-        zk = self.sandbox.zk
-        assert zk is not None
+    async def _source_restart(self) -> None:
+        await self._restart(self.sandbox.source_server)
+
+    async def _target_restart(self) -> None:
+        await self._restart(self.sandbox.target_server)
+
+    async def _source_stall(self) -> None:
+        await self._stall(self.sandbox.source_server)
+
+    async def _target_stall(self) -> None:
+        await self._stall(self.sandbox.target_server)
+
+    async def _restart(self, server: LocalServer | None) -> None:
+        """``server`` stopped (SIGTERM), down ``duration`` seconds, started again on its port and data."""
+        assert server is not None
+        say(f"{server.name} stopped for {self.plan.duration:g}s")
         loop = asyncio.get_running_loop()
         # in the sandbox's server thread, which lives as long as the run: a server dies with the
         # thread that started it
-        await loop.run_in_executor(self.sandbox.server_thread, zk.stop)
+        await loop.run_in_executor(self.sandbox.server_thread, server.stop)
         await asyncio.sleep(self.plan.duration)
-        await loop.run_in_executor(self.sandbox.server_thread, zk.start)
+        await loop.run_in_executor(self.sandbox.server_thread, server.start)
 
-    async def _etcd_stall(self) -> None:
-        etcd = self.sandbox.etcd
-        assert etcd is not None and etcd.process is not None
-        os.killpg(etcd.process.pid, signal.SIGSTOP)
+    async def _stall(self, server: LocalServer | None) -> None:
+        """``server`` stopped by SIGSTOP (connections stay open, nothing answers) for ``duration``."""
+        assert server is not None and server.process is not None
+        pid = server.process.pid
+        say(f"SIGSTOP to {server.name} (pid {pid}) for {self.plan.duration:g}s")
+        os.killpg(pid, signal.SIGSTOP)
         try:
             await asyncio.sleep(self.plan.duration)
         finally:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(etcd.process.pid, signal.SIGCONT)
+                os.killpg(pid, signal.SIGCONT)
 
     async def _bypass_write(self) -> None:
-        """A register and a path of its own written straight into ZooKeeper: in SYNCING and
+        """A register and a path of its own written straight into the source: in SYNCING and
         PREPARATION the coordinator must carry them; in COPYING it must carry them or fail. The
         COMPLETED write is the switch: a write the source acknowledged after it is not the
         cluster's. So a write counts as acknowledged only when the flag, read after the answer on

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
+from typing import Any
+
+from metashift.migration.phase import Phase
 
 
 @dataclass
@@ -41,7 +44,7 @@ class Options:
     """With ``pulsar``: a first migration aborted mid-way (FAILED, Pulsar carries on on ZooKeeper),
     then the migration."""
     source: str = "zk"
-    """The store kind the cluster starts on (``zk``, ``etcd``)."""
+    """The store kind the cluster starts on (``zk``, ``etcd``, ``oxia``)."""
     target: str = "etcd"
     """The store kind it migrates into."""
     adopt: bool = False
@@ -57,3 +60,28 @@ class Options:
 
 def say(text: str) -> None:
     print(f"sandbox: {text}", file=sys.stderr, flush=True)
+
+
+def generate_progress(store_name: str) -> Any:
+    """A progress callback of ``generate``: a line at each tenth of the tree."""
+    shown = [-1]
+
+    def on_progress(done: int, total: int) -> None:
+        tenth = done * 10 // max(total, 1)
+        if tenth != shown[0]:
+            shown[0] = tenth
+            say(f"generating the Pulsar tree on {store_name}: {done}/{total} nodes")
+
+    return on_progress
+
+
+def progress_line(status: dict[str, Any]) -> str:
+    """The line that says where the migration stands (``migrate status``'s dict)."""
+    phase = status["phase"]
+    if phase == Phase.PREPARATION.value:
+        acked = sum(1 for p in status["participants"] if p["acknowledged"])
+        return f"{phase}: {acked}/{len(status['participants'])} agents acknowledged (writes held)"
+    if phase == Phase.COPYING.value:
+        copy = status.get("copy") or {}
+        return f"{phase}: {copy.get('stage') or 'starting Spark'} {copy.get('done') or 0}/{copy.get('total') or '?'}"
+    return phase

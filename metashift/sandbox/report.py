@@ -79,6 +79,9 @@ class SandboxReport:
     clients: int = 0
     client_protocol: str = "grpc"
     """How the clients reach their agents: ``grpc`` or ``zookeeper`` (each agent's ZooKeeper front)."""
+    source: str = "zk"
+    target: str = "etcd"
+    """The store kinds migrated from and into (``zk``, ``etcd``, ``oxia``)."""
     nodes: int = 0
     """Persistent nodes of the generated Pulsar tree."""
     copied_nodes: int = 0
@@ -142,7 +145,8 @@ class SandboxReport:
             "bookies": self.bookies,
             "clients": self.clients,
             # the simulated clients' (a --pulsar run has none: Pulsar's own speak ZooKeeper's protocol)
-            **({"client_protocol": self.client_protocol} if self.pulsar is None else {}),
+            **({"client_protocol": self.client_protocol, "source": self.source, "target": self.target}
+               if self.pulsar is None else {}),
             "nodes": self.nodes,
             "copied_nodes": self.copied_nodes,
             "phases": {k: round(v, 3) for k, v in self.phases.items()},

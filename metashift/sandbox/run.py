@@ -1,12 +1,14 @@
 """``metashift sandbox``: a whole migration on this machine, end to end.
 
-Local ZooKeeper and etcd, a Pulsar-shaped tree on ZooKeeper, one ``metashift agent`` process per
-broker and bookie, simulated clients writing through them all the time, the migration started and
-followed the way ``metashift migrate start --wait`` does, a few more seconds of writes after the
-switch, then the checks: every acknowledged write where the cluster then lives, the clients'
-ephemerals carried, the coordinator's verification, and the untouched tree compared between the
-two stores by ``metashift verify``. Everything it started goes away at the end, on Ctrl-C and on
-SIGTERM too. (``command``: the command itself; ``options``: its settings.)
+A local server of the source's kind and one of the target's (``--source``, ``--target``:
+ZooKeeper, etcd or Oxia; ZooKeeper -> etcd by default), a Pulsar-shaped tree on the source, one
+``metashift agent`` process per broker and bookie, simulated clients writing through them all the
+time, the migration started and followed the way ``metashift migrate start --wait`` does, a few
+more seconds of writes after the switch, then the checks: every acknowledged write where the
+cluster then lives, the clients' ephemerals carried, the coordinator's verification, and the
+untouched tree compared between the two stores by ``metashift verify``. Everything it started
+goes away at the end, on Ctrl-C and on SIGTERM too. (``command``: the command itself;
+``options``: its settings.)
 """
 
 from __future__ import annotations
@@ -18,21 +20,21 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from metashift.coordinator import control
-from metashift.local_servers import LocalEtcd, LocalZooKeeper, ServerStartError, free_port
+from metashift.local_servers import ServerStartError, free_port
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
 from metashift.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
-from metashift.stores import MetadataStore, MetadataStoreError, Notification, open_store
+from metashift.stores import MetadataStore, MetadataStoreError, Notification, StoreUnavailable, open_store
 
 from .agents import AgentProcess, AgentStartError, run_cli_json, start_agents, stop_agents
 from .beside_copy import copy_beside
 from .clients import WRITER_ROOT, SimClient, carried, missing
-from .options import Options, say
+from .options import Options, generate_progress, progress_line, say
 from .report import SandboxReport, freeze_window, percentiles, split_timings
+from .servers import STORE_NAMES, LocalServer, local_server
 
 #: How often the flag is read while following the migration.
 FOLLOW_SECONDS = 0.25
@@ -65,10 +67,13 @@ class Sandbox:
     def __init__(self, options: Options) -> None:
         self.options = options
         self.report = SandboxReport(topics=options.topics, brokers=options.brokers, bookies=options.bookies,
-                                    client_protocol=options.client_protocol)
+                                    client_protocol=options.client_protocol, source=options.source,
+                                    target=options.target)  # fmt: skip
         self.work_dir: Path | None = None
-        self.zk: LocalZooKeeper | None = None
-        self.etcd: LocalEtcd | None = None
+        self.source_server: LocalServer | None = None
+        self.target_server: LocalServer | None = None
+        self.source_name = STORE_NAMES[options.source]
+        self.target_name = STORE_NAMES[options.target]
         self.source: MetadataStore | None = None
         self.agents: list[AgentProcess] = []
         self.clients: list[SimClient] = []
@@ -105,20 +110,21 @@ class Sandbox:
         self.work_dir = Path(tempfile.mkdtemp(prefix="metashift-sandbox-"))
         r.work_dir = str(self.work_dir)
         say(f"work directory {self.work_dir}")
-        # ZooKeeper holds the whole tree in its heap: ~0.7 KB a node and its garbage (at 512 MB a
-        # 1M-node tree stalls it in GC for more than a client's timeout)
-        self.zk = LocalZooKeeper(self.work_dir / "zookeeper", heap_mb=min(8192, 512 + o.topics // 48))
-        self.etcd = LocalEtcd(self.work_dir / "etcd")
+        self.source_server = local_server(o.source, self.work_dir / f"source-{o.source}", o.topics)
+        self.target_server = local_server(o.target, self.work_dir / f"target-{o.target}", o.topics)
         # in this (the main) thread: the servers die with the thread that started them
-        self.zk.start()
-        self.etcd.start()
-        say(f"ZooKeeper at {self.zk.url}, etcd at {self.etcd.url}")
+        self.source_server.start()
+        self.target_server.start()
+        say(f"{self.source_name} (source) at {self.source_server.url}, "
+            f"{self.target_name} (target) at {self.target_server.url}")
         self._lap("servers")
 
-        self.source = await open_store(self.zk.url)
-        tree = await generate(self.source, o.topics, seed=0, ephemerals=False, on_progress=_generate_progress())
+        self.source = await open_store(self.source_server.url)
+        progress = generate_progress(self.source_name)
+        tree = await generate(self.source, o.topics, seed=0, ephemerals=False, on_progress=progress)
         r.nodes = tree.persistent
-        say(f"generated {tree.persistent} nodes ({tree.bytes / 1e6:.1f} MB) for {o.topics} topics on ZooKeeper")
+        say(f"generated {tree.persistent} nodes ({tree.bytes / 1e6:.1f} MB) for {o.topics} topics on "
+            f"{self.source_name}")
         self._lap("generate")
 
         self.agents = [self._agent(f"broker-{i}", "broker") for i in range(1, o.brokers + 1)]
@@ -148,9 +154,9 @@ class Sandbox:
 
     def _agent(self, node_id: str, role: str) -> AgentProcess:
         o = self.options
-        assert self.work_dir is not None and self.zk is not None
+        assert self.work_dir is not None and self.source_server is not None
         return AgentProcess(
-            node_id, role, self.work_dir, self.zk.url, hold_timeout=o.hold_timeout,
+            node_id, role, self.work_dir, self.source_server.url, hold_timeout=o.hold_timeout,
             prepare_timeout=o.prepare_timeout, spark_master=o.spark_master,
             zk_listen=f"127.0.0.1:{free_port()}" if o.client_protocol == "zookeeper" else None,
         )  # fmt: skip
@@ -175,14 +181,14 @@ class Sandbox:
 
     async def _migrate(self, home: MetadataStore | None = None, target_url: str | None = None,
                        *, clean_target: bool = False) -> tuple[float, float] | None:  # fmt: skip
-        """Start the migration (from ``home``, the sandbox's ZooKeeper unless given, to
-        ``target_url``, its etcd unless given) and follow it to COMPLETED or FAILED; returns the
+        """Start the migration (from ``home``, the sandbox's source unless given, to
+        ``target_url``, its target unless given) and follow it to COMPLETED or FAILED; returns the
         freeze (wall clock, seconds: from PREPARATION, when the agents close their gates, to the
         end), or ``None`` when it never froze."""
         r, o = self.report, self.options
-        assert self.source is not None and self.etcd is not None
+        assert self.source is not None and self.target_server is not None
         source = home or self.source
-        target_url = target_url or self.etcd.url
+        target_url = target_url or self.target_server.url
         flag = await control.start(source, target_url, clean_target=clean_target)
         r.epoch = flag.epoch
         say(f"migration epoch {flag.epoch} started: {source.url.public()} -> {target_url}")
@@ -190,15 +196,26 @@ class Sandbox:
         last_line = ""
         last_shown = 0.0
         remove = source.add_listener(self._on_flag, under=paths.ROOT) if o.kill_agent_at else None
+        silent_since: float | None = None
         while True:
-            status = (await control.status(source)).to_dict()
-            now_flag = await read_flag(source)
+            try:
+                status = (await control.status(source)).to_dict()
+                now_flag = await read_flag(source)
+                silent_since = None
+            except StoreUnavailable:
+                # the source's server restarting (a chaos run): an Oxia store answers at once that
+                # it is down (a ZooKeeper store's read waits for the next connection): look again
+                silent_since = silent_since or time.monotonic()
+                if time.monotonic() - silent_since > CHECK_TIMEOUT:
+                    raise
+                await asyncio.sleep(FOLLOW_SECONDS)
+                continue
             phase = status["phase"]
             if now_flag is not None and now_flag.epoch == flag.epoch and now_flag.phase.value not in since:
                 since[now_flag.phase.value] = now_flag.phase_since / 1000.0
             if o.kill_agent_at == phase and r.killed_agent is None:
                 await self._kill(phase)
-            line = _progress_line(status)
+            line = progress_line(status)
             ended = phase in (Phase.COMPLETED.value, Phase.FAILED.value)
             fresh = phase != last_line.split(":")[0] or time.monotonic() - last_shown > 2.0
             if not ended and line != last_line and fresh:
@@ -276,7 +293,7 @@ class Sandbox:
 
     async def _check(self, frozen: tuple[float, float] | None) -> None:
         r = self.report
-        assert self.zk is not None and self.etcd is not None and self.source is not None
+        assert self.source is not None
         completed = r.phase == Phase.COMPLETED.value
         lives_on, r.lives_on = self._lives_on()
         # a loaded machine may take more than the default 10 s to answer the checks
@@ -309,31 +326,34 @@ class Sandbox:
             await self._verify_tree()
 
     async def _copy_beside(self) -> None:
-        """``metashift copy --verify`` of the source into a fresh etcd, alone on the machine."""
-        assert self.zk is not None and self.work_dir is not None
+        """``metashift copy --verify`` of the source into a fresh store of the target's kind, alone
+        on the machine."""
+        assert self.source_server is not None and self.work_dir is not None
         # their sessions first: a ZooKeeper client (--client-protocol zookeeper) would otherwise
         # keep dialling its stopped agent all through the copy
         await asyncio.gather(*(c.close() for c in self.clients), return_exceptions=True)
         await stop_agents(self.agents)
-        say("metashift copy --verify of the same tree into a fresh etcd, alone, for comparison ...")
-        beside = await copy_beside(self.zk.url, self.work_dir, self.procs)
+        say(f"metashift copy --verify of the same tree into a fresh {self.target_name}, alone, for comparison ...")
+        beside = await copy_beside(self.source_server.url, self.work_dir, self.procs,
+                                   local_server(self.options.target, self.work_dir / "beside-copy", 0))
         self.report.beside_copy = beside.fields(self.report.phases)
         self._lap("copy --verify")
 
     def _lives_on(self) -> tuple[str, str]:
         """Where the cluster lives at the end: its store's URL, and how the report names it."""
-        assert self.zk is not None and self.etcd is not None
+        assert self.source_server is not None and self.target_server is not None
         if self.report.phase == Phase.COMPLETED.value:
-            return self.etcd.url, "etcd (target)"
-        return self.zk.url, "ZooKeeper (source)"
+            return self.target_server.url, f"{self.target_name} (target)"
+        return self.source_server.url, f"{self.source_name} (source)"
 
     async def _verify_tree(self) -> None:
         """``metashift verify`` (Spark) of the source against the target, leaving out what the
         clients wrote (it went on in the target after the switch)."""
         r = self.report
-        assert self.zk is not None and self.etcd is not None
+        assert self.source_server is not None and self.target_server is not None
         excluded = [WRITER_ROOT, *(c.sequence_parent for c in self.clients)]
-        command = ["verify", "--source", self.zk.url, "--target", self.etcd.url, "--json", "--no-progress"]
+        command = ["verify", "--source", self.source_server.url, "--target", self.target_server.url, "--json",
+                   "--no-progress"]  # fmt: skip
         for path in excluded:
             command += ["--exclude", path]
         say("verifying the untouched tree: source against target (metashift verify, on Spark) ...")
@@ -367,7 +387,7 @@ class Sandbox:
             if store is not None:
                 with contextlib.suppress(BaseException):
                     await asyncio.wait_for(store.close(), 10.0)
-        for server in (self.zk, self.etcd):
+        for server in (self.source_server, self.target_server):
             if server is not None:
                 with contextlib.suppress(Exception):
                     server.cleanup()
@@ -376,26 +396,3 @@ class Sandbox:
                 say(f"kept the work directory {self.work_dir}")
             else:
                 shutil.rmtree(self.work_dir, ignore_errors=True)
-
-
-def _generate_progress() -> Any:
-    shown = [-1]
-
-    def on_progress(done: int, total: int) -> None:
-        tenth = done * 10 // max(total, 1)
-        if tenth != shown[0]:
-            shown[0] = tenth
-            say(f"generating the Pulsar tree on ZooKeeper: {done}/{total} nodes")
-
-    return on_progress
-
-
-def _progress_line(status: dict[str, Any]) -> str:
-    phase = status["phase"]
-    if phase == Phase.PREPARATION.value:
-        acked = sum(1 for p in status["participants"] if p["acknowledged"])
-        return f"{phase}: {acked}/{len(status['participants'])} agents acknowledged (writes held)"
-    if phase == Phase.COPYING.value:
-        copy = status.get("copy") or {}
-        return f"{phase}: {copy.get('stage') or 'starting Spark'} {copy.get('done') or 0}/{copy.get('total') or '?'}"
-    return phase

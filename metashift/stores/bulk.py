@@ -64,6 +64,9 @@ class BulkStore(ABC):
     #: True when a node can only be created under an existing parent (ZooKeeper): a bulk writer
     #: must then restore parents before their children. etcd keeps no parents.
     needs_parents: bool = False
+    #: True when ``advance_sequence_counter`` takes one write whatever the distance (Oxia's
+    #: modifications-count override); ZooKeeper and etcd take one (or two) per step.
+    sequence_counter_in_one_write: bool = False
 
     async def walk(
         self, root: str = paths.SEPARATOR, *, prune: Collection[str] = ()

@@ -47,6 +47,8 @@ class OxiaBulk(OxiaOperations, BulkStore):
     # A put makes its missing parents: a copy restores parents first, so that each is restored
     # with its own version instead of found made (empty, version 0) by its child's put.
     needs_parents = True
+    # a counter is the parent's modifications count, set by one write (``advance_sequence_counter``)
+    sequence_counter_in_one_write = True
 
     async def _scan(self, start: str, end: str) -> list[Any]:
         """The records (``GetResponse`` with their key) in ``[start, end)`` of every shard, in
