@@ -26,8 +26,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from metashift.copy.rules import DEFAULT_COUNTERS, DEFAULT_LEDGERS_ROOTS, Rules
 from metashift.spark.copy import copy_tree
-from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_LEDGERS_ROOTS, Rules
 from metashift.stores import MetadataStoreError
 
 

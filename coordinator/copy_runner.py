@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from metashift.spark.rules import Rules
+from metashift.copy.rules import Rules
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from metashift.copy.counters import CounterCarry, merge_into
+from metashift.copy.delta import carry
+from metashift.copy.rules import Rules
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag
-from metashift.spark.counters import CounterCarry, merge_into
-from metashift.spark.delta import carry
-from metashift.spark.rules import Rules
 from metashift.stores import NotFound, Store
 
 from .change_tracker import ChangeTracker

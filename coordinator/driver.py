@@ -33,12 +33,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from metashift.copy.rules import Rules
 from metashift.migration import paths
 from metashift.migration.flag import FlagChanged, MigrationFlag, move, read_flag, release, write_flag
 from metashift.migration.liveness import BEATS_PER_TIMEOUT
 from metashift.migration.origin import read_state, write_origin
 from metashift.migration.phase import Phase
-from metashift.spark.rules import Rules
 from metashift.stores import MetadataStoreError, Notification, Store, StoreUnavailable, StoreURL
 from metashift.stores.aio import wait_event
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import logging
 import time
 
+from metashift.copy.delta import check
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms
-from metashift.spark.delta import check
 
 from .copy_runner import CopyOutcome
 from .delta_rounds import BARRIER_SECONDS, DeltaRounds

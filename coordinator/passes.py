@@ -21,10 +21,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from metashift.copy.counters import CounterCarry, merge_into
+from metashift.copy.rules import Rules
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms, read_flag
-from metashift.spark.counters import CounterCarry, merge_into
-from metashift.spark.rules import Rules
 from metashift.stores import Store, StoreUnavailable, StoreURL
 from metashift.stores import paths as store_paths
 

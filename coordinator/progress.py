@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from metashift.copy.counters import LEDGER_IDS, CounterCarry
 from metashift.migration import paths
-from metashift.spark.counters import LEDGER_IDS, CounterCarry
 from metashift.stores import MetadataStoreError, Store
 
 log = logging.getLogger(__name__)

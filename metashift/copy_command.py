@@ -16,7 +16,7 @@ def _progress_flag(p: argparse.ArgumentParser) -> None:
 
 
 def _rules(args: argparse.Namespace) -> Any:
-    from metashift.spark.rules import DEFAULT_COUNTERS, DEFAULT_LEDGERS_ROOTS, Rules, default_excluded
+    from metashift.copy.rules import DEFAULT_COUNTERS, DEFAULT_LEDGERS_ROOTS, Rules, default_excluded
 
     return Rules(
         excluded=default_excluded() + tuple(args.exclude or ()),

@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from metashift.copy.rules import Rules
 from metashift.stores import InvalidStoreURL, StoreURL, paths
 from metashift.stores import parse_url as parse_store_url
 
 from .report import Progress, SameStore
-from .rules import Rules
 from .session import get_context, spark_context
 
 T = TypeVar("T")

@@ -22,9 +22,8 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from metashift.copy.rules import Rules
 from metashift.stores import Store, paths
-
-from .rules import Rules
 
 #: Roots per partition at most; partitions per core at least (when there are roots enough).
 MAX_ROOTS_PER_PARTITION = 2000

@@ -8,9 +8,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from metashift.copy.counters import LEDGER_IDS, CounterCarry, CounterCheck
 from metashift.stores import MetadataStoreError, errors, parse_url
-
-from .counters import LEDGER_IDS, CounterCarry, CounterCheck
 
 T = TypeVar("T")
 

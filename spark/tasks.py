@@ -24,6 +24,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
+from metashift.copy import counters
+from metashift.copy.rules import Judgement, Rules, Side, Verdict, judge, restore_version
 from metashift.stores import (
     BadVersion,
     MetadataStoreError,
@@ -34,9 +36,6 @@ from metashift.stores import (
     paths,
 )
 from metashift.stores.aio import run_loop
-
-from . import counters
-from .rules import Judgement, Rules, Side, Verdict, judge, restore_version
 
 #: A partition that failed because a store did not answer is run again (the copy resumes where
 #: it stopped: it reads the target first), after 2 s, then 4 s.

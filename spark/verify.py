@@ -12,15 +12,15 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from metashift.copy.counters import CounterCheck
+from metashift.copy.rules import Rules
 from metashift.stores import open_store
 from metashift.stores.aio import run_loop as run
 
 from . import tasks
-from .counters import CounterCheck
 from .job import SparkStarter, check_urls, run_partitions
 from .plan import Split, min_roots, split_tree
 from .report import EmptySource, Mismatch, NoProgress, Progress, VerifyReport, raise_task_error
-from .rules import Rules
 from .session import check_master
 
 

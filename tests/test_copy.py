@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from metashift.copy import ledger_ids
+from metashift.copy.rules import Rules
 from metashift.sample_tree import generate
-from metashift.spark import ledger_ids
 from metashift.spark.copy import copy_tree
 from metashift.spark.report import CopyConflict
-from metashift.spark.rules import Rules
 from metashift.spark.session import get_context, stop_context
 from metashift.spark.verify import verify_tree
 from metashift.stores import Restore, Store, open_store, paths

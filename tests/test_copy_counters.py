@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from aetcd import rpc
 
-from metashift.spark.rules import Rules
+from metashift.copy.rules import Rules
 from metashift.stores import MetadataStoreError, NodeRead, Restore, open_store, paths
 from metashift.stores.bulk import COUNTER_PROBE
 from metashift.stores.etcd import bulk as etcd_bulk

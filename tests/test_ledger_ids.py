@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 
 from metashift.agent.sequence_floors import floor_carried_sequentials
-from metashift.spark import counters, ledger_ids
-from metashift.spark.delta import carry as delta_carry
-from metashift.spark.delta import check as delta_check
-from metashift.spark.rules import Rules
+from metashift.copy import counters, ledger_ids
+from metashift.copy.delta import carry as delta_carry
+from metashift.copy.delta import check as delta_check
+from metashift.copy.rules import Rules
 from metashift.spark.session import get_context, stop_context
 from metashift.stores import Store, open_store
 from metashift.stores.sequence_floors import floor_path, floored_parents, raise_floor, read_floor, take_from_floor

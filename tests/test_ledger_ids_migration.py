@@ -18,9 +18,9 @@ import pytest
 from kazoo.client import KazooClient
 
 from metashift.coordinator import control
+from metashift.copy import ledger_ids
 from metashift.migration.phase import Phase
 from metashift.sample_tree import generate
-from metashift.spark import ledger_ids
 from metashift.stores import Store
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from metashift.copy import counters, ledger_ids
 from metashift.local_servers import oxia_binary
-from metashift.spark import counters, ledger_ids
 from metashift.spark.session import get_context, stop_context
 from metashift.stores import open_store
 from metashift.stores.oxia.keys import Keys as OxiaKeys

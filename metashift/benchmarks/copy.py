@@ -59,10 +59,10 @@ from typing import Any
 
 from metashift.benchmarks.counters import beside_fresh
 from metashift.benchmarks.oxia_floor import raw_oxia_writes
+from metashift.copy.ledger_ids import issued_below
+from metashift.copy.rules import Rules
 from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper
 from metashift.sample_tree import generate
-from metashift.spark.ledger_ids import issued_below
-from metashift.spark.rules import Rules
 from metashift.stores import DeleteOp, PutOp, Restore, Store, open_store
 
 

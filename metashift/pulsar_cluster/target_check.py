@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from metashift.spark.rules import default_excluded
+from metashift.copy.rules import default_excluded
 from metashift.stores import open_store, paths
 
 from .cluster import PulsarCluster
