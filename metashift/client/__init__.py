@@ -33,8 +33,8 @@ from typing import Any
 
 import grpc
 
-from metashift.client_calls import CallsEnded, CallStream
-from metashift.client_session import SessionStream
+from metashift.client.calls import CallsEnded, CallStream
+from metashift.client.session import SessionStream
 from metashift.proto import wire
 from metashift.proto.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb
@@ -118,7 +118,7 @@ class AgentClient(MetadataStore):
                             "put": stub.Put, "delete": stub.Delete, "batch": stub.Batch}  # fmt: skip
         self._rpc_watch = stub.Watch
         self._calls = CallStream(lambda metadata: stub.Calls(metadata=metadata)) if streamed_calls else None
-        """Calls made one after another go on one Calls stream (``client_calls``), not a gRPC call each."""
+        """Calls made one after another go on one Calls stream (``calls``), not a gRPC call each."""
         open_session = pb_grpc.SessionStub(self._channel).Open
         self._session = SessionStream(
             lambda wait_for_ready: open_session(wait_for_ready=wait_for_ready, metadata=self._auth),
