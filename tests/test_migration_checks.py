@@ -16,8 +16,8 @@ import pytest
 
 from metashift.agent.gate import WriteGate
 from metashift.agent.router import Router
+from metashift.cli.migrate import ETCD_REMOVED
 from metashift.coordinator import control
-from metashift.migrate_command import ETCD_REMOVED
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, read_flag, write_flag
 from metashift.migration.origin import Origin

@@ -330,19 +330,19 @@ _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from metashift.migrate_command import add_migrate
+    from metashift.cli.migrate import add_migrate
 
     add_migrate(sub, _run)
 
 
 def _add_copy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from metashift.copy_command import add_copy
+    from metashift.cli.copy import add_copy
 
     add_copy(sub)
 
 
 def _add_verify(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from metashift.copy_command import add_verify
+    from metashift.cli.copy import add_verify
 
     add_verify(sub)
 
