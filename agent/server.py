@@ -26,15 +26,15 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from metashift import __version__
-from metashift.agent.auth import TokenAuth, read_token
 from metashift.agent.config import AgentConfig, ConfigError
-from metashift.agent.gate import WriteGate
-from metashift.agent.gateway import SESSION_SERVICE, STORE_SERVICE, Gateway
-from metashift.agent.home import Home
+from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.home import Home
+from metashift.agent.core.participant import Participant
+from metashift.agent.core.router import Router
+from metashift.agent.core.sessions import SessionRegistry
+from metashift.agent.gateway.auth import TokenAuth, read_token
+from metashift.agent.gateway.service import SESSION_SERVICE, STORE_SERVICE, Gateway
 from metashift.agent.metrics import AgentMetrics
-from metashift.agent.participant import Participant
-from metashift.agent.router import Router
-from metashift.agent.sessions import SessionRegistry
 from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.server import ZooKeeperServer
 from metashift.migration import paths

@@ -134,7 +134,7 @@ async def test_the_client_makes_unary_calls_to_an_agent_without_the_calls_stream
 ) -> None:
     """An agent from before the Calls stream answers it UNIMPLEMENTED, as gRPC answers an unknown
     method: the client's calls go as unary calls instead, none lost or made twice."""
-    from metashift.agent.call_stream import CallStreams
+    from metashift.agent.gateway.calls import CallStreams
 
     async def unknown_method(self: CallStreams, request_iterator: Any, context: grpc.aio.ServicerContext) -> None:
         await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")

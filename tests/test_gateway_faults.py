@@ -110,7 +110,7 @@ async def test_write_whose_caller_gave_up_is_unknown_and_its_failure_is_observed
     server = fresh_servers.of(kind)
     agent = await gateways.start(server.url + "/faults?timeout=10&session_timeout=60")
     client: AgentClient = await open_stores(agent.address, timeout=20)
-    caplog.set_level(logging.WARNING, logger="metashift.agent.gate")
+    caplog.set_level(logging.WARNING, logger="metashift.agent.core.gate")
     with frozen(server):
         try:
             acked = await client.put("/given-up", b"x", timeout=1)

@@ -280,8 +280,8 @@ async def test_no_write_lost_or_applied_twice_across_gate_close_and_switch(
 
 async def test_gate_unit_hold_release_and_expiry() -> None:
     """The gate alone: FIFO release, deadline expiry, failure at shutdown."""
-    from metashift.agent.gate import WriteGate
-    from metashift.agent.router import Router
+    from metashift.agent.core.gate import WriteGate
+    from metashift.agent.core.router import Router
 
     class Dummy:
         url = "dummy"
@@ -436,9 +436,9 @@ async def test_opening_twice_still_releases_held_writes_one_after_another(
 async def test_the_gate_says_when_it_opens_even_with_nothing_held(agent: Any, caplog: pytest.LogCaptureFixture) -> None:
     """The freeze's end is read from the agents' logs (the sandbox's ``freeze_ms``): a gate that
     reopens with no write held must say so too."""
-    caplog.set_level("INFO", logger="metashift.agent.gate")
+    caplog.set_level("INFO", logger="metashift.agent.core.gate")
     await agent.gate.close()
     assert await agent.gate.open() == 0
-    said = [r.getMessage() for r in caplog.records if r.name == "metashift.agent.gate"]
+    said = [r.getMessage() for r in caplog.records if r.name == "metashift.agent.core.gate"]
     assert any(m.startswith("write gate closed") for m in said), said
     assert any(m.startswith("write gate open towards source; released 0") for m in said), said

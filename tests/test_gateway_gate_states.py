@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from metashift.agent.gate import WriteGate
-from metashift.agent.gate_states import TRANSITIONS, GateState, GateStateError
-from metashift.agent.router import Router
+from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.gate_states import TRANSITIONS, GateState, GateStateError
+from metashift.agent.core.router import Router
 from metashift.proto.errors import HeldForMigration
 from metashift.stores import MetadataStore
 from tests.harness import eventually
 
 S = GateState
 
-#: The moves the participant and the agent may make, as documented in agent/gate.py and listed in agent/gate_states.py.
+#: The moves the participant and the agent may make, as documented in agent/core/gate.py and listed in agent/core/gate_states.py.
 EXPECTED = {
     (S.OPEN, S.OPEN), (S.OPEN, S.CLOSED), (S.OPEN, S.STOPPING),
     (S.CLOSED, S.CLOSED), (S.CLOSED, S.OPEN), (S.CLOSED, S.RELEASING), (S.CLOSED, S.STOPPED),

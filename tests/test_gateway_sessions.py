@@ -357,7 +357,7 @@ async def test_a_watcher_that_falls_behind_is_told_it_missed_notifications(
     stream ends with RESOURCE_EXHAUSTED (not a normal end it could take for a clean close), and
     the client reports it as ConnectionLost, then Reconnected once it watches again."""
     from metashift import Notification, NotificationType
-    from metashift.agent import watch_stream
+    from metashift.agent.gateway import watches as watch_stream
 
     monkeypatch.setattr(watch_stream, "WATCH_QUEUE_LIMIT", 20)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from metashift.agent.sequence_floors import floor_carried_sequentials
+from metashift.agent.core.sequence_floors import floor_carried_sequentials
 from metashift.copy import counters, ledger_ids
 from metashift.copy.delta import carry as delta_carry
 from metashift.copy.delta import check as delta_check

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from metashift.agent.gate import WriteGate
-from metashift.agent.router import Router
+from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.router import Router
 from metashift.cli.migrate import ETCD_REMOVED
 from metashift.coordinator import control
 from metashift.migration import paths

@@ -35,8 +35,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
-from metashift.agent.gate_states import FLOWING, READABLE, SHUTTING_DOWN, GateState, check_move
-from metashift.agent.router import Router
+from metashift.agent.core.gate_states import FLOWING, READABLE, SHUTTING_DOWN, GateState, check_move
+from metashift.agent.core.router import Router
 from metashift.proto.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.stores import MetadataStore
 from metashift.stores.aio import wait_event

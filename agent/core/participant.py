@@ -34,12 +34,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from metashift.agent.dry_open import CheckAnswerer
-from metashift.agent.gate import WriteGate
-from metashift.agent.home import Home
-from metashift.agent.registration import Registration
-from metashift.agent.sequence_floors import floor_carried_sequentials
-from metashift.agent.sessions import SessionRegistry
+from metashift.agent.core.dry_open import CheckAnswerer
+from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.home import Home
+from metashift.agent.core.registration import Registration
+from metashift.agent.core.sequence_floors import floor_carried_sequentials
+from metashift.agent.core.sessions import SessionRegistry
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag
 from metashift.migration.liveness import BEATS_PER_TIMEOUT

@@ -34,7 +34,7 @@ import re
 import weakref
 from collections.abc import Iterable
 
-from metashift.agent.router import Router
+from metashift.agent.core.router import Router
 from metashift.stores import BulkStore, MetadataStore, PutOp, paths
 from metashift.stores.sequence_floors import floored_parents, raise_floor, take_from_floor
 

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from metashift.agent.gate import WriteGate
+from metashift.agent.core.gate import WriteGate
 from metashift.proto.errors import HeldForMigration
 from metashift.stores import MetadataStore, SessionEvent, Stat
 from metashift.stores.errors import (

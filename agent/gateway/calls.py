@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from metashift.agent.grpc_calls import Failure, Malformed, abort
+from metashift.agent.gateway.errors import Failure, Malformed, abort
 from metashift.proto.errors import InvalidArgument
 from metashift.proto.v1 import gateway_pb2 as pb
 

@@ -1,5 +1,5 @@
 """The gRPC gateway: ``metashift.v1.MetadataStore`` and ``metashift.v1.Session`` over grpc.aio.
-The streams are served by ``watch_stream`` (Watch), ``call_stream`` (Calls) and ``session_stream``
+The streams are served by ``watches`` (Watch), ``calls`` (Calls) and ``sessions``
 (Session/Open).
 
 Every request is checked here, server-side, whatever the client: a malformed request gets
@@ -18,15 +18,15 @@ from typing import Any
 
 import grpc
 
-from metashift.agent.call_stream import Answer, CallStreams
-from metashift.agent.gate import WriteGate
-from metashift.agent.grpc_calls import Failure, Malformed, abort, decoder, end_call
+from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.router import Router
+from metashift.agent.core.sequence_floors import SequenceFloors
+from metashift.agent.core.sessions import ClientSession, SessionRegistry
+from metashift.agent.gateway.calls import Answer, CallStreams
+from metashift.agent.gateway.errors import Failure, Malformed, abort, decoder, end_call
+from metashift.agent.gateway.sessions import SessionStreams
+from metashift.agent.gateway.watches import WatchStreams
 from metashift.agent.metrics import AgentMetrics
-from metashift.agent.router import Router
-from metashift.agent.sequence_floors import SequenceFloors
-from metashift.agent.session_stream import SessionStreams
-from metashift.agent.sessions import ClientSession, SessionRegistry
-from metashift.agent.watch_stream import WatchStreams
 from metashift.proto import wire
 from metashift.proto.errors import HeldForMigration, Internal, InvalidArgument, NoSession, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb

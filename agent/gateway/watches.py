@@ -11,9 +11,9 @@ from typing import Any
 
 import grpc
 
-from metashift.agent.grpc_calls import Malformed, abort
+from metashift.agent.core.router import Router
+from metashift.agent.gateway.errors import Malformed, abort
 from metashift.agent.metrics import AgentMetrics
-from metashift.agent.router import Router
 from metashift.proto import wire
 from metashift.proto.errors import InvalidArgument
 from metashift.proto.v1 import gateway_pb2 as pb

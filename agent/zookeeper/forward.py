@@ -27,10 +27,10 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from metashift.agent.gate import WriteGate
-from metashift.agent.router import Router
-from metashift.agent.sequence_floors import SequenceFloors
-from metashift.agent.sessions import SessionRegistry
+from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.router import Router
+from metashift.agent.core.sequence_floors import SequenceFloors
+from metashift.agent.core.sessions import SessionRegistry
 from metashift.agent.zookeeper import pip454
 from metashift.agent.zookeeper.handlers.base import Zxid, is_virtual
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions

@@ -22,9 +22,9 @@ import time
 from functools import partial
 from typing import Any
 
-from metashift.agent.gate import WriteGate
-from metashift.agent.router import Router
-from metashift.agent.sessions import SessionRegistry
+from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.router import Router
+from metashift.agent.core.sessions import SessionRegistry
 from metashift.agent.zookeeper.forward import Forwarder
 from metashift.agent.zookeeper.four_letter import WORDS, ConnectionFacts, FrontFacts, LatencyStats, answer
 from metashift.agent.zookeeper.handlers import Handlers

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from metashift.agent.sessions import ClientSession, SessionRegistry
+from metashift.agent.core.sessions import ClientSession, SessionRegistry
 from metashift.stores import SessionEvent
 from metashift.stores.zookeeper.wire import ChildInfo
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 
-from metashift.agent.router import Router
+from metashift.agent.core.router import Router
 from metashift.agent.zookeeper.session import ZkSession
 from metashift.stores import MetadataStore, Notification, NotificationType, paths
 from metashift.stores.zookeeper import wire

@@ -380,6 +380,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("metashift: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -9,10 +9,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from metashift.agent.gate import WriteGate
-from metashift.agent.router import Router
-from metashift.agent.sequence_floors import SequenceFloors
-from metashift.agent.sessions import SessionRegistry
+from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.router import Router
+from metashift.agent.core.sequence_floors import SequenceFloors
+from metashift.agent.core.sessions import SessionRegistry
 from metashift.agent.zookeeper import pip454
 from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.session import ZkSessions

@@ -8,9 +8,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from metashift.agent.gate import WriteGate
-from metashift.agent.router import Router
-from metashift.agent.sessions import SessionRegistry
+from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.router import Router
+from metashift.agent.core.sessions import SessionRegistry
 from metashift.agent.zookeeper.handlers.acl import AclRequests
 from metashift.agent.zookeeper.handlers.base import Body, ZkError, error_code
 from metashift.agent.zookeeper.handlers.multi import MultiRequests

@@ -13,7 +13,7 @@ Sequential names are ZooKeeper's (ten digits): on a ZooKeeper store they are Zoo
 etcd the counter is the parent key's version (Pulsar's layout, bumped by a compare-and-set that
 keeps the parent's value), raised above every existing child's number so a lock queue never goes
 backwards after a migration. Under a counter that a migration retired (a ledger-id generator's
-old counters, ``metashift.agent.sequence_floors``), on either store, the number is taken from
+old counters, ``metashift.agent.core.sequence_floors``), on either store, the number is taken from
 the counter's floor instead: a client that still uses it gets ids above the source's."""
 
 from __future__ import annotations
