@@ -19,7 +19,8 @@ from tests.harness import eventually
 
 S = GateState
 
-#: The moves the participant and the agent may make, as documented in agent/core/gate.py and listed in agent/core/gate_states.py.
+#: The moves the participant and the agent may make, as documented in agent/core/gate.py and
+#: listed in agent/core/gate_states.py.
 EXPECTED = {
     (S.OPEN, S.OPEN), (S.OPEN, S.CLOSED), (S.OPEN, S.STOPPING),
     (S.CLOSED, S.CLOSED), (S.CLOSED, S.OPEN), (S.CLOSED, S.RELEASING), (S.CLOSED, S.STOPPED),
