@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from metashift.cli.agent import run_coordinator
 from metashift.coordinator import control
-from metashift.coordinator.service import run_coordinator
 from metashift.migration.phase import Phase
 from metashift.stores import (
     BadVersion,

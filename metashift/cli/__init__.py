@@ -180,54 +180,6 @@ def _add_servers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
 # ---- agent --------------------------------------------------------------------------------------
 
 
-def _agent(args: argparse.Namespace) -> int:
-    from metashift.agent import config
-    from metashift.agent.server import run
-
-    try:
-        cfg = config.load(
-            args.config,
-            overrides={
-                "source.url": args.source, "listen": args.listen, "node_id": args.node_id,
-                "role": args.role, "metrics": args.metrics, "log_level": args.log_level,
-                "zookeeper.listen": args.zk_listen,
-            },
-        )
-    except config.ConfigError as e:
-        print(f"metashift: error: {e}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    if args.check_config:
-        print(config.summary(cfg), flush=True)
-        return 0
-    if not cfg.coordinator.enabled:
-        return run(cfg)
-    from metashift.coordinator.service import run_coordinator
-
-    return run(cfg, run_coordinator)
-
-
-def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "agent",
-        help="run the sidecar agent: the gRPC gateway a broker or bookie reaches its metadata through",
-        description="Run the metashift agent. Settings come from --config (TOML), then METASHIFT_* "
-        "environment variables, then these options.",
-    )
-    p.add_argument("--config", metavar="FILE", help="TOML config file (see packaging/agent.toml)")
-    p.add_argument("--source", metavar="URL", help="source store URL (zk://... or etcd://...)")
-    p.add_argument("--listen", metavar="ADDRESS", help="unix:/path/to.sock (default) or tcp://host:port (TLS)")
-    p.add_argument("--node-id", help="this node's name (default: the host name)")
-    p.add_argument("--zk-listen", metavar="HOST:PORT",
-                   help="also serve ZooKeeper's client protocol there (e.g. 127.0.0.1:2181)")
-    p.add_argument("--role", choices=["broker", "bookie"], help="what runs next to this agent")
-    p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics there")
-    p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
-    p.add_argument("--check-config", action="store_true",
-                   help="load and check the whole configuration (file, environment, options) without serving: "
-                   "exit 0 and a summary, or exit 2 with one line naming the bad key")
-    p.set_defaults(handler=_agent)
-
-
 # ---- sample data, copy, verify, benchmark -------------------------------------------------------
 
 
@@ -315,6 +267,12 @@ def _add_bench(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 # ---- main ---------------------------------------------------------------------------------------
+
+def _add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from metashift.cli.agent import add_agent
+
+    add_agent(sub)
+
 
 _SUBCOMMANDS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [
     _add_agent,
