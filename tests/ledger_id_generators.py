@@ -24,9 +24,9 @@ import contextlib
 import re
 from typing import Any
 
-from metashift.proto.oxia.v1 import client_pb2 as pb
 from metashift.stores import BadVersion, MetadataStore, NotEmpty, NotFound, paths
 from metashift.stores.oxia import OxiaStore
+from metashift.stores.oxia.proto import client_pb2 as pb
 
 INTEGER_MAX = 2**31 - 1
 HOB_PREFIX = "HOB-"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from metashift.proto.oxia.v1 import client_pb2 as pb
 from metashift.stores import Store
 from metashift.stores.oxia import OxiaStore
+from metashift.stores.oxia.proto import client_pb2 as pb
 
 
 async def raw_record(store: Store, path: str) -> Any:

@@ -15,11 +15,11 @@ import asyncio
 import time
 from typing import Any
 
-from metashift.proto.oxia.v1 import client_pb2 as pb
 from metashift.stores import open_store, parse_url
 from metashift.stores.notifications import SessionEvent
 from metashift.stores.oxia.connection import Liveness, OxiaConnection, Shard
 from metashift.stores.oxia.keys import Keys
+from metashift.stores.oxia.proto import client_pb2 as pb
 
 #: Puts per WriteRequest, and requests in flight per shard.
 PUTS_PER_WRITE = 128

@@ -25,7 +25,7 @@ import asyncio
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from metashift.proto.oxia.v1 import client_pb2 as pb
+from metashift.stores.oxia.proto import client_pb2 as pb
 
 from .. import paths
 from ..bulk import BulkStore, NodeInfo, NodeRead, Restore

@@ -20,8 +20,8 @@ from typing import Any, TypeVar
 
 import grpc
 
-from metashift.proto.oxia.v1 import client_pb2 as pb
-from metashift.proto.oxia.v1 import client_pb2_grpc as pb_grpc
+from metashift.stores.oxia.proto import client_pb2 as pb
+from metashift.stores.oxia.proto import client_pb2_grpc as pb_grpc
 
 from ..errors import AuthFailed, MetadataStoreError, StoreUnavailable
 from ..notifications import SessionEvent

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from metashift.proto.oxia.v1 import client_pb2 as pb
+from metashift.stores.oxia.proto import client_pb2 as pb
 
 from .. import paths
 from ..api import MetadataStore

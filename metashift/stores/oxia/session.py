@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Callable
 
-from metashift.proto.oxia.v1 import client_pb2 as pb
+from metashift.stores.oxia.proto import client_pb2 as pb
 
 from ..aio import wait_event
 from ..errors import MetadataStoreError, StoreUnavailable

@@ -18,7 +18,7 @@ from typing import Any
 
 import grpc
 
-from metashift.proto.oxia.v1 import client_pb2 as pb
+from metashift.stores.oxia.proto import client_pb2 as pb
 
 from .. import paths
 from ..aio import cancel_and_wait

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from metashift.proto.oxia.v1 import client_pb2 as metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2
+from metashift.stores.oxia.proto import client_pb2 as metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -18,7 +18,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in metashift/proto/oxia/v1/client_pb2_grpc.py depends on'
+        + ' but the generated code in metashift/stores/oxia/proto/client_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -36,48 +36,48 @@ class OxiaClientStub:
         """
         self.GetShardAssignments = channel.unary_stream(
                 '/io.oxia.proto.v1.OxiaClient/GetShardAssignments',
-                request_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ShardAssignmentsRequest.SerializeToString,
-                response_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ShardAssignments.FromString,
+                request_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ShardAssignmentsRequest.SerializeToString,
+                response_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ShardAssignments.FromString,
                 _registered_method=True)
         self.Write = channel.unary_unary(
                 '/io.oxia.proto.v1.OxiaClient/Write',
-                request_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.WriteRequest.SerializeToString,
-                response_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.WriteResponse.FromString,
+                request_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.WriteRequest.SerializeToString,
+                response_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.WriteResponse.FromString,
                 _registered_method=True)
         self.Read = channel.unary_stream(
                 '/io.oxia.proto.v1.OxiaClient/Read',
-                request_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ReadRequest.SerializeToString,
-                response_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ReadResponse.FromString,
+                request_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ReadRequest.SerializeToString,
+                response_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ReadResponse.FromString,
                 _registered_method=True)
         self.List = channel.unary_stream(
                 '/io.oxia.proto.v1.OxiaClient/List',
-                request_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ListRequest.SerializeToString,
-                response_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ListResponse.FromString,
+                request_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ListRequest.SerializeToString,
+                response_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ListResponse.FromString,
                 _registered_method=True)
         self.RangeScan = channel.unary_stream(
                 '/io.oxia.proto.v1.OxiaClient/RangeScan',
-                request_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.RangeScanRequest.SerializeToString,
-                response_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.RangeScanResponse.FromString,
+                request_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.RangeScanRequest.SerializeToString,
+                response_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.RangeScanResponse.FromString,
                 _registered_method=True)
         self.GetNotifications = channel.unary_stream(
                 '/io.oxia.proto.v1.OxiaClient/GetNotifications',
-                request_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.NotificationsRequest.SerializeToString,
-                response_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.NotificationBatch.FromString,
+                request_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.NotificationsRequest.SerializeToString,
+                response_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.NotificationBatch.FromString,
                 _registered_method=True)
         self.CreateSession = channel.unary_unary(
                 '/io.oxia.proto.v1.OxiaClient/CreateSession',
-                request_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CreateSessionRequest.SerializeToString,
-                response_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CreateSessionResponse.FromString,
+                request_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CreateSessionRequest.SerializeToString,
+                response_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CreateSessionResponse.FromString,
                 _registered_method=True)
         self.KeepAlive = channel.unary_unary(
                 '/io.oxia.proto.v1.OxiaClient/KeepAlive',
-                request_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.SessionHeartbeat.SerializeToString,
-                response_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.KeepAliveResponse.FromString,
+                request_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.SessionHeartbeat.SerializeToString,
+                response_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.KeepAliveResponse.FromString,
                 _registered_method=True)
         self.CloseSession = channel.unary_unary(
                 '/io.oxia.proto.v1.OxiaClient/CloseSession',
-                request_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CloseSessionRequest.SerializeToString,
-                response_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CloseSessionResponse.FromString,
+                request_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CloseSessionRequest.SerializeToString,
+                response_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CloseSessionResponse.FromString,
                 _registered_method=True)
 
 
@@ -153,48 +153,48 @@ def add_OxiaClientServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetShardAssignments': grpc.unary_stream_rpc_method_handler(
                     servicer.GetShardAssignments,
-                    request_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ShardAssignmentsRequest.FromString,
-                    response_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ShardAssignments.SerializeToString,
+                    request_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ShardAssignmentsRequest.FromString,
+                    response_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ShardAssignments.SerializeToString,
             ),
             'Write': grpc.unary_unary_rpc_method_handler(
                     servicer.Write,
-                    request_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.WriteRequest.FromString,
-                    response_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.WriteResponse.SerializeToString,
+                    request_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.WriteRequest.FromString,
+                    response_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.WriteResponse.SerializeToString,
             ),
             'Read': grpc.unary_stream_rpc_method_handler(
                     servicer.Read,
-                    request_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ReadRequest.FromString,
-                    response_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ReadResponse.SerializeToString,
+                    request_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ReadRequest.FromString,
+                    response_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ReadResponse.SerializeToString,
             ),
             'List': grpc.unary_stream_rpc_method_handler(
                     servicer.List,
-                    request_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ListRequest.FromString,
-                    response_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ListResponse.SerializeToString,
+                    request_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ListRequest.FromString,
+                    response_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ListResponse.SerializeToString,
             ),
             'RangeScan': grpc.unary_stream_rpc_method_handler(
                     servicer.RangeScan,
-                    request_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.RangeScanRequest.FromString,
-                    response_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.RangeScanResponse.SerializeToString,
+                    request_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.RangeScanRequest.FromString,
+                    response_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.RangeScanResponse.SerializeToString,
             ),
             'GetNotifications': grpc.unary_stream_rpc_method_handler(
                     servicer.GetNotifications,
-                    request_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.NotificationsRequest.FromString,
-                    response_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.NotificationBatch.SerializeToString,
+                    request_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.NotificationsRequest.FromString,
+                    response_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.NotificationBatch.SerializeToString,
             ),
             'CreateSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateSession,
-                    request_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CreateSessionRequest.FromString,
-                    response_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CreateSessionResponse.SerializeToString,
+                    request_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CreateSessionRequest.FromString,
+                    response_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CreateSessionResponse.SerializeToString,
             ),
             'KeepAlive': grpc.unary_unary_rpc_method_handler(
                     servicer.KeepAlive,
-                    request_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.SessionHeartbeat.FromString,
-                    response_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.KeepAliveResponse.SerializeToString,
+                    request_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.SessionHeartbeat.FromString,
+                    response_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.KeepAliveResponse.SerializeToString,
             ),
             'CloseSession': grpc.unary_unary_rpc_method_handler(
                     servicer.CloseSession,
-                    request_deserializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CloseSessionRequest.FromString,
-                    response_serializer=metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CloseSessionResponse.SerializeToString,
+                    request_deserializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CloseSessionRequest.FromString,
+                    response_serializer=metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CloseSessionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -222,8 +222,8 @@ class OxiaClient:
             request,
             target,
             '/io.oxia.proto.v1.OxiaClient/GetShardAssignments',
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ShardAssignmentsRequest.SerializeToString,
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ShardAssignments.FromString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ShardAssignmentsRequest.SerializeToString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ShardAssignments.FromString,
             options,
             channel_credentials,
             insecure,
@@ -249,8 +249,8 @@ class OxiaClient:
             request,
             target,
             '/io.oxia.proto.v1.OxiaClient/Write',
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.WriteRequest.SerializeToString,
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.WriteResponse.FromString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.WriteRequest.SerializeToString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.WriteResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -276,8 +276,8 @@ class OxiaClient:
             request,
             target,
             '/io.oxia.proto.v1.OxiaClient/Read',
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ReadRequest.SerializeToString,
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ReadResponse.FromString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ReadRequest.SerializeToString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ReadResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -303,8 +303,8 @@ class OxiaClient:
             request,
             target,
             '/io.oxia.proto.v1.OxiaClient/List',
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ListRequest.SerializeToString,
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.ListResponse.FromString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ListRequest.SerializeToString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.ListResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -330,8 +330,8 @@ class OxiaClient:
             request,
             target,
             '/io.oxia.proto.v1.OxiaClient/RangeScan',
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.RangeScanRequest.SerializeToString,
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.RangeScanResponse.FromString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.RangeScanRequest.SerializeToString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.RangeScanResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -357,8 +357,8 @@ class OxiaClient:
             request,
             target,
             '/io.oxia.proto.v1.OxiaClient/GetNotifications',
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.NotificationsRequest.SerializeToString,
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.NotificationBatch.FromString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.NotificationsRequest.SerializeToString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.NotificationBatch.FromString,
             options,
             channel_credentials,
             insecure,
@@ -384,8 +384,8 @@ class OxiaClient:
             request,
             target,
             '/io.oxia.proto.v1.OxiaClient/CreateSession',
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CreateSessionRequest.SerializeToString,
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CreateSessionResponse.FromString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CreateSessionRequest.SerializeToString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CreateSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -411,8 +411,8 @@ class OxiaClient:
             request,
             target,
             '/io.oxia.proto.v1.OxiaClient/KeepAlive',
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.SessionHeartbeat.SerializeToString,
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.KeepAliveResponse.FromString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.SessionHeartbeat.SerializeToString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.KeepAliveResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -438,8 +438,8 @@ class OxiaClient:
             request,
             target,
             '/io.oxia.proto.v1.OxiaClient/CloseSession',
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CloseSessionRequest.SerializeToString,
-            metashift_dot_proto_dot_oxia_dot_v1_dot_client__pb2.CloseSessionResponse.FromString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CloseSessionRequest.SerializeToString,
+            metashift_dot_stores_dot_oxia_dot_proto_dot_client__pb2.CloseSessionResponse.FromString,
             options,
             channel_credentials,
             insecure,
