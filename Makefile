@@ -41,12 +41,14 @@ oxia: .stamp-debs
 	fi
 	@touch $@
 
-.stamp-venv: pyproject.toml
+# metashift (the runtime, with the test extras) and its lab (lab/: the sandbox, the Pulsar harness,
+# the benchmarks, a distribution of its own), both editable
+.stamp-venv: pyproject.toml lab/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "metashift needs Python 3.11 or newer ($(PYTHON) is older)"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	PIP_DISABLE_PIP_VERSION_CHECK=1 $(BIN)/pip install -q -e '.[test]'
-	@$(BIN)/python -c 'import metashift' || { echo "installing metashift into $(VENV) failed"; exit 1; }
+	PIP_DISABLE_PIP_VERSION_CHECK=1 $(BIN)/pip install -q -e '.[test]' -e ./lab
+	@$(BIN)/python -c 'import metashift, metashift_lab' || { echo "installing metashift into $(VENV) failed"; exit 1; }
 	@touch $@
 
 # the Pulsar releases' jars: 4.0.7/lib/ and 4.2.4/lib/ (broker, bookie, PulsarClusterMetadataSetup) and

@@ -36,14 +36,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checker is test code: tests/
 
-from metashift.local_servers import ServerStartError
-from metashift.sandbox.agents import AgentStartError
-from metashift.sandbox.chaos import ChaosSandbox
-from metashift.sandbox.faults import ASKED_ONLY, FAULTS, PHASES, RENAMED, FaultPlan
-from metashift.sandbox.options import Options
-from metashift.sandbox.servers import KINDS
 from metashift.stores import MetadataStoreError
-from tests.linearizability import check
+from metashift_lab.linearizability.checker import check
+from metashift_lab.sandbox.agents import AgentStartError
+from metashift_lab.sandbox.chaos import ChaosSandbox
+from metashift_lab.sandbox.faults import ASKED_ONLY, FAULTS, PHASES, RENAMED, FaultPlan
+from metashift_lab.sandbox.options import Options
+from metashift_lab.sandbox.servers import KINDS
+from metashift_lab.servers import ServerStartError
 
 #: Longest one run may take, start to cleanup (seconds): past it, the run counts as stuck.
 RUN_LIMIT = 1800

@@ -1,12 +1,12 @@
 """``metashift bench copy`` as a script of the checkout: the benchmark is
-``metashift.benchmarks.copy`` (see there), so that it runs from an installed package too.
+``metashift_lab.benchmarks.copy`` (see there), so that it runs from an installed package too.
 
     .venv/bin/python bench/copy_bench.py --topics 17000      # ~100k nodes
 """
 
 import sys
 
-from metashift.benchmarks.copy import main
+from metashift_lab.benchmarks.copy import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -65,7 +65,7 @@ from bench.floors import (
 )
 from bench.grpc_hop import Hop
 from bench.raw_etcd import raw_etcd_path
-from metashift.local_servers import LocalEtcd, LocalZooKeeper
+from metashift_lab.servers import LocalEtcd, LocalZooKeeper
 
 OPS = ["get", "put", "create"]
 HOP = "gRPC hop (echo)"

@@ -20,8 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checker is test code: tests/
 
-from tests.histories import simulate
-from tests.linearizability import check
+from metashift_lab.linearizability.checker import check
+from metashift_lab.linearizability.simulate import simulate
 
 
 def main() -> int:

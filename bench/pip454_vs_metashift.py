@@ -4,7 +4,7 @@ A benchmark, not a test.
 
 Two runs, one after the other, each a fresh cluster (a bookie and two brokers, ledgers rolling every
 20 entries; producers and consumers counting every message, the admin loop), migrated from ZooKeeper
-into Oxia under that traffic (``metashift.pulsar_cluster.side_by_side``):
+into Oxia under that traffic (``metashift_lab.pulsar_cluster.side_by_side``):
 
 1. PIP-454: born on ZooKeeper with no agent (brokers on ``zk:``, the bookie on ``metadata-store:zk:``);
    ``POST /admin/v2/metadata/migration/start?target=oxia://...`` (what ``pulsar-admin
@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from metashift.pulsar_cluster import PulsarRelease, find_release
-from metashift.pulsar_cluster.side_by_side import KINDS, Side, measure, table
+from metashift_lab.pulsar_cluster import PulsarRelease, find_release
+from metashift_lab.pulsar_cluster.side_by_side import KINDS, Side, measure, table
 
 RELEASE = "4.2.4"
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 import metashift
-from metashift.local_servers import LocalEtcd, LocalZooKeeper
+from metashift_lab.servers import LocalEtcd, LocalZooKeeper
 
 
 async def _measure(n: int, op: Callable[[int], Awaitable[object]]) -> dict[str, float]:

@@ -65,7 +65,7 @@ from bench.floors import (
 )
 from bench.raw_etcd import raw_etcd_path
 from bench.zk_pipelined import PipelinedZk
-from metashift.local_servers import LocalEtcd, LocalZooKeeper, free_port
+from metashift_lab.servers import LocalEtcd, LocalZooKeeper, free_port
 
 OPS = ["get", "set", "create"]
 BARE = "bare proxy -> zookeeper"

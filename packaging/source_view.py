@@ -21,10 +21,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = (".py", ".pyi")
-#: Packages of the checkout that are not installed (import-linter's other roots): linked whole, so
-#: that a tool run inside the view finds them beside ``metashift`` (and no ``metashift`` of the
+#: The other roots of import-linter (packages of the checkout, and the lab's): linked whole, so that
+#: a tool run inside the view finds them beside ``metashift`` (and no ``metashift`` of the
 #: checkout's root, which is not the package as it installs).
-BESIDE = ("tests", "bench")
+BESIDE = {"tests": "tests", "bench": "bench", "metashift_lab": "lab/metashift_lab"}
 
 
 def source_dir(package: str, mapping: dict[str, str]) -> Path:
@@ -52,8 +52,8 @@ def build(view: Path) -> int:
             if entry.is_file() and (entry.suffix in SOURCES or entry.name == "py.typed"):
                 (dst / entry.name).symlink_to(entry)
                 linked += 1
-    for name in BESIDE:
-        (view / name).symlink_to(ROOT / name, target_is_directory=True)
+    for name, folder in BESIDE.items():
+        (view / name).symlink_to(ROOT / folder, target_is_directory=True)
     return linked
 
 

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from metashift.local_servers import LocalZooKeeper, free_port
-from metashift.sandbox.agents import AgentProcess, start_agents, stop_agents
+from metashift_lab.sandbox.agents import AgentProcess, start_agents, stop_agents
+from metashift_lab.servers import LocalZooKeeper, free_port
 
 FORGOTTEN = "127.0.0.1:8081"
 BYPASS = (f"broker {FORGOTTEN} is registered through a session no agent holds: restart it onto its agent's "

@@ -35,8 +35,8 @@ from typing import Any, NoReturn
 
 import pytest
 
-from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper, oxia_binary
 from metashift.stores import MetadataStore, StoreUnavailable, open_store, reserved
+from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper, oxia_binary
 
 
 async def eventually(check: Callable[[], bool | Awaitable[bool]], within: float = 10.0, what: str = "") -> None:

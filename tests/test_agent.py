@@ -22,7 +22,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from metashift import cli
 from metashift.agent.config import SCHEMA, ConfigError, build, env_name, load
 from metashift.client import AgentClient
-from metashift.local_servers import free_port
+from metashift_lab.servers import free_port
 from tests.harness import Gateways, eventually
 
 ROOT = Path(__file__).resolve().parent.parent

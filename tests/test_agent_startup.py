@@ -91,7 +91,7 @@ async def test_socket_mode_wider_than_0660_without_a_token_warns(zk_url: str, tm
 
 
 async def test_allow_insecure_tcp_warns(zk_url: str, tmp_path: Path) -> None:
-    from metashift.local_servers import free_port
+    from metashift_lab.servers import free_port
 
     config = tmp_path / "agent.toml"
     config.write_text(

@@ -17,13 +17,13 @@ import pytest
 
 from metashift.copy import ledger_ids
 from metashift.copy.rules import Rules
-from metashift.sample_tree import generate
 from metashift.spark.copy import copy_tree
 from metashift.spark.report import CopyConflict
 from metashift.spark.session import get_context, stop_context
 from metashift.spark.verify import verify_tree
 from metashift.stores import Restore, Store, open_store, paths
 from metashift.stores.sequence_floors import floors_root, read_floor
+from metashift_lab.sample_tree import generate
 from tests.ledger_id_generators import PulsarLedgerIdGenerator
 from tests.oxia_raw import raw_record
 

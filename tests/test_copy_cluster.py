@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from metashift.local_servers import LocalEtcd, LocalZooKeeper, free_port
+from metashift_lab.servers import LocalEtcd, LocalZooKeeper, free_port
 
 READY_SECONDS = 300.0  # a loaded two-core machine started a worker in over a minute
 

@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from metashift.local_servers import free_port
 from metashift.spark.copy import copy_tree
 from metashift.spark.report import SameStore
 from metashift.spark.verify import verify_tree
 from metashift.stores import InvalidStoreURL, Store, StoreFull, StoreUnavailable, open_store
+from metashift_lab.servers import free_port
 from tests.test_copy import snapshot, spark  # noqa: F401  (the session's Spark fixture)
 
 

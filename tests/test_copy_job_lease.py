@@ -13,8 +13,8 @@ import pytest
 from metashift.coordinator.cleanup import empty_target, target_paths
 from metashift.coordinator.copy_runner import CopyRunner
 from metashift.coordinator.driver import Deposed
-from metashift.sample_tree import generate
 from metashift.stores import open_store
+from metashift_lab.sample_tree import generate
 from tests.harness import eventually
 
 pytestmark = pytest.mark.timeout(600)

@@ -13,10 +13,10 @@ import pytest
 from metashift import StoreUnavailable
 from metashift.agent.config import ConfigError, build
 from metashift.client import AgentClient, connect
-from metashift.local_servers import free_port
 from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+from metashift_lab.servers import free_port
 from tests.certs import Certificates, make_certificates
 from tests.harness import Gateways, eventually, user_roots
 

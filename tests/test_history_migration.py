@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 
 from metashift.migration.phase import Phase
-from metashift.sandbox.chaos import ChaosSandbox
-from metashift.sandbox.faults import FaultPlan
-from metashift.sandbox.history import CAS, CREATE, OK, READ, UNKNOWN, UPDATE, WRITE, Operation
-from metashift.sandbox.options import Options
-from tests.linearizability import check
+from metashift_lab.linearizability.checker import check
+from metashift_lab.sandbox.chaos import ChaosSandbox
+from metashift_lab.sandbox.faults import FaultPlan
+from metashift_lab.sandbox.history import CAS, CREATE, OK, READ, UNKNOWN, UPDATE, WRITE, Operation
+from metashift_lab.sandbox.options import Options
 
 pytestmark = pytest.mark.timeout(1200)
 

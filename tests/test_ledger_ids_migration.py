@@ -20,8 +20,8 @@ from kazoo.client import KazooClient
 from metashift.coordinator import control
 from metashift.copy import ledger_ids
 from metashift.migration.phase import Phase
-from metashift.sample_tree import generate
 from metashift.stores import Store
+from metashift_lab.sample_tree import generate
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually
 from tests.ledger_id_generators import KazooLongLedgerIdGenerator, PulsarLedgerIdGenerator

@@ -17,11 +17,11 @@ from typing import Any
 import pytest
 
 from metashift.copy import counters, ledger_ids
-from metashift.local_servers import oxia_binary
 from metashift.spark.session import get_context, stop_context
 from metashift.stores import open_store
 from metashift.stores.oxia.keys import Keys as OxiaKeys
 from metashift.stores.sequence_floors import floored_parents
+from metashift_lab.servers import oxia_binary
 from tests.test_ledger_ids import HOB_1, LAYOUT_HIERARCHICAL, ROOT, RULES, _issue, _pair
 
 

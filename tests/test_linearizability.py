@@ -11,7 +11,9 @@ import random
 
 import pytest
 
-from metashift.sandbox.history import (
+from metashift_lab.linearizability.checker import check
+from metashift_lab.linearizability.simulate import LOST_WRITE, STALE_CAS, STALE_READ, simulate
+from metashift_lab.sandbox.history import (
     CAS,
     CREATE,
     DELETE,
@@ -25,8 +27,6 @@ from metashift.sandbox.history import (
     History,
     Operation,
 )
-from tests.histories import LOST_WRITE, STALE_CAS, STALE_READ, simulate
-from tests.linearizability import check
 
 
 def op(process: str, f: str, invoke: int, complete: int | None, *, key: str = "k", value: bytes | None = None,
@@ -320,7 +320,7 @@ def test_every_window_of_a_linearizable_history_is_linearizable() -> None:
     """What makes the printed window a witness: cutting a linearizable history anywhere (the
     operations across the cut unknown, the register in any state at the start) never makes it
     non-linearizable."""
-    from tests.linearizability import ANY, _prepare, _relevant, _search
+    from metashift_lab.linearizability.checker import ANY, _prepare, _relevant, _search
 
     rng = random.Random(3)
     for seed in range(10):

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from metashift.local_servers import LocalEtcd, LocalZooKeeper, ServerStartError
+from metashift_lab.servers import LocalEtcd, LocalZooKeeper, ServerStartError
 
 
 @pytest.fixture

@@ -18,8 +18,8 @@ from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.participants import ParticipantRecord
 from metashift.migration.phase import Phase
-from metashift.sample_tree import generate
 from metashift.stores import open_store
+from metashift_lab.sample_tree import generate
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually, retry_while_unavailable
 

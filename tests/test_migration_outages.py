@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from metashift.coordinator import control
-from metashift.local_servers import LocalEtcd, LocalOxia
 from metashift.migration.phase import Phase
-from metashift.sample_tree import generate
+from metashift_lab.sample_tree import generate
+from metashift_lab.servers import LocalEtcd, LocalOxia
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually, stop_process_group
 from tests.test_migration import _copy_job_paused, _finish_and_check, _hold_preparation, eventually_status

@@ -15,7 +15,7 @@ from metashift.coordinator.driver import Coordinator
 from metashift.coordinator.passes import Passes, PassResult
 from metashift.migration.flag import MigrationFlag, read_flag
 from metashift.migration.phase import Phase
-from metashift.sample_tree import generate
+from metashift_lab.sample_tree import generate
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually
 

@@ -13,7 +13,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from metashift.local_servers import free_port
+from metashift_lab.servers import free_port
 from tests.harness import Gateways, require_part
 
 PACKAGING = Path(__file__).resolve().parent.parent / "packaging"

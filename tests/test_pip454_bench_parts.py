@@ -5,10 +5,10 @@ the table."""
 
 from __future__ import annotations
 
-from metashift.pulsar_cluster import evidence
-from metashift.pulsar_cluster.pip454_run import Pip454Logs, _reason
-from metashift.pulsar_cluster.side_by_side import METASHIFT, PIP454, Side, table
-from metashift.pulsar_cluster.target_check import summarize_verify
+from metashift_lab.pulsar_cluster import evidence
+from metashift_lab.pulsar_cluster.pip454_run import Pip454Logs, _reason
+from metashift_lab.pulsar_cluster.side_by_side import METASHIFT, PIP454, Side, table
+from metashift_lab.pulsar_cluster.target_check import summarize_verify
 
 SWITCH_MS = 1_700_000_010_000
 

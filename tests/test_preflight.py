@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.migration import paths
 from metashift.stores import MetadataStore, open_store
+from metashift_lab.servers import LocalEtcd, LocalZooKeeper
 from tests.agent_processes import BYPASS, FORGOTTEN, Agents, Member, cli, hosts_of, member_cluster
 from tests.harness import eventually
 

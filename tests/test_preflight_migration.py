@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from metashift.local_servers import LocalEtcd, LocalZooKeeper
 from metashift.migration.flag import MigrationFlag, read_flag
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore
+from metashift_lab.servers import LocalEtcd, LocalZooKeeper
 from tests.agent_processes import FORGOTTEN, Agents, Member, cli, hosts_of, member_cluster
 from tests.harness import eventually
 

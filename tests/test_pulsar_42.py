@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from metashift.pulsar_cluster import PulsarNotInstalled, find_release
+from metashift_lab.pulsar_cluster import PulsarNotInstalled, find_release
 from tests.harness import require_part
 
 pytestmark = pytest.mark.timeout(1800)

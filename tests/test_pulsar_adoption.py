@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from metashift.pulsar_cluster import PulsarNotInstalled, find_release
-from metashift.pulsar_cluster.adoption import FORCE_REASON
+from metashift_lab.pulsar_cluster import PulsarNotInstalled, find_release
+from metashift_lab.pulsar_cluster.adoption import FORCE_REASON
 from tests.harness import require_part
 
 pytestmark = pytest.mark.timeout(1800)

@@ -9,9 +9,9 @@ import zipfile
 import pytest
 
 from metashift.migration import paths
-from metashift.pulsar_cluster import PulsarNotInstalled, PulsarRelease, find_release
-from metashift.pulsar_cluster.release import LTS_VERSION, RELEASES
 from metashift.stores import InvalidPath, reserved
+from metashift_lab.pulsar_cluster import PulsarNotInstalled, PulsarRelease, find_release
+from metashift_lab.pulsar_cluster.release import LTS_VERSION, RELEASES
 from tests.harness import require_part
 
 #: Where PIP-454 keeps its flag and participants, as ``MigrationState`` of 4.2 says (constants).

@@ -20,8 +20,8 @@ from metashift.coordinator import control
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
-from metashift.sample_tree import generate
 from metashift.stores import open_store
+from metashift_lab.sample_tree import generate
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metashift import Store
-from metashift.sample_tree import generate
+from metashift_lab.sample_tree import generate
 
 TOPICS = 60
 

@@ -15,7 +15,7 @@ import pytest
 
 import metashift
 from metashift import AuthFailed, StoreUnavailable
-from metashift.local_servers import EtcdTLS, LocalEtcd, LocalZooKeeper
+from metashift_lab.servers import EtcdTLS, LocalEtcd, LocalZooKeeper
 from tests.certs import make_certificates
 
 

@@ -406,7 +406,7 @@ async def test_server_stopped_and_restarted(backend: str, fresh_servers: Any, op
 
 
 async def test_unreachable_server_is_store_unavailable(backend: str) -> None:
-    from metashift.local_servers import free_port
+    from metashift_lab.servers import free_port
 
     if backend.startswith(GATEWAY):  # no agent listening: the client cannot open its session
         from metashift.client import connect
@@ -434,7 +434,7 @@ async def test_timestamps(store: MetadataStore, backend: str) -> None:
 
 async def test_several_hosts_with_one_down(backend: str, request: pytest.FixtureRequest, open_backend: Any) -> None:
     """A URL lists several servers; a dead one is skipped (through the gateway: the agent's URL)."""
-    from metashift.local_servers import free_port
+    from metashift_lab.servers import free_port
 
     store_url = str(request.getfixturevalue(f"{store_kind(backend)}_url"))
     scheme, rest = store_url.split("://", 1)

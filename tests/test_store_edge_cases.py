@@ -23,9 +23,9 @@ from metashift import (
     StoreUnavailable,
     ValueTooLarge,
 )
-from metashift.local_servers import LocalZooKeeper
 from metashift.stores import DeleteOp, PutOp, parse_url
 from metashift.stores.zookeeper import ZooKeeperStore
+from metashift_lab.servers import LocalZooKeeper
 from tests.harness import eventually, retry_while_unavailable
 
 

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from metashift.local_servers import LocalOxia, oxia_binary
 from metashift.stores import BadVersion, NotEmpty, Restore, SessionEvent, Store, open_store
 from metashift.stores.oxia import OxiaStore
 from metashift.stores.oxia.connection import Shard
 from metashift.stores.oxia.proto import client_pb2 as pb
 from metashift.stores.oxia.session import owner_id
+from metashift_lab.servers import LocalOxia, oxia_binary
 from tests.harness import eventually, retry_while_unavailable
 
 

@@ -22,7 +22,7 @@ from kazoo.protocol.states import KazooState
 
 from metashift.coordinator import control
 from metashift.migration.phase import Phase
-from metashift.sample_tree import generate
+from metashift_lab.sample_tree import generate
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually
 from tests.oxia_raw import raw_record

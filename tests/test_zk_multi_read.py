@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from metashift.local_servers import LocalZooKeeper
 from metashift.stores import NodeRead, Restore, open_store
 from metashift.stores.zookeeper.bulk import ZooKeeperBulk
+from metashift_lab.servers import LocalZooKeeper
 
 
 def _received(server: LocalZooKeeper) -> int:

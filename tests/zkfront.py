@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from metashift.local_servers import LocalZooKeeper
+from metashift_lab.servers import LocalZooKeeper
 from tests.harness import Gateways
 
 TARGETS = ("zookeeper", "agent-zk", "agent-etcd", "agent-oxia")

@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 
-from metashift.local_servers import LocalEtcd, LocalZooKeeper
-from metashift.sample_tree import generate
 from metashift.stores import open_store
+from metashift_lab.sample_tree import generate
+from metashift_lab.servers import LocalEtcd, LocalZooKeeper
 
 
 async def run_demo(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """``metashift copy --verify`` against this machine's floor and a naive baseline, from one run
 (a benchmark, not a test).
 
-On one generated tree (``metashift.sample_tree``, or ``--flat N`` nodes at version 0 under one
+On one generated tree (``metashift_lab.sample_tree``, or ``--flat N`` nodes at version 0 under one
 parent) on a local ZooKeeper, copied to a local etcd with its default 2 GiB quota (or, with
 ``--target-kind oxia``, to a local Oxia standalone server of 4 shards):
 
@@ -11,7 +11,7 @@ parent) on a local ZooKeeper, copied to a local etcd with its default 2 GiB quot
   (as many etcd writes as the copy makes: the sum of V+1 over the nodes, and the steps of the
   sequence counters, in txns of 128 distinct keys, several in flight; into Oxia: every node
   written once with the version overrides a copy uses, pipelined per shard:
-  ``metashift.benchmarks.oxia_floor``) and ``verify_reads`` (the source read once more);
+  ``metashift_lab.benchmarks.oxia_floor``) and ``verify_reads`` (the source read once more);
 - ``floor_multi_read``: the same with the reads in ZooKeeper's multiRead requests, as the copy
   and the verification read (a getData inside a multiRead costs ZooKeeper a fraction of a
   request of its own): the lower floor, and the copy's ratio to it;
@@ -57,13 +57,13 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from metashift.benchmarks.counters import beside_fresh
-from metashift.benchmarks.oxia_floor import raw_oxia_writes
 from metashift.copy.ledger_ids import issued_below
 from metashift.copy.rules import Rules
-from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper
-from metashift.sample_tree import generate
 from metashift.stores import DeleteOp, PutOp, Restore, Store, open_store
+from metashift_lab.benchmarks.counters import beside_fresh
+from metashift_lab.benchmarks.oxia_floor import raw_oxia_writes
+from metashift_lab.sample_tree import generate
+from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper
 
 
 def _rss_kb(pid: int) -> int:
@@ -299,7 +299,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                         help="the target store (default etcd); its floor is its own raw writes")
     parser.add_argument("--beside-fresh", action="store_true",
                         help="copy the tree with --ledger-ids N issued and the same tree with a fresh generator, "
-                             "side by side (metashift.benchmarks.counters); no floor, no baseline")
+                             "side by side (metashift_lab.benchmarks.counters); no floor, no baseline")
     parser.add_argument("--rounds", type=int, default=2, help="with --beside-fresh: copies of each tree")
     args = parser.parse_args(argv)
     if args.beside_fresh:

@@ -19,14 +19,14 @@ import sys
 import time
 from typing import Any
 
-from metashift.local_servers import LocalEtcd, LocalZooKeeper
-from metashift.sample_tree import generate
 from metashift.stores import open_store
+from metashift_lab.sample_tree import generate
+from metashift_lab.servers import LocalEtcd, LocalZooKeeper
 
 #: the trees' chroots on the ZooKeeper: a fresh generator, and one that handed out ``--ledger-ids``
 TREES = ("fresh", "issued")
 
-RunCopy = Any  # metashift.benchmarks.copy._run_copy (passed in: no import cycle)
+RunCopy = Any  # metashift_lab.benchmarks.copy._run_copy (passed in: no import cycle)
 
 
 async def _make(url: str, topics: int, seed: int, ledger_ids: int) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from metashift.sandbox.history import (
+from metashift_lab.sandbox.history import (
     CAS,
     CREATE,
     DELETE,

@@ -9,7 +9,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from metashift.sandbox.history import CAS, CREATE, DELETE, READ, UPDATE, WRITE, Operation
+from metashift_lab.sandbox.history import CAS, CREATE, DELETE, READ, UPDATE, WRITE, Operation
 
 #: The mix of operations a simulated client draws from.
 MIX = ((READ, 40), (WRITE, 12), (UPDATE, 8), (CAS, 25), (CREATE, 8), (DELETE, 7))

@@ -1,6 +1,6 @@
 """A real Apache Pulsar cluster on loopback, each process beside its own metashift agent.
 
-ZooKeeper and etcd (``metashift.local_servers``), one ``metashift agent --zk-listen`` process per
+ZooKeeper and etcd (``metashift_lab.servers``), one ``metashift agent --zk-listen`` process per
 Pulsar process, the cluster's metadata initialized through an agent
 (``PulsarClusterMetadataSetup``), a BookKeeper bookie and two brokers of the stock Pulsar release
 that ``make setup`` fetched from Maven Central (``.cache/pulsar``); producers and consumers of the

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper, free_port
-from metashift.sandbox.agents import AgentProcess, start_agents, stop_agents
+from metashift_lab.sandbox.agents import AgentProcess, start_agents, stop_agents
+from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper, free_port
 
 from . import configs
 from .processes import JavaProcess, ProcessStartError

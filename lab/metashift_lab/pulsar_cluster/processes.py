@@ -11,7 +11,7 @@ import signal
 import time
 from pathlib import Path
 
-from metashift.sandbox.agents import die_with_parent
+from metashift_lab.sandbox.agents import die_with_parent
 
 #: Seconds a JVM gets after SIGTERM before SIGKILL.
 STOP_GRACE = 20.0

@@ -20,8 +20,8 @@ from typing import Any
 
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
-from metashift.sandbox.report import freeze_window
 from metashift.stores import open_store
+from metashift_lab.sandbox.report import freeze_window
 
 from . import evidence, workload
 from .admin import PulsarAdmin, pulsar_admin

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from metashift.coordinator.progress import pass_timing
-from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper
+from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper
 
 from .agents import run_cli_json
 

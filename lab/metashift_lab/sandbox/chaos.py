@@ -15,10 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from metashift.local_servers import free_port
 from metashift.migration import paths
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStoreError, open_store
+from metashift_lab.servers import free_port
 
 from .agents import AgentProcess
 from .faults import FaultInjector, FaultPlan, say

@@ -51,7 +51,7 @@ class Options:
     """With ``pulsar``: the cluster starts on the source store directly and adopts its agents by a
     rolling restart, ``migrate check`` before and after each step (always so on an etcd source)."""
     pulsar_version: str | None = None
-    """With ``pulsar``: the release to run (``metashift.pulsar_cluster.release.RELEASES``; the LTS
+    """With ``pulsar``: the release to run (``metashift_lab.pulsar_cluster.release.RELEASES``; the LTS
     line's by default)."""
     forget: str | None = None
     """With ``adopt``: the member left on the store at first (named by the check, refused by

@@ -1,6 +1,6 @@
 """``metashift sandbox --pulsar``: the migration of a real Apache Pulsar cluster on this machine.
 
-The stock release ``make setup`` fetched (``metashift.pulsar_cluster``): the source and target
+The stock release ``make setup`` fetched (``metashift_lab.pulsar_cluster``): the source and target
 stores, a bookie and two brokers each beside its own ``metashift agent --zk-listen``, producers and consumers
 of the Python client on persistent and partitioned topics in two namespaces, namespace policy
 updates and topic changes all along; ``metashift migrate start --wait``; every message accounted
@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from metashift.coordinator import control
-from metashift.pulsar_cluster import PulsarCluster, PulsarNotInstalled, PulsarStartError, find_release, scenario
-from metashift.pulsar_cluster.adoption import Adoption
-from metashift.pulsar_cluster.cluster import STORE_NAMES
-from metashift.pulsar_cluster.figures import PulsarFigures
 from metashift.stores import open_store
+from metashift_lab.pulsar_cluster import PulsarCluster, PulsarNotInstalled, PulsarStartError, find_release, scenario
+from metashift_lab.pulsar_cluster.adoption import Adoption
+from metashift_lab.pulsar_cluster.cluster import STORE_NAMES
+from metashift_lab.pulsar_cluster.figures import PulsarFigures
 
 from .options import Options, say
 from .report import SandboxReport

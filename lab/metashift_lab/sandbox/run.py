@@ -22,12 +22,12 @@ import time
 from pathlib import Path
 
 from metashift.coordinator import control
-from metashift.local_servers import ServerStartError, free_port
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
-from metashift.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
 from metashift.stores import MetadataStore, MetadataStoreError, Notification, StoreUnavailable, open_store
+from metashift_lab.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
+from metashift_lab.servers import ServerStartError, free_port
 
 from .agents import AgentProcess, AgentStartError, run_cli_json, start_agents, stop_agents
 from .beside_copy import copy_beside

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from metashift.local_servers import LocalEtcd, LocalOxia, LocalZooKeeper
+from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper
 
 #: A local server of any kind.
 LocalServer = LocalZooKeeper | LocalEtcd | LocalOxia
