@@ -27,6 +27,9 @@ from typing import Any
 
 import pytest
 
+from metashift.stores import open_store
+from metashift_lab.sample_tree import generate
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "metashift"
 
@@ -95,9 +98,15 @@ def test_the_wheel_holds_every_file_of_the_package(wheel: Path) -> None:
     expected = package_files(_tracked_files())
     assert "metashift/spark/log4j2.properties" in expected and "metashift/proto/v1/gateway.proto" in expected
     with zipfile.ZipFile(wheel) as z:
-        held = {n for n in z.namelist() if n.startswith(PACKAGE + "/")}
+        names = z.namelist()
+        links = [i.filename for i in z.infolist() if (i.external_attr >> 16) & 0o170000 == 0o120000]
+    held = {n for n in names if n.startswith(PACKAGE + "/")}
     missing = sorted(expected - held)
     assert not missing, f"not in the wheel (package-data in pyproject.toml?): {missing}"
+    # what a node installs: the runtime alone, no lab, no test, no link
+    assert not [n for n in names if n.startswith(("metashift_lab", "lab/", "tests/", "bench/"))], names
+    assert not [n for n in held if "/sandbox/" in n or "/pulsar_cluster/" in n or "/benchmarks/" in n], held
+    assert links == []
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +139,7 @@ def run_installed(bin_dir: Path, *args: str, cwd: Path) -> subprocess.CompletedP
     )
 
 
-def test_copy_and_verify_run_from_the_installed_wheel(
+async def test_copy_and_verify_run_from_the_installed_wheel(
     installed: Path, zk_url: str, etcd_url: str, tmp_path: Path
 ) -> None:
     where = run_installed(installed, "python", "-c", "import metashift; print(metashift.__file__)", cwd=tmp_path)
@@ -141,8 +150,14 @@ def test_copy_and_verify_run_from_the_installed_wheel(
     missing = sorted(f for f in package_files(_tracked_files()) if not (site_packages / f).is_file())
     assert not missing, f"not installed: {missing}"
 
-    generated = run_installed(installed, "metashift", "generate", "--target", zk_url, "--topics", "5", cwd=tmp_path)
-    assert generated.returncode == 0, generated.stderr
+    # the lab is not in the wheel: a sample tree comes from here, its commands are said to be the lab's
+    store = await open_store(zk_url, watch=False)
+    try:
+        await generate(store, 5, 1)
+    finally:
+        await store.close()
+    lab = run_installed(installed, "metashift", "generate", "--target", zk_url, "--topics", "5", cwd=tmp_path)
+    assert lab.returncode == 2 and "a command of metashift's lab" in lab.stderr, lab.stderr
 
     copied = run_installed(
         installed, "metashift", "copy", "--source", zk_url, "--target", etcd_url, "--verify", "--json",

@@ -4,3 +4,11 @@
 (``servers``), Pulsar-shaped sample trees (``sample_tree``), the linearizability checker
 (``linearizability``), and the ``metashift`` commands that run them (``commands``: sandbox, demo,
 servers, generate, bench). It imports metashift; metashift never imports it."""
+
+from pathlib import Path
+
+#: The checkout the lab runs from (``lab/metashift_lab/`` is two levels below it): where
+#: ``make setup`` keeps what it fetched, in ``.cache/`` (Oxia's server, the Pulsar releases).
+CHECKOUT = Path(__file__).resolve().parent.parent.parent
+CACHE = CHECKOUT / ".cache"
+

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from metashift_lab import CACHE
+
 ZOOKEEPER_CLASSPATH = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 _live: weakref.WeakSet[_LocalServer] = weakref.WeakSet()
 
@@ -360,7 +362,7 @@ class LocalEtcd(_LocalServer):
 
 #: Where ``make setup`` puts the Oxia server (``shared/tools/oxia/install.sh``), relative to the
 #: repository; ``METASHIFT_OXIA`` names another binary.
-OXIA_BINARY = Path(__file__).resolve().parent.parent / ".cache" / "oxia" / "oxia"
+OXIA_BINARY = CACHE / "oxia" / "oxia"
 
 
 def oxia_binary() -> str | None:

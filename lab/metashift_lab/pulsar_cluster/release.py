@@ -14,6 +14,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from metashift_lab import CACHE
+
 #: Environment variable naming the folder that holds ``<version>/lib/`` and ``admin-lib/`` (default:
 #: the checkout's ``.cache/pulsar``, filled by ``make setup``).
 HOME_ENV = "METASHIFT_PULSAR_HOME"
@@ -86,7 +88,7 @@ class PulsarRelease:
 
 def default_home() -> Path:
     """``.cache/pulsar`` of the checkout this package runs from."""
-    return Path(__file__).resolve().parent.parent.parent / ".cache" / "pulsar"
+    return CACHE / "pulsar"
 
 
 def _version(lib: Path, artifact: str) -> str | None:
