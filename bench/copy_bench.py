@@ -6,7 +6,10 @@
 
 import sys
 
-from metashift_lab.benchmarks.copy import main
-
 if __name__ == "__main__":
+    from metashift import grpc_env
+
+    grpc_env.configure()  # before the benchmark's imports load gRPC
+    from metashift_lab.benchmarks.copy import main
+
     sys.exit(main())

@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (gRPC's environment is set before the imports that load gRPC)
 """Benchmark (not a test): the agent's gRPC gateway beside its floors, in one run.
 
 Starts a local ZooKeeper and etcd (unless URLs are given) and one ``metashift agent`` process per
@@ -35,8 +36,11 @@ from __future__ import annotations
 
 import os
 
-# set before gRPC loads: local servers are started (fork + exec) by this process
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+from metashift import grpc_env
+
+grpc_env.configure()  # before gRPC loads: this process starts local servers (fork + exec)
+
+# isort: split
 
 import argparse
 import asyncio

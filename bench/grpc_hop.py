@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (gRPC's environment is set before the imports that load gRPC)
 """A bare gRPC hop, the floor under any gateway written on grpcio in Python: an echo server in its
 own process (``grpc.aio`` on uvloop, the agent's settings from ``metashift.grpc_env``, a unix
 socket), and a path that calls it as ``metashift.client`` calls the agent (messages on one open
@@ -32,7 +33,9 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import metashift.grpc_env  # noqa: F401  (gRPC's environment, set before grpc loads)
+from metashift import grpc_env
+
+grpc_env.configure()  # the agent's gRPC environment, set before grpc loads
 
 # isort: split
 import grpc

@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (gRPC's environment is set before the imports that load gRPC)
 """Benchmark (not a test): ZooKeeper's client protocol through the agent beside its floors, in one run.
 
 Starts a local ZooKeeper and etcd, two ``metashift agent`` processes serving ZooKeeper's protocol
@@ -33,7 +34,11 @@ from __future__ import annotations
 
 import os
 
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+from metashift import grpc_env
+
+grpc_env.configure()  # before gRPC loads: this process starts local servers (fork + exec)
+
+# isort: split
 
 import argparse
 import asyncio

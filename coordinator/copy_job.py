@@ -26,6 +26,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from metashift import grpc_env
 from metashift.copy.rules import DEFAULT_COUNTERS, DEFAULT_LEDGERS_ROOTS, Rules
 from metashift.spark.copy import copy_tree
 from metashift.stores import MetadataStoreError
@@ -127,6 +128,7 @@ def _kill_tree() -> None:
 
 
 def main() -> int:
+    grpc_env.configure()  # first: nothing has loaded grpc yet
     job = json.loads(sys.stdin.readline())
     if job.get("lease_until") is not None:
         LeaseWatch(float(job["lease_until"])).start()

@@ -4,8 +4,6 @@ The names a user script needs are here: ``await metashift.open_store("zk://127.0
 and the store errors.
 """
 
-# first: gRPC reads its environment when it is first imported
-from metashift import grpc_env  # noqa: F401  (sets it)
 from metashift.stores import (
     AlreadyExists,
     AuthFailed,

@@ -1,12 +1,17 @@
-"""gRPC's environment, set before grpc is first imported (``metashift/__init__`` imports this
-module first): what metashift's processes need of gRPC, each unless the user set it already."""
+"""gRPC's environment: what metashift's processes need of gRPC, each unless the user set it
+already. gRPC reads it once, when it is first imported, so each entry point (``metashift.cli``,
+the copy job's and Spark children's mains, the tests' conftest, the benchmarks' scripts) calls
+``configure`` before anything loads grpc; importing metashift changes no process's environment."""
 
 import os
 
-# gRPC's fork handlers crash children forked while its threads run (local servers, Spark
-# launched from the agent); metashift never uses gRPC across a fork, so turn them off before
-# grpc is first imported.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
+def configure() -> None:
+    """Set gRPC's environment for this process and those it starts (idempotent)."""
+    # gRPC's fork handlers crash children forked while its threads run (local servers, Spark
+    # launched from the agent); metashift never uses gRPC across a fork
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    _experiments()
 
 
 def _experiments() -> None:
@@ -30,5 +35,3 @@ def _experiments() -> None:
     if (major, minor) >= (1, 85) and (major, minor) < (1, 90):
         os.environ["GRPC_EXPERIMENTS"] = "-event_engine_listener,-event_engine_client"
 
-
-_experiments()

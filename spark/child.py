@@ -20,6 +20,7 @@ import sys
 import time
 from typing import Any
 
+from metashift import grpc_env
 from metashift.stores.aio import run_loop
 
 _PR_SET_PDEATHSIG = 1
@@ -64,6 +65,7 @@ class ChildRun:
 
 
 def _main() -> int:
+    grpc_env.configure()  # first: nothing has loaded grpc yet
     parent = int(sys.argv[1])
     # Ctrl-C reaches the whole process group: the driver ends this child itself (``kill``)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -11,19 +11,13 @@ server get a dedicated one (``fresh_servers``), so the shared servers are never 
 
 from __future__ import annotations
 
-import os
-
-# Fault tests restart servers (fork + exec) while gRPC threads run in this process (aetcd, the
-# in-process agents); with gRPC's fork handlers on, the restarted etcd died of SIGSEGV. They are
-# only needed by children that keep using gRPC, which ours never do. Set before gRPC loads.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-
 import asyncio
 import contextlib
 import glob
 import inspect
 import io
 import itertools
+import os
 import re
 import shutil
 import signal

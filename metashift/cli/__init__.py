@@ -14,6 +14,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from importlib.metadata import entry_points
 from typing import Any
 
+from metashift import grpc_env
 from metashift.stores import MetadataStoreError
 from metashift.stores.aio import run_loop
 
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    grpc_env.configure()  # first: nothing has loaded grpc yet, which reads it once
     parser = build_parser()
     given = list(sys.argv[1:] if argv is None else argv)
     if given and given[0] in LAB_COMMANDS and given[0] not in _commands(parser):
