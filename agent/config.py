@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from metashift.agent.config_values import ConfigError, from_text, typed  # ConfigError: raised from here too
+from metashift.agent.requirements import missing_for_coordinator
 from metashift.stores import StoreURL, parse_url, reserved
 from metashift.stores.errors import InvalidPath, InvalidStoreURL
 
@@ -277,6 +278,8 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
                  "spark_delta_threshold", "ledgers_roots", "counters"):
         if values.get(f"coordinator.{attr}") not in (None, ""):
             coordinator = dataclasses.replace(coordinator, **{attr: values[f"coordinator.{attr}"]})
+    if coordinator.enabled and (missing := missing_for_coordinator()) is not None:
+        raise ConfigError("coordinator.enabled", f"is true but {missing}")
     kwargs["coordinator"] = coordinator
     if values.get("zookeeper.listen"):
         kwargs["zookeeper_listen"] = _zookeeper_listen(values["zookeeper.listen"], tls)

@@ -131,3 +131,53 @@ async def test_unauthenticated_answers_carry_the_error_trailers(
     assert type(refused.value).__name__ == "Unauthenticated" and not refused.value.write_may_have_happened
     client = await open_stores(agent.address, token="s3cret")
     assert await client.get("/anon") is None  # nothing was written
+
+
+# A coordinator candidate needs PySpark (the metashift[coordinator] extra) and a Java runtime; a node
+# whose agent never coordinates needs neither. PySpark is made absent the way Python itself blocks a
+# module (None in sys.modules), in a real `metashift agent --check-config` process.
+_WITHOUT_PYSPARK = "import sys; sys.modules['pyspark'] = None; from metashift.cli import main; sys.exit(main())"
+
+
+def _check_config(*args: str, code: str = _WITHOUT_PYSPARK, env: dict[str, str] | None = None) -> Any:
+    import os
+    import subprocess
+
+    return subprocess.run(
+        [sys.executable, "-c", code, "agent", "--check-config", *args],
+        capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
+    )
+
+
+def test_a_coordinator_candidate_without_pyspark_is_exit_2_naming_the_extra(zk_url: str) -> None:
+    done = _check_config("--source", zk_url)
+    assert done.returncode == cli.EXIT_USER_ERROR, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "coordinator.enabled" in lines[0] and "PySpark is not installed" in lines[0]
+    assert "metashift[coordinator]" in lines[0] and "coordinator.enabled = false" in lines[0]
+
+
+def test_a_node_that_never_coordinates_runs_without_pyspark(zk_url: str) -> None:
+    done = _check_config("--source", zk_url, env={"METASHIFT_COORDINATOR_ENABLED": "false"})
+    assert done.returncode == 0, done.stderr
+    assert "configuration ok" in done.stdout and "never (coordinator.enabled = false)" in done.stdout
+
+
+def test_a_coordinator_candidate_without_java_is_exit_2(zk_url: str, tmp_path: Path) -> None:
+    code = "import sys; from metashift.cli import main; sys.exit(main())"
+    done = _check_config("--source", zk_url, code=code, env={"JAVA_HOME": str(tmp_path)})
+    assert done.returncode == cli.EXIT_USER_ERROR, done.stderr
+    assert "coordinator.enabled" in done.stderr and f"JAVA_HOME={tmp_path} holds no bin/java" in done.stderr
+
+
+def test_copy_without_pyspark_is_exit_2_naming_it(zk_url: str) -> None:
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, "-c", _WITHOUT_PYSPARK, "copy", "--source", zk_url, "--target", zk_url + "/elsewhere"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == cli.EXIT_USER_ERROR, done.stderr
+    assert "runs a Spark job" in done.stderr and "PySpark is not installed" in done.stderr
+    assert "Traceback" not in done.stderr

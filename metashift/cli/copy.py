@@ -53,7 +53,19 @@ def _spark_job_flags(p: argparse.ArgumentParser) -> None:
 _CONFLICTS_SHOWN = 50
 
 
+def _spark_missing() -> bool:
+    """Say so (one line, stderr) when this node cannot run a Spark job: no PySpark or no Java."""
+    from metashift.agent.requirements import missing_for_coordinator
+
+    missing = missing_for_coordinator()
+    if missing is not None:
+        print(f"metashift: error: this command runs a Spark job, but {missing}", file=sys.stderr)
+    return missing is not None
+
+
 def _copy(args: argparse.Namespace) -> int:
+    if _spark_missing():
+        return 2
     from metashift.spark.copy import copy_tree
     from metashift.spark.report import CopyConflict, dumps, make_progress
 
@@ -82,6 +94,8 @@ def add_copy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    if _spark_missing():
+        return 2
     from metashift.spark.report import dumps, make_progress
     from metashift.spark.verify import verify_tree
 
