@@ -5,4 +5,4 @@ from metashift import grpc_env
 
 grpc_env.configure()
 
-pytest_plugins = ["tests.harness", "tests.zkfront", "tests.zkjava", "tests.agent_processes"]
+pytest_plugins = ["tests.harness", "tests.zkfront", "tests.zkjava", "tests.agent_processes", "tests.copy_support"]

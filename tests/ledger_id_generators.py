@@ -279,3 +279,18 @@ class KazooLongLedgerIdGenerator:
             self.zk.create(ledger_prefix + format_half_id(hob), b"")
         self.high_order_directories = None
         return self._generate_long_ledger_id()
+
+
+# ---- what the ledger-id tests share: BookKeeper's layout under /ledgers, ids handed out
+
+#: the default ledgers root (zkLedgersRootPath)
+ROOT = "/ledgers"
+HOB_1 = "/ledgers/idgen-long/HOB-0000000001"
+LAYOUT_HIERARCHICAL = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:2\n"
+LAYOUT_LEGACY = b"2\norg.apache.bookkeeper.meta.LegacyHierarchicalLedgerManagerFactory:1\n"
+
+
+async def issue_ids(store: MetadataStore, count: int) -> list[int]:
+    """``count`` ledger ids handed out on ``store`` as Pulsar's generator hands them out."""
+    generator = PulsarLedgerIdGenerator(store, ROOT)
+    return [await generator.generate_ledger_id() for _ in range(count)]

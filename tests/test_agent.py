@@ -201,10 +201,10 @@ async def test_agent_exits_non_zero_when_the_source_is_unreachable() -> None:
 
 
 async def test_stop_drains_calls_in_flight(gateways: Gateways, zk_url: str, open_stores: Callable[..., Any]) -> None:
-    from tests.test_gateway_gate import _SlowStore
+    from tests.gateway_support import SlowStore
 
     direct = await open_stores(zk_url)
-    agent = await gateways.start(zk_url, source=_SlowStore(direct, 0.5))
+    agent = await gateways.start(zk_url, source=SlowStore(direct, 0.5))
     client: AgentClient = await open_stores(agent.address, timeout=10)
     # four calls of their own (a deadline each: not coalesced into one Batch)
     writes = [asyncio.create_task(client.put(f"/inflight{i}", b"x", timeout=10)) for i in range(4)]

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -19,11 +19,11 @@ from metashift.copy import ledger_ids
 from metashift.copy.rules import Rules
 from metashift.spark.copy import copy_tree
 from metashift.spark.report import CopyConflict
-from metashift.spark.session import get_context, stop_context
 from metashift.spark.verify import verify_tree
 from metashift.stores import Restore, Store, open_store, paths
 from metashift.stores.sequence_floors import floors_root, read_floor
 from metashift_lab.sample_tree import generate
+from tests.copy_support import snapshot
 from tests.ledger_id_generators import PulsarLedgerIdGenerator
 from tests.oxia_raw import raw_record
 
@@ -33,27 +33,9 @@ TOPICS = 25
 RULES = Rules()
 
 
-@pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    context = get_context("local[2]")
-    yield context
-    stop_context()
-
-
 def url_of(request: pytest.FixtureRequest, backend: str, namespace: str, side: str) -> str:
     server = request.getfixturevalue(f"{backend}_server")
     return f"{server.url}{namespace}-{side}"
-
-
-async def snapshot(store: Store) -> dict[str, tuple[bytes, int, bool]]:
-    """Every node under the store's root: value, version, ephemeral."""
-    out: dict[str, tuple[bytes, int, bool]] = {}
-    async for page in store.walk():
-        for node in page:
-            got = await store.get(node.path)
-            if got is not None:
-                out[node.path] = (got[0], got[1].version, got[1].ephemeral)
-    return out
 
 
 async def fill(store: Store) -> None:

@@ -15,7 +15,7 @@ from metashift.spark.report import SameStore
 from metashift.spark.verify import verify_tree
 from metashift.stores import InvalidStoreURL, Store, StoreFull, StoreUnavailable, open_store
 from metashift_lab.servers import free_port
-from tests.test_copy import snapshot, spark  # noqa: F401  (the session's Spark fixture)
+from tests.copy_support import snapshot
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -71,7 +71,7 @@ async def test_unreachable_source(etcd_url: str) -> None:
         assert await target.get_children("/") == []
 
 
-async def test_target_out_of_room(source: Store, zk_url: str, fresh_servers: Any, spark: Any) -> None:  # noqa: F811
+async def test_target_out_of_room(source: Store, zk_url: str, fresh_servers: Any, spark: Any) -> None:
     before = await snapshot(source)
     etcd = fresh_servers.etcd(quota_backend_bytes=1_500_000)
     with pytest.raises(StoreFull) as info:

@@ -18,8 +18,8 @@ from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores.errors import BadVersion
+from tests.gateway_support import raw_session
 from tests.harness import Gateways
-from tests.test_gateway_sessions import _raw_session
 
 
 @pytest.fixture
@@ -80,7 +80,7 @@ async def test_calls_on_one_stream_are_answered_by_id_as_unary_calls_are(channel
 
 
 async def test_the_streams_session_applies_to_its_calls(channel: Any, direct: Any, agent: Any) -> None:
-    session_call, _started, metadata = await _raw_session(channel, pb.Hello(timeout_ms=5000, client_name="calls"))
+    session_call, _started, metadata = await raw_session(channel, pb.Hello(timeout_ms=5000, client_name="calls"))
     stub = pb_grpc.MetadataStoreStub(channel)
     answers = await _exchange(
         stub.Calls(metadata=metadata),

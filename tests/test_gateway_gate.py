@@ -19,7 +19,7 @@ from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import GetOp
 from metashift.stores.errors import MetadataStoreError
-from metashift.stores.ops import GetResult
+from tests.gateway_support import SlowStore
 from tests.harness import Gateways
 
 
@@ -167,41 +167,10 @@ async def test_held_write_past_its_deadline_fails_unavailable_and_writes_nothing
     assert agent.metrics.held_write_expired._value.get() == 2
 
 
-class _SlowStore(MetadataStore):
-    """A store whose writes take ``delay`` seconds: writes stay "in flight" long enough to drain."""
-
-    def __init__(self, inner: MetadataStore, delay: float) -> None:
-        super().__init__(inner.url)
-        self.inner = inner
-        self.delay = delay
-        self.max_value_size = inner.max_value_size
-
-    async def _get(self, path: str) -> GetResult:
-        return await self.inner.get(path)
-
-    async def _get_children(self, path: str) -> list[str]:
-        return await self.inner.get_children(path)
-
-    async def _exists(self, path: str) -> bool:
-        return await self.inner.exists(path)
-
-    async def _put(
-        self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
-    ) -> Stat:
-        await asyncio.sleep(self.delay)
-        return await self.inner.put(path, value, expected_version, ephemeral=ephemeral, sequential=sequential)
-
-    async def _delete(self, path: str, expected_version: int | None) -> None:
-        await self.inner.delete(path, expected_version)
-
-    async def close(self) -> None:
-        pass
-
-
 async def test_close_drains_writes_in_flight_and_counts_them(
     gateways: Gateways, zk_url: str, direct: Any, open_stores: Callable[..., Any]
 ) -> None:
-    agent = await gateways.start(zk_url, source=_SlowStore(direct, 0.3))
+    agent = await gateways.start(zk_url, source=SlowStore(direct, 0.3))
     client: AgentClient = await open_stores(agent.address)
     # five calls of their own (a deadline each: not coalesced into one Batch)
     in_flight = [asyncio.create_task(client.put(f"/drain{i}", b"x", timeout=30)) for i in range(5)]
@@ -348,7 +317,7 @@ async def test_a_released_write_that_has_not_resumed_yet_is_drained_by_a_close(
     assert (await held).version == 1
 
 
-class _SentStore(_SlowStore):
+class _SentStore(SlowStore):
     """A store whose put, once called, is on its way: it lands ``delay`` seconds later even if the
     caller stops waiting (a request already written to the server's socket)."""
 
@@ -398,7 +367,7 @@ async def test_a_caller_deadline_longer_than_hold_timeout_is_honoured(
     assert await direct.exists("/patient")
 
 
-class _CountingStore(_SlowStore):
+class _CountingStore(SlowStore):
     """Records how many puts were in the store at once."""
 
     def __init__(self, inner: MetadataStore, delay: float) -> None:

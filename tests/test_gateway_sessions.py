@@ -18,17 +18,8 @@ from metashift.client import AgentClient
 from metashift.proto import wire
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
+from tests.gateway_support import SlowStore, raw_session
 from tests.harness import Gateways, eventually
-from tests.test_gateway_gate import _SlowStore
-
-
-async def _raw_session(channel: grpc.aio.Channel, hello: pb.Hello) -> tuple[Any, Any, tuple[tuple[str, str], ...]]:
-    """A Session stream opened by hand, without the client library: the call, the agent's first
-    answer, and the call metadata that names the session."""
-    call = pb_grpc.SessionStub(channel).Open()
-    await call.write(pb.SessionRequest(hello=hello))
-    started = await call.read()
-    return call, started, ((wire.SESSION_KEY, started.started.session_id),)
 
 
 async def test_many_sessions_each_ephemeral_lives_as_long_as_its_own_session(
@@ -189,7 +180,7 @@ async def test_store_session_events_reach_clients(
 async def test_keepalive_timeout_ends_the_session(agent: Any, direct: Any) -> None:
     """A client that stops sending keep-alives (hung, not dead) loses its session and ephemerals."""
     async with grpc.aio.insecure_channel(agent.address) as channel:
-        call, started, md = await _raw_session(channel, pb.Hello(timeout_ms=700, client_name="silent"))
+        call, started, md = await raw_session(channel, pb.Hello(timeout_ms=700, client_name="silent"))
         assert started.WhichOneof("kind") == "started" and started.started.timeout_ms == 700
         put = pb_grpc.MetadataStoreStub(channel).Put
         await put(pb.PutRequest(path="/silent", value=b"x", ephemeral=True), metadata=md)
@@ -236,7 +227,7 @@ async def test_ephemeral_put_whose_caller_gave_up_is_still_tracked_and_deleted_w
     """The store applied an ephemeral put but its answer came after the client's deadline: the
     client gets StoreUnavailable (outcome unknown), and the agent must still know the ephemeral,
     so that it goes when the client's session ends rather than living on with the agent."""
-    class _SlowAnswer(_SlowStore):
+    class _SlowAnswer(SlowStore):
         """Applies a put at once, answers ``delay`` seconds later (a slow network back)."""
 
         async def _put(
@@ -264,7 +255,7 @@ async def test_session_closed_then_stream_cancelled_still_deletes_every_ephemera
 ) -> None:
     """A client sends CloseSession and goes away (cancels the stream) while the agent is still
     deleting its ephemerals: the deletion must go on to the last one."""
-    class _SlowDelete(_SlowStore):
+    class _SlowDelete(SlowStore):
         async def _put(
             self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
         ) -> Any:
@@ -277,7 +268,7 @@ async def test_session_closed_then_stream_cancelled_still_deletes_every_ephemera
     agent = await gateways.start(zk_url, source=_SlowDelete(direct, 0.5))
     await direct.put("/going", b"", expected_version=-1)
     async with grpc.aio.insecure_channel(agent.address) as channel:
-        call, _, md = await _raw_session(channel, pb.Hello(client_name="leaver"))
+        call, _, md = await raw_session(channel, pb.Hello(client_name="leaver"))
         put = pb_grpc.MetadataStoreStub(channel).Put
         for i in range(4):
             await put(pb.PutRequest(path=f"/going/e{i}", value=b"x", ephemeral=True), metadata=md)
@@ -300,10 +291,10 @@ async def test_batch_of_ephemerals_in_flight_when_the_session_ends_leaves_none_b
 ) -> None:
     """A batch of several ephemeral puts is in the store when its session ends: every one of them
     must go, not only the first."""
-    agent = await gateways.start(zk_url, source=_SlowStore(direct, 0.5))
+    agent = await gateways.start(zk_url, source=SlowStore(direct, 0.5))
     await direct.put("/bat", b"", expected_version=-1)
     async with grpc.aio.insecure_channel(agent.address) as channel:
-        call, _, md = await _raw_session(channel, pb.Hello(client_name="batcher"))
+        call, _, md = await raw_session(channel, pb.Hello(client_name="batcher"))
         ops = [pb.Op(put=pb.PutRequest(path=f"/bat/e{i}", value=b"x", ephemeral=True)) for i in range(3)]
         batch = pb_grpc.MetadataStoreStub(channel).Batch(pb.BatchRequest(ops=ops), metadata=md)
         await eventually(lambda: _true(agent.gate.in_flight == 1), what="the batch in the store")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,17 +20,19 @@ from metashift.copy import counters, ledger_ids
 from metashift.copy.delta import carry as delta_carry
 from metashift.copy.delta import check as delta_check
 from metashift.copy.rules import Rules
-from metashift.spark.session import get_context, stop_context
 from metashift.stores import Store, open_store
 from metashift.stores.sequence_floors import floor_path, floored_parents, raise_floor, read_floor, take_from_floor
+from tests.copy_support import store_pair
 from tests.harness import Gateways
-from tests.ledger_id_generators import KazooLongLedgerIdGenerator, PulsarLedgerIdGenerator
+from tests.ledger_id_generators import (
+    LAYOUT_HIERARCHICAL,
+    LAYOUT_LEGACY,
+    ROOT,
+    KazooLongLedgerIdGenerator,
+    issue_ids,
+)
 
 RULES = Rules()
-ROOT = "/ledgers"
-HOB_1 = "/ledgers/idgen-long/HOB-0000000001"
-LAYOUT_HIERARCHICAL = b"2\norg.apache.bookkeeper.meta.HierarchicalLedgerManagerFactory:2\n"
-LAYOUT_LEGACY = b"2\norg.apache.bookkeeper.meta.LegacyHierarchicalLedgerManagerFactory:1\n"
 
 
 @pytest.fixture(params=["zk", "etcd", "oxia"])
@@ -38,18 +40,6 @@ async def store(request: pytest.FixtureRequest, namespace: str) -> AsyncIterator
     server = request.getfixturevalue(f"{request.param}_server")
     async with await open_store(server.url + namespace) as s:
         yield s
-
-
-async def _pair(request: pytest.FixtureRequest, namespace: str, direction: str, tag: str = "") -> tuple[Store, Store]:
-    src, dst = direction.split("-to-")
-    source = await open_store(request.getfixturevalue(f"{src}_server").url + f"{namespace}{tag}-src")
-    target = await open_store(request.getfixturevalue(f"{dst}_server").url + f"{namespace}{tag}-dst")
-    return source, target
-
-
-async def _issue(store: Store, count: int) -> list[int]:
-    generator = PulsarLedgerIdGenerator(store, ROOT)
-    return [await generator.generate_ledger_id() for _ in range(count)]
 
 
 # ---- floors ---------------------------------------------------------------------------------------
@@ -92,15 +82,15 @@ async def test_next_id_is_the_one_pulsars_generator_hands_out(store: Store) -> N
     hands out next (or, where it must first create a HOB- node, at most that id)."""
     assert await ledger_ids.next_id(store, ROOT) == 0
     # the generator makes R/idgen first (on etcd that put is its counter's first step)
-    assert (await _issue(store, 1))[0] == (0 if store.url.scheme == "zk" else 1)
+    assert (await issue_ids(store, 1))[0] == (0 if store.url.scheme == "zk" else 1)
     for _ in range(3):
         want = await ledger_ids.next_id(store, ROOT)
-        assert (await _issue(store, 1))[0] == want
+        assert (await issue_ids(store, 1))[0] == want
     await store.advance_sequence_counter("/ledgers/idgen", 5_000)
-    assert await ledger_ids.next_id(store, ROOT) == 5_000 == (await _issue(store, 1))[0]
+    assert await ledger_ids.next_id(store, ROOT) == 5_000 == (await issue_ids(store, 1))[0]
     await store.put("/ledgers/idgen-long", b"")  # the switch to 63-bit ids, no HOB- node yet
     assert await ledger_ids.next_id(store, ROOT) == 1 << 32
-    first_long = (await _issue(store, 1))[0]
+    first_long = (await issue_ids(store, 1))[0]
     assert first_long >> 32 == 1 and first_long >= 1 << 32
     for name in ("HOB-0000000007", "HOB-x", "bogus", "HOB-3"):
         await store.put(f"/ledgers/idgen-long/{name}", b"")
@@ -108,7 +98,7 @@ async def test_next_id_is_the_one_pulsars_generator_hands_out(store: Store) -> N
     for _ in range(2):
         want = await ledger_ids.next_id(store, ROOT)
         assert want >> 32 == 7
-        assert (await _issue(store, 1))[0] == want
+        assert (await issue_ids(store, 1))[0] == want
     assert await ledger_ids.live_counter(store, ROOT) == "/ledgers/idgen-long/HOB-0000000007"
     assert await ledger_ids.hobs(store, ROOT) == [1, 3, 7]
 
@@ -127,12 +117,12 @@ async def test_generator_carried_in_the_same_writes_whatever_its_ids(
     sizes = {"zk": (1_000, 100_000), "etcd": (1_000, 10_000), "oxia": (1_000, 10**9)}[direction.split("-")[0]]
     writes = []
     for size in sizes:
-        source, target = await _pair(request, namespace, direction, f"-{size}")
+        source, target = await store_pair(request, namespace, direction, f"-{size}")
         try:
             await source.restore("/ledgers/LAYOUT", LAYOUT_HIERARCHICAL, 0)
-            before = await _issue(source, 3)
+            before = await issue_ids(source, 3)
             await source.advance_sequence_counter("/ledgers/idgen", size)
-            before += await _issue(source, 2)
+            before += await issue_ids(source, 2)
             assert before[-1] == size + 1
             carried = await counters.carry(source, target, "/ledgers/idgen", RULES)
             assert set(carried) == {"/ledgers/idgen-long", "/ledgers/idgen"}
@@ -141,7 +131,7 @@ async def test_generator_carried_in_the_same_writes_whatever_its_ids(
             assert jump.target >= 1 << 32
             assert (floor.carried, floor.source, floor.target) == ("floor", size + 2, size + 2)
             writes.append(sum(c.writes for c in carried.values()))
-            after = await _issue(target, 5)
+            after = await issue_ids(target, 5)
             assert after == sorted(set(after)) and after[0] >= 1 << 32 > max(before)
             assert await read_floor(target, "/ledgers/idgen") == size + 2
             states = await counters.check(source, target, "/ledgers/idgen", RULES)
@@ -158,13 +148,13 @@ async def test_generator_carried_in_the_same_writes_whatever_its_ids(
 async def test_long_ids_jump_to_a_new_hob_and_retire_the_old_ones(
     request: pytest.FixtureRequest, namespace: str, direction: str
 ) -> None:
-    source, target = await _pair(request, namespace, direction)
+    source, target = await store_pair(request, namespace, direction)
     try:
         await source.put("/ledgers/idgen-long", b"")
-        ids = await _issue(source, 2)  # HOB-0000000001 made by the generator
+        ids = await issue_ids(source, 2)  # HOB-0000000001 made by the generator
         await source.put("/ledgers/idgen-long/HOB-0000000004", b"")
         await source.advance_sequence_counter("/ledgers/idgen-long/HOB-0000000004", 9_000)
-        ids += await _issue(source, 3)
+        ids += await issue_ids(source, 3)
         assert ids[-1] == (4 << 32) | 9_002
         carried = await counters.carry(source, target, "/ledgers/idgen-long/HOB-0000000001", RULES)
         assert carried["/ledgers/idgen-long"].carried == "jump"
@@ -172,10 +162,10 @@ async def test_long_ids_jump_to_a_new_hob_and_retire_the_old_ones(
         assert carried["/ledgers/idgen-long/HOB-0000000004"].target == 9_003
         assert await read_floor(target, "/ledgers/idgen-long/HOB-0000000001") == await source.sequence_counter(
             "/ledgers/idgen-long/HOB-0000000001")  # fmt: skip
-        after = await _issue(target, 3)
+        after = await issue_ids(target, 3)
         assert after[0] >> 32 == 5 and min(after) > max(ids)
         # the source went on handing out ids (SYNCING): the same carry again raises the floors only
-        ids += await _issue(source, 4)
+        ids += await issue_ids(source, 4)
         again = await counters.carry(source, target, "/ledgers/idgen-long", RULES)
         assert again["/ledgers/idgen-long"].carried == "none"
         assert again["/ledgers/idgen-long/HOB-0000000004"].target == 9_007
@@ -191,7 +181,7 @@ async def test_a_plain_counter_keeps_its_exact_carry(request: pytest.FixtureRequ
     child there (Pulsar's etcd layout: the parent key's version; Oxia's: the parent's count of
     writes, moved in one write) is named after it."""
     for direction in ("zk-to-etcd", "etcd-to-zk", "zk-to-oxia", "oxia-to-zk"):
-        source, target = await _pair(request, namespace, direction, f"-{direction}")
+        source, target = await store_pair(request, namespace, direction, f"-{direction}")
         try:
             await source.put("/counters/producer-name", b"")
             await source.advance_sequence_counter("/counters/producer-name", 4_321)
@@ -211,7 +201,7 @@ async def test_a_plain_counter_keeps_its_exact_carry(request: pytest.FixtureRequ
 async def test_a_31_bit_layout_keeps_the_exact_carry(request: pytest.FixtureRequest, namespace: str) -> None:
     """BookKeeper's legacy hierarchical ledger manager hands out 31-bit ids only (R/LAYOUT says
     so): no jump to long ids, the short counter is carried exactly."""
-    source, target = await _pair(request, namespace, "zk-to-etcd")
+    source, target = await store_pair(request, namespace, "zk-to-etcd")
     try:
         await source.restore("/ledgers/LAYOUT", LAYOUT_LEGACY, 0)
         await source.put("/ledgers/idgen", b"")
@@ -219,7 +209,7 @@ async def test_a_31_bit_layout_keeps_the_exact_carry(request: pytest.FixtureRequ
         carried = await counters.carry(source, target, "/ledgers/idgen", RULES)
         assert {p: (c.carried, c.target) for p, c in carried.items()} == {"/ledgers/idgen": ("exact", 3000)}
         assert not await target.exists("/ledgers/idgen-long")
-        assert await _issue(target, 1) == [3000]
+        assert await issue_ids(target, 1) == [3000]
     finally:
         await source.close()
         await target.close()
@@ -230,16 +220,16 @@ async def test_the_freezes_delta_carries_a_generator_in_the_same_writes(
 ) -> None:
     """Ids handed out while writes flowed (a thousand, or fifty thousand): the last delta
     raises the retired counter's floor in one write, and checks the promise."""
-    source, target = await _pair(request, namespace, "zk-to-etcd")
+    source, target = await store_pair(request, namespace, "zk-to-etcd")
     try:
         await source.restore("/ledgers/LAYOUT", LAYOUT_HIERARCHICAL, 0)
-        await _issue(source, 1)
+        await issue_ids(source, 1)
         await counters.carry(source, target, "/ledgers/idgen", RULES)
         writes = []
         for more in (1_000, 50_000):
             at = await source.sequence_counter("/ledgers/idgen")
             await source.advance_sequence_counter("/ledgers/idgen", at + more)
-            issued = await _issue(source, 1)
+            issued = await issue_ids(source, 1)
             # what the change tracker saw: every id's node, made and deleted (and a node beside)
             changed = {f"/ledgers/idgen/ID-{i:010d}" for i in range(at, issued[0] + 1)} | {"/ledgers/LAYOUT"}
             report = await delta_carry(source, target, changed, RULES)
@@ -256,9 +246,9 @@ async def test_the_freezes_delta_carries_a_generator_in_the_same_writes(
 
 
 async def test_the_check_catches_a_counter_gone_back(request: pytest.FixtureRequest, namespace: str) -> None:
-    source, target = await _pair(request, namespace, "zk-to-etcd")
+    source, target = await store_pair(request, namespace, "zk-to-etcd")
     try:
-        await _issue(source, 5)
+        await issue_ids(source, 5)
         await counters.carry(source, target, "/ledgers/idgen", RULES)
         await target.delete(floor_path("/ledgers/idgen"))
         await target.delete("/ledgers/idgen-long")  # (etcd: its HOB- key stays, but the generator looks no further)
@@ -280,12 +270,12 @@ async def test_through_the_agent_after_a_copy_ids_are_above_the_sources(
     ids (what it cached before) gets them from the floor, through the ZooKeeper front (kazoo) and
     the gRPC gateway alike (in front of ZooKeeper too, where the front forwards other sequential
     creates for ZooKeeper to name); a fresh one takes long ids from the new HOB- node; none is reused."""
-    source, target = await _pair(request, namespace, direction)
+    source, target = await store_pair(request, namespace, direction)
     client = None
     try:
-        issued = await _issue(source, 3)
+        issued = await issue_ids(source, 3)
         await source.advance_sequence_counter("/ledgers/idgen", 10_000)
-        issued += await _issue(source, 1)
+        issued += await issue_ids(source, 1)
         await counters.carry(source, target, "/ledgers/idgen", RULES)
         agent = await gateways.start(target.url.unredacted(), {"zookeeper.listen": "127.0.0.1:0"})
         zk = await asyncio.to_thread(_kazoo, agent.zookeeper.address)
@@ -327,13 +317,6 @@ def _kazoo(hosts: str) -> Any:
 # ---- the copy of a generator that handed out a million ids --------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    context = get_context("local[2]")
-    yield context
-    stop_context()
-
-
 async def test_copy_and_verify_of_a_million_ids_say_what_each_counter_took(
     zk_url: str, etcd_url: str, spark: Any, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -369,7 +352,7 @@ async def test_copy_and_verify_of_a_million_ids_say_what_each_counter_took(
                                         "target": 1_000_000, "ok": True}  # fmt: skip
     async with await open_store(zk_url) as source, await open_store(etcd_url) as target:
         bound = await ledger_ids.issued_bound(source, ROOT)
-        after = await _issue(target, 3)
+        after = await issue_ids(target, 3)
         assert min(after) >= bound and after == sorted(set(after))
     # verified without the ledgers root: the jump's HOB- node is nobody's, an extra node
     assert await asyncio.to_thread(

@@ -11,25 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from metashift.copy import counters, ledger_ids
-from metashift.spark.session import get_context, stop_context
+from metashift.copy.rules import Rules
 from metashift.stores import open_store
 from metashift.stores.oxia.keys import Keys as OxiaKeys
 from metashift.stores.sequence_floors import floored_parents
 from metashift_lab.servers import oxia_binary
-from tests.test_ledger_ids import HOB_1, LAYOUT_HIERARCHICAL, ROOT, RULES, _issue, _pair
+from tests.copy_support import store_pair
+from tests.ledger_id_generators import HOB_1, LAYOUT_HIERARCHICAL, ROOT, issue_ids
 
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[Any]:
-    context = get_context("local[2]")
-    yield context
-    stop_context()
+RULES = Rules()
 
 
 @pytest.mark.parametrize("direction", ["zk-to-oxia", "etcd-to-oxia"])
@@ -44,17 +39,17 @@ async def test_into_oxia_each_counter_is_carried_exactly_in_one_write(
     writes = []
     # (making the source's ids: a write per step on ZooKeeper and etcd, etcd's the slower)
     for size in (1_000, 100_000 if direction.startswith("zk") else 10_000):
-        source, target = await _pair(request, namespace, direction, f"-{size}")
+        source, target = await store_pair(request, namespace, direction, f"-{size}")
         try:
             await source.restore("/ledgers/LAYOUT", LAYOUT_HIERARCHICAL, 0)
-            short = await _issue(source, 2)
+            short = await issue_ids(source, 2)
             await source.advance_sequence_counter("/ledgers/idgen", size)
-            short += await _issue(source, 1)
+            short += await issue_ids(source, 1)
             await source.put("/ledgers/idgen-long", b"")
-            long = await _issue(source, 2)  # HOB-0000000001 made by the generator
+            long = await issue_ids(source, 2)  # HOB-0000000001 made by the generator
             await source.put("/ledgers/idgen-long/HOB-0000000002", b"")
             await source.advance_sequence_counter("/ledgers/idgen-long/HOB-0000000002", size)
-            long += await _issue(source, 1)
+            long += await issue_ids(source, 1)
             assert long[-1] == (2 << 32) | size and short[-1] == size
             carried: dict[str, counters.CounterCarry] = {}
             for node in await ledger_ids.counters(source, ROOT):  # as the copy puts each in place
@@ -71,7 +66,7 @@ async def test_into_oxia_each_counter_is_carried_exactly_in_one_write(
             states = await counters.check(source, target, "/ledgers/idgen", RULES)
             assert states["/ledgers/idgen-long"].ok and states["/ledgers/idgen-long"].target == bound, states
             assert states["/ledgers/idgen"].ok and states["/ledgers/idgen"].carried == "exact", states
-            assert await _issue(target, 3) == [bound, bound + 1, bound + 2] and bound == long[-1] + 1
+            assert await issue_ids(target, 3) == [bound, bound + 1, bound + 2] and bound == long[-1] + 1
             again = {p: c for node in await ledger_ids.counters(source, ROOT)
                      for p, c in (await counters.carry(source, target, node, RULES)).items()}  # fmt: skip
             assert sum(c.writes for c in again.values()) == 0  # idempotent
@@ -88,11 +83,11 @@ async def test_oxias_own_client_is_handed_the_id_the_carry_promised(
     client returns for a blind put of empty bytes on the parent. After a carry into Oxia, Oxia's
     own client (its Go library, through its CLI) makes that put on the counter the generator reads
     and is handed the id ``next_id`` promised: the source's next one."""
-    source, target = await _pair(request, namespace, "zk-to-oxia")
+    source, target = await store_pair(request, namespace, "zk-to-oxia")
     try:
         await source.restore("/ledgers/LAYOUT", LAYOUT_HIERARCHICAL, 0)
         await source.advance_sequence_counter("/ledgers/idgen", 70_000)
-        issued = await _issue(source, 3)
+        issued = await issue_ids(source, 3)
         await counters.carry(source, target, "/ledgers/idgen", RULES)
         promised = await ledger_ids.next_id(target, ROOT)
         assert await ledger_ids.live_counter(target, ROOT) == "/ledgers/idgen"
@@ -104,7 +99,7 @@ async def test_oxias_own_client_is_handed_the_id_the_carry_promised(
                                                         "--log-level", "warn", "put", key, ""],
                                        capture_output=True, text=True, timeout=60, check=True)  # fmt: skip
         assert json.loads(done.stdout)["modifications_count"] == promised, (done.stdout, promised)
-        assert await _issue(target, 1) == [promised + 1]  # Pulsar's generator goes on from there
+        assert await issue_ids(target, 1) == [promised + 1]  # Pulsar's generator goes on from there
     finally:
         await source.close()
         await target.close()
@@ -142,5 +137,5 @@ async def test_copy_and_verify_out_of_oxia_of_two_billion_ids(
                                         "ok": True}  # fmt: skip
     async with await open_store(oxia_url) as source, await open_store(zk_url) as target:
         bound = await ledger_ids.issued_bound(source, ROOT)
-        after = await _issue(target, 3)
+        after = await issue_ids(target, 3)
         assert min(after) >= bound and after == sorted(set(after))

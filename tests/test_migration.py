@@ -8,7 +8,7 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,12 +16,18 @@ import pytest
 from metashift.coordinator import control
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
-from metashift.migration.participants import ParticipantRecord
 from metashift.migration.phase import Phase
-from metashift.stores import open_store
-from metashift_lab.sample_tree import generate
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually, retry_while_unavailable
+from tests.migration_support import (
+    copy_job_paused,
+    copy_job_pid,
+    eventually_status,
+    finish_and_check,
+    hold_preparation,
+    leader_of,
+    seed,
+)
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -37,13 +43,8 @@ async def cluster(gateways: Gateways, zk_url: str, etcd_url: str) -> AsyncIterat
     await c.close()
 
 
-async def _seed(cluster: Cluster, topics: int = 10) -> None:
-    source = await cluster.source()
-    await generate(source, topics, seed=1, ephemerals=False)
-
-
 async def test_full_migration_zk_to_etcd_loses_no_acknowledged_write(cluster: Cluster) -> None:
-    await _seed(cluster)
+    await seed(cluster)
     await cluster.start()
     await cluster.start_writers()
     source = await cluster.source()
@@ -96,41 +97,13 @@ async def test_full_migration_zk_to_etcd_loses_no_acknowledged_write(cluster: Cl
     assert await cluster.missing_writes(source) != []
 
 
-async def _hold_preparation(cluster: Cluster) -> Any:
-    """A participant that never acknowledges (a node registered by hand): PREPARATION lasts until
-    it is removed. Returns the store whose session holds it; closing it removes the participant."""
-    holder = await open_store(cluster.source_url)
-    record = ParticipantRecord("silent-node", "broker", "nowhere")
-    await holder.put(paths.PARTICIPANT_PREFIX, record.to_json(), ephemeral=True, sequential=True)
-    return holder
-
-
-async def _leader(cluster: Cluster) -> str:
-    source = await cluster.source()
-    got = await source.get(paths.LEADER)
-    assert got is not None
-    return str(json.loads(got[0])["nodeId"])
-
-
-async def _finish_and_check(cluster: Cluster, expect: Phase) -> dict[str, Any]:
-    status = await cluster.wait_phase(Phase.COMPLETED, Phase.FAILED)
-    assert status["phase"] == expect.value, status
-    await eventually(cluster.all_on_target if expect is Phase.COMPLETED else cluster.all_on_source,
-                     within=60, what=f"agents settle after {expect.value}")
-    await cluster.writes_continue()
-    await cluster.stop_writers()
-    lives = await cluster.open(cluster.target_url if expect is Phase.COMPLETED else cluster.source_url)
-    assert await cluster.missing_writes(lives) == []
-    return status
-
-
 async def test_a_participant_that_never_acknowledges_fails_the_migration(cluster: Cluster) -> None:
     await cluster.start(settings={"coordinator.prepare_timeout": 3.0})
     await cluster.start_writers()
-    holder = await _hold_preparation(cluster)
+    holder = await hold_preparation(cluster)
     try:
         await control.start(await cluster.source(), cluster.target_url)
-        status = await _finish_and_check(cluster, Phase.FAILED)
+        status = await finish_and_check(cluster, Phase.FAILED)
         assert "silent-node" in status["reason"] and "not acknowledged within 3s" in status["reason"]
         # the agents dropped the target and the coordinator emptied it: a new start may follow
         status = await eventually_status(cluster, lambda s: s["target_cleaned"])
@@ -140,31 +113,20 @@ async def test_a_participant_that_never_acknowledges_fails_the_migration(cluster
         await holder.close()
 
 
-async def eventually_status(cluster: Cluster, check: Any, within: float = 420.0) -> dict[str, Any]:
-    found: dict[str, Any] = {}
-
-    async def holds() -> bool:
-        found.update(await cluster.status())
-        return bool(check(found))
-
-    await eventually(holds, within=within, what="status")
-    return found
-
-
 async def test_a_participant_that_dies_in_preparation_is_not_waited_for(cluster: Cluster) -> None:
     await cluster.start()
     await cluster.start_writers()
-    holder = await _hold_preparation(cluster)
+    holder = await hold_preparation(cluster)
     await control.start(await cluster.source(), cluster.target_url)
     await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 5)
     await holder.close()  # the silent participant's session ends: it is no longer waited for
-    await _finish_and_check(cluster, Phase.COMPLETED)
+    await finish_and_check(cluster, Phase.COMPLETED)
 
 
 async def test_a_participant_that_joins_in_preparation_must_acknowledge_too(cluster: Cluster) -> None:
     await cluster.start(brokers=2, bookies=1)
     await cluster.start_writers()
-    holder = await _hold_preparation(cluster)
+    holder = await hold_preparation(cluster)
     await control.start(await cluster.source(), cluster.target_url)
     await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 3)
     late = await cluster.start_agent("broker-late", "broker")
@@ -173,7 +135,7 @@ async def test_a_participant_that_joins_in_preparation_must_acknowledge_too(clus
     assert status["phase"] == "PREPARATION"
     assert {p["node_id"] for p in status["participants"] if p["acknowledged"]} >= {"broker-late"}
     await holder.close()
-    await _finish_and_check(cluster, Phase.COMPLETED)
+    await finish_and_check(cluster, Phase.COMPLETED)
     assert late.router.active is late.participant.target
 
 
@@ -184,21 +146,21 @@ async def test_the_coordinator_killed_mid_migration_a_new_leader_finishes_or_fai
     """Killed in SYNCING: the new leader runs a full pass of its own and completes. Killed inside
     the freeze: the new leader followed the source's changes as a standby since the last full
     pass began, so it carries and checks them and completes too (issue 17)."""
-    await _seed(cluster)
+    await seed(cluster)
     await cluster.start()
     await cluster.start_writers()
-    holder = await _hold_preparation(cluster) if phase is Phase.PREPARATION else None
+    holder = await hold_preparation(cluster) if phase is Phase.PREPARATION else None
     await control.start(await cluster.source(), cluster.target_url)
     if holder is not None:
         await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 5)
     else:
         await eventually_status(cluster, lambda s: (s["copy"] or {}).get("stage", "").startswith("pass 1"))
-    old = await _leader(cluster)
+    old = await leader_of(cluster)
     writer = cluster.writers.pop(old)
     await writer.stop_now()
     cluster.writers[f"{old}-done"] = writer  # its acknowledged writes must survive all the same
     # in SYNCING, pass 1 held until its coordinator is gone: it cannot reach PREPARATION first
-    with _copy_job_paused() if holder is None else contextlib.nullcontext():
+    with copy_job_paused() if holder is None else contextlib.nullcontext():
         await cluster.stop_agent(old)
     await eventually(lambda: _leader_is_not(cluster, old), what="a new leader")
     if holder is not None:
@@ -223,17 +185,17 @@ async def test_a_coordinator_that_took_over_the_freeze_without_following_makes_a
     """The only other candidate joined inside the freeze, so it never saw a round of changes
     begin and does not know what changed: when the leader dies it takes over, makes the freeze's
     last pass a full Spark pass (copy and verification) and completes with nothing lost."""
-    await _seed(cluster)
+    await seed(cluster)
     await cluster.start_agent("broker-1", "broker")
     await cluster.start_agent("broker-2", "broker", coordinator=False)
     await cluster.start_agent("bookie-1", "bookie", coordinator=False)
     await cluster.start_writers()
-    holder = await _hold_preparation(cluster)
+    holder = await hold_preparation(cluster)
     await control.start(await cluster.source(), cluster.target_url)
     await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 3)
     await cluster.start_agent("broker-3", "broker")  # a candidate, from inside the freeze
     await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 4)
-    assert await _leader(cluster) == "broker-1"
+    assert await leader_of(cluster) == "broker-1"
     writer = cluster.writers.pop("broker-1")
     await writer.stop_now()
     cluster.writers["broker-1-done"] = writer  # its acknowledged writes must survive all the same
@@ -262,7 +224,7 @@ async def _leader_is_not(cluster: Cluster, old: str) -> bool:
 async def test_abort_then_a_new_start_completes(cluster: Cluster) -> None:
     await cluster.start()
     await cluster.start_writers()
-    holder = await _hold_preparation(cluster)
+    holder = await hold_preparation(cluster)
     source = await cluster.source()
     await control.start(source, cluster.target_url)
     await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 5)
@@ -276,16 +238,16 @@ async def test_abort_then_a_new_start_completes(cluster: Cluster) -> None:
     await cluster.writes_continue()
     flag = await control.start(source, cluster.target_url)  # waits for the target to be clean
     assert flag.epoch == 2
-    await _finish_and_check(cluster, Phase.COMPLETED)
+    await finish_and_check(cluster, Phase.COMPLETED)
 
 
 async def test_agents_restarted_mid_migration_and_after_completion(cluster: Cluster) -> None:
     await cluster.start()
     await cluster.start_writers()
-    holder = await _hold_preparation(cluster)
+    holder = await hold_preparation(cluster)
     await control.start(await cluster.source(), cluster.target_url)
     await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 5)
-    leader = await _leader(cluster)
+    leader = await leader_of(cluster)
     victim = next(n for n in cluster.agents if n.startswith("bookie") and n != leader)
     writer = cluster.writers.pop(victim)
     await writer.stop_now()
@@ -295,7 +257,7 @@ async def test_agents_restarted_mid_migration_and_after_completion(cluster: Clus
     await eventually_status(cluster, lambda s: [p["acknowledged"] for p in s["participants"]
                                                 if p["node_id"] == victim] == [True])
     await holder.close()
-    await _finish_and_check(cluster, Phase.COMPLETED)
+    await finish_and_check(cluster, Phase.COMPLETED)
     # restarted after COMPLETED: straight to the target
     await cluster.stop_agent(victim)
     after = await cluster.start_agent(victim, "bookie")
@@ -312,14 +274,14 @@ async def test_agents_restarted_mid_migration_and_after_completion(cluster: Clus
 
 
 async def test_a_write_that_bypasses_the_agents_during_copying_fails_the_migration(cluster: Cluster) -> None:
-    await _seed(cluster)
+    await seed(cluster)
     await cluster.start(settings=SPARK_IN_THE_FREEZE)
     await cluster.start_writers()
     source = await cluster.source()
     await control.start(source, cluster.target_url)
     await cluster.wait_phase(Phase.COPYING)
     await source.put("/admin/bypass", b"written behind the agents' back")
-    status = await _finish_and_check(cluster, Phase.FAILED)
+    status = await finish_and_check(cluster, Phase.FAILED)
     assert "/admin/bypass" in status["reason"] and "bypassing the agents" in status["reason"], status["reason"]
 
 
@@ -328,49 +290,16 @@ async def test_the_target_down_during_copying_fails_cleanly(gateways: Gateways, 
     etcd = fresh_servers.etcd()
     cluster = Cluster(gateways, zk_url, f"etcd://127.0.0.1:{etcd.port}/target")
     try:
-        await _seed(cluster)
+        await seed(cluster)
         await cluster.start(settings=SPARK_IN_THE_FREEZE)
         await cluster.start_writers()
         await control.start(await cluster.source(), cluster.target_url)
         await cluster.wait_phase(Phase.COPYING)
         etcd.stop()
-        status = await _finish_and_check(cluster, Phase.FAILED)
+        status = await finish_and_check(cluster, Phase.FAILED)
         assert status["reason"]
     finally:
         await cluster.close()
-
-
-def _copy_job_pid() -> int | None:
-    """The coordinator's copy child of this process (in-process agents), if one runs: the newest
-    (a job that reported may still be exiting beside the next pass's)."""
-    found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read()
-            with open(f"/proc/{entry}/stat") as f:
-                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        if ppid == os.getpid() and b"metashift.coordinator.copy_job" in cmdline:
-            found.append(int(entry))
-    return max(found, default=None)
-
-
-@contextlib.contextmanager
-def _copy_job_paused() -> Iterator[None]:
-    """Hold the running copy (its process group: the job, Spark's JVM and workers) by SIGSTOP, so
-    that a full pass cannot end while the test breaks things; SIGCONT on the way out."""
-    pid = _copy_job_pid()
-    assert pid is not None, "no copy job is running"
-    os.killpg(pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pid, signal.SIGCONT)
 
 
 async def test_a_change_stream_broken_in_syncing_leads_to_another_full_pass(gateways: Gateways, etcd_url: str,
@@ -382,7 +311,7 @@ async def test_a_change_stream_broken_in_syncing_leads_to_another_full_pass(gate
     zk = fresh_servers.zk()
     cluster = Cluster(gateways, f"{zk.url}/cluster", etcd_url)
     try:
-        await _seed(cluster, topics=40)
+        await seed(cluster, topics=40)
         source = await cluster.source()
         # top level: the copy's driver writes it before Spark's job has even started
         await source.put("/doomed", b"copied by pass 1, deleted unseen", expected_version=-1)
@@ -394,13 +323,13 @@ async def test_a_change_stream_broken_in_syncing_leads_to_another_full_pass(gate
         target = await cluster.open(cluster.target_url)
         await eventually(lambda: target.exists("/doomed"), within=120, what="pass 1 copies /doomed")
         await eventually(lambda: target.exists("/reborn"), within=120, what="pass 1 copies /reborn")
-        with _copy_job_paused():  # pass 1 cannot end before the break and the deletion
+        with copy_job_paused():  # pass 1 cannot end before the break and the deletion
             # every connection to ZooKeeper drops; it is back on the same data before sessions expire
             await asyncio.to_thread(zk.restart)
             await retry_while_unavailable(lambda: source.delete("/doomed"), attempts=100, delay=0.2)
             await source.delete("/reborn")
             await source.put("/reborn", b"second life", expected_version=-1)
-        status = await _finish_and_check(cluster, Phase.COMPLETED)
+        status = await finish_and_check(cluster, Phase.COMPLETED)
         assert status["copy"]["passes"] >= 2, status
         assert status["copy"]["verified"] is True
         assert await target.get("/doomed") is None
@@ -419,7 +348,7 @@ async def test_a_node_deleted_and_created_again_during_every_full_pass_costs_no_
     zk = fresh_servers.zk()
     cluster = Cluster(gateways, f"{zk.url}/cluster", etcd_url)
     try:
-        await _seed(cluster, topics=40)
+        await seed(cluster, topics=40)
         source = await cluster.source()
         await source.put("/reborn", b"life 0", expected_version=-1)
         await cluster.start()
@@ -427,8 +356,8 @@ async def test_a_node_deleted_and_created_again_during_every_full_pass_costs_no_
         await control.start(source, cluster.target_url)
         target = await cluster.open(cluster.target_url)
         await eventually(lambda: target.exists("/reborn"), within=120, what="pass 1 copies /reborn")
-        first = _copy_job_pid()
-        with _copy_job_paused():  # a ZooKeeper restart breaks the change stream: another full pass
+        first = copy_job_pid()
+        with copy_job_paused():  # a ZooKeeper restart breaks the change stream: another full pass
             await asyncio.to_thread(zk.restart)
             await retry_while_unavailable(lambda: source.get("/"), attempts=100, delay=0.2)
         lives = 0
@@ -437,7 +366,7 @@ async def test_a_node_deleted_and_created_again_during_every_full_pass_costs_no_
             # each new copy job is held before it reads anything (its interpreter is still
             # starting) while /reborn is deleted and created again: the pass sees a conflict
             nonlocal first, lives
-            pid = _copy_job_pid()
+            pid = copy_job_pid()
             if pid is not None and pid != first:
                 first = pid
                 os.killpg(pid, signal.SIGSTOP)
@@ -452,7 +381,7 @@ async def test_a_node_deleted_and_created_again_during_every_full_pass_costs_no_
             return flag is not None and flag.phase is not Phase.SYNCING
 
         await eventually(every_pass_meets_one, within=600, what="SYNCING ends")
-        status = await _finish_and_check(cluster, Phase.COMPLETED)
+        status = await finish_and_check(cluster, Phase.COMPLETED)
         assert lives >= 1, "no full pass after the first"
         assert status["copy"]["verified"] is True
         reborn = await target.get("/reborn")
@@ -468,13 +397,13 @@ async def test_a_change_stream_broken_in_the_freeze_fails_with_nothing_lost(gate
     try:
         await cluster.start()
         await cluster.start_writers()
-        holder = await _hold_preparation(cluster)
+        holder = await hold_preparation(cluster)
         await control.start(await cluster.source(), cluster.target_url)
         await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 5)
         await asyncio.to_thread(zk.restart)  # every connection to ZooKeeper drops, the coordinator's too
         await retry_while_unavailable(lambda: holder.get("/"), attempts=50, delay=0.2)
         await holder.close()  # the last acknowledgement is in: the freeze's delta is not trusted
-        status = await _finish_and_check(cluster, Phase.FAILED)
+        status = await finish_and_check(cluster, Phase.FAILED)
         # the coordinator's watch broke ("...broke..."), or, on a machine so loaded that its session
         # expired meanwhile, another agent took over the freeze ("...did not follow the source...")
         assert "cannot be trusted inside the freeze" in status["reason"], status

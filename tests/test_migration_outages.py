@@ -21,7 +21,7 @@ from metashift_lab.sample_tree import generate
 from metashift_lab.servers import LocalEtcd, LocalOxia
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually, stop_process_group
-from tests.test_migration import _copy_job_paused, _finish_and_check, _hold_preparation, eventually_status
+from tests.migration_support import copy_job_paused, eventually_status, finish_and_check, hold_preparation
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -59,7 +59,7 @@ async def _cluster(gateways: Gateways, zk_url: str, server: Server, settings: di
 
 async def _stall_in_pass_1(cluster: Cluster, server: Server, seconds: float) -> None:
     await eventually_status(cluster, lambda s: (s["copy"] or {}).get("stage", "").startswith("pass 1"))
-    with _copy_job_paused():  # pass 1 cannot end before the stall begins
+    with copy_job_paused():  # pass 1 cannot end before the stall begins
         stop_process_group(server.process.pid)  # type: ignore[union-attr]
     try:
         await asyncio.sleep(seconds)
@@ -75,7 +75,7 @@ async def test_a_target_stall_in_syncing_costs_a_pass_not_the_migration(gateways
     try:
         await control.start(await cluster.source(), cluster.target_url)
         await _stall_in_pass_1(cluster, server, 12.0)
-        status = await _finish_and_check(cluster, Phase.COMPLETED)
+        status = await finish_and_check(cluster, Phase.COMPLETED)
         assert status["copy"]["verified"] is True and status["copy"]["passes"] >= 2, status
     finally:
         await cluster.close()
@@ -94,7 +94,7 @@ async def test_an_outage_in_syncing_past_outage_timeout_fails(gateways: Gateways
             await stall
         assert status["phase"] == "FAILED", status
         assert "did not answer" in status["reason"] and "coordinator.outage_timeout" in status["reason"], status
-        await _finish_and_check(cluster, Phase.FAILED)
+        await finish_and_check(cluster, Phase.FAILED)
     finally:
         await cluster.close()
 
@@ -106,7 +106,7 @@ async def test_a_target_silent_inside_the_freeze_fails_quickly_and_writes_go_on_
     server = fresh_servers.of(kind)
     cluster = await _cluster(gateways, zk_url, server, {"coordinator.prepare_timeout": 300.0})
     try:
-        holder = await _hold_preparation(cluster)
+        holder = await hold_preparation(cluster)
         await control.start(await cluster.source(), cluster.target_url)
         await eventually_status(cluster, lambda s: sum(p["acknowledged"] for p in s["participants"]) == 3,
                                 within=300)
@@ -118,6 +118,6 @@ async def test_a_target_silent_inside_the_freeze_fails_quickly_and_writes_go_on_
             # released to the source while the target is still silent
             await eventually(cluster.all_on_source, within=60, what="agents back on the source")
             await cluster.writes_continue()
-        await _finish_and_check(cluster, Phase.FAILED)
+        await finish_and_check(cluster, Phase.FAILED)
     finally:
         await cluster.close()

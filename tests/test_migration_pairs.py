@@ -12,7 +12,7 @@ from metashift.coordinator import control
 from metashift.migration.phase import Phase
 from tests.cluster import Cluster
 from tests.harness import Gateways
-from tests.test_migration import _finish_and_check, _seed
+from tests.migration_support import finish_and_check, seed
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -31,14 +31,14 @@ async def test_the_same_migration_between_other_stores(gateways: Gateways, reque
     target = request.getfixturevalue(f"{dst}_server").url + namespace + "-dst"
     cluster = Cluster(gateways, source, target)
     try:
-        await _seed(cluster)
+        await seed(cluster)
         await cluster.start()
         await cluster.start_writers()
         # a lock queue's node held through the migration, its number far above the count of
         # children the target sees created (a lock taken many times before)
         held = await cluster.writers["broker-1"].client.put(LOCK_QUEUE + "lock-0000000057", b"holder", ephemeral=True)
         await control.start(await cluster.source(), target)
-        status = await _finish_and_check(cluster, Phase.COMPLETED)
+        status = await finish_and_check(cluster, Phase.COMPLETED)
         assert status["copy"]["verified"] is True
         lives = await cluster.open(target)
         # a newcomer's sequential node under it sorts after the holder's, as on the source
