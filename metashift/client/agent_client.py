@@ -1,25 +1,5 @@
-"""The Python client of the metashift agent, for broker-side write paths.
-
-```python
-import metashift.client
-
-async with metashift.client.connect("unix:/run/metashift/agent.sock") as store:
-    await store.put("/loadbalance/brokers/b1", b"{}", ephemeral=True)   # lives as long as `store`
-    value, stat = await store.get("/admin/clusters/c1")
-    await store.put("/admin/clusters/c1", b"...", expected_version=stat.version, timeout=2.0)
-```
-
-``connect`` opens a session with the agent and yields an ``AgentClient``: a ``MetadataStore``
-with the same methods, argument checks, semantics and typed errors as a direct store (plus a
-``timeout=`` keyword on each call: the call's deadline in seconds). Every error says with
-``err.write_may_have_happened`` whether the call may have written anything: ``False``, it wrote
-nothing and never will; ``True`` (``WriteOutcomeUnknown``), a write's outcome is unknown: read
-before retrying. The ephemerals it creates live
-exactly as long as its session. Session events (``add_session_listener``): ConnectionLost when the
-agent goes away; after it comes back the client re-attaches by itself and reports SessionLost then
-SessionReestablished (the old session's ephemerals are gone, like an expired ZooKeeper session);
-events of the agent's own store session are forwarded as they happen.
-"""
+"""``AgentClient``, a ``MetadataStore`` over the agent's gRPC API (its session and calls streams), and
+``connect``, which opens one (the package's doc says how it behaves)."""
 
 from __future__ import annotations
 
@@ -36,7 +16,6 @@ import grpc
 from metashift.client.calls import CallsEnded, CallStream
 from metashift.client.session import SessionStream
 from metashift.proto import wire
-from metashift.proto.errors import HeldForMigration, WriteOutcomeUnknown
 from metashift.proto.v1 import gateway_pb2 as pb
 from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import (
@@ -63,8 +42,6 @@ DEFAULT_TIMEOUT = 30.0
 DEFAULT_SESSION_TIMEOUT = 10.0
 
 _call_timeout: contextvars.ContextVar[float | None] = contextvars.ContextVar("metashift_call_timeout", default=None)
-
-__all__ = ["AgentClient", "HeldForMigration", "WriteOutcomeUnknown", "connect"]
 
 
 def _channel_target(target: str) -> str:
