@@ -2,9 +2,10 @@
 
 Per connection: the ConnectRequest first (a new session, or the re-attach of a live one by id and
 password; an unknown or expired one is answered with timeout 0, which clients read as "session
-expired"), then requests. In front of a ZooKeeper store, the requests ZooKeeper answers as they
-are go to it at once (``forward``: many in flight on one connection are many in flight to the
-store); the others take the ordinary path (``handlers``): a run of consecutive reads is served
+expired"), then requests. Each is first offered to the active store's backend (``backend``,
+chosen by ``backends``): in front of a ZooKeeper store, the requests ZooKeeper answers as they
+are pass through to it at once (``passthrough``: many in flight on one connection are many in
+flight to the store); the others take the ordinary path (``handlers``): a run of consecutive reads is served
 concurrently, anything else one at a time, and once one request takes it every later one of the
 connection does until it is answered, so a session sees its own writes. Replies go out in
 request order (clients check the xid order), those ready together in one socket write
@@ -25,16 +26,17 @@ from typing import Any
 from metashift.agent.core.gate import WriteGate
 from metashift.agent.core.router import Router
 from metashift.agent.core.sessions import SessionRegistry
-from metashift.agent.zookeeper.forward import Forwarder
+from metashift.agent.zookeeper.backends import ActiveBackend
 from metashift.agent.zookeeper.four_letter import WORDS, ConnectionFacts, FrontFacts, LatencyStats, answer
 from metashift.agent.zookeeper.handlers import Handlers
 from metashift.agent.zookeeper.handlers.runs import RUN_MAX
+from metashift.agent.zookeeper.passthrough import PassThroughBackend
 from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.replies import Replies, Slot
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
 from metashift.stores.aio import buffered_packet
-from metashift.stores.zookeeper import wire
+from metashift.stores.zookeeper import ZooKeeperStore, wire
 from metashift.stores.zookeeper.wire import Err, Op
 from metashift.stores.zookeeper.wire.jute import HEADER
 
@@ -107,21 +109,24 @@ class ZooKeeperServer:
         self.host = host
         self.port = port
         self.ssl_context = ssl_context
+        self.router, self.gate = router, gate
         self.watches = Watches(router)
         self.sessions = ZkSessions(
             registry, min_timeout_ms=min_timeout_ms, max_timeout_ms=max_timeout_ms,
             on_end=self.watches.drop_session,
         )
         self.handlers = Handlers(router, gate, registry, self.sessions, self.watches, pip454_flag)
-        self.forwarder = Forwarder(router, gate, registry, self.sessions, self.watches, self.handlers.zxid,
-                                   self.handlers.floors)
-        self.router, self.gate = router, gate
+        self.backend = ActiveBackend(router, self._pass_through)
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
         self._live: set[_Conn] = set()
         self._totals = _Totals()
         self._latency = LatencyStats()
         self._started = time.monotonic()
+
+    def _pass_through(self, store: ZooKeeperStore) -> PassThroughBackend:
+        return PassThroughBackend(store, self.gate, self.handlers.registry, self.sessions, self.watches,
+                                  self.handlers.zxid, self.handlers.floors)
 
     @property
     def address(self) -> str:
@@ -181,14 +186,14 @@ class ZooKeeperServer:
             conn.facts.session_id = session.id
             queue: asyncio.Queue[tuple[wire.RequestHeader, Any, Slot] | None] = asyncio.Queue()
             worker = asyncio.create_task(self._work(session, conn, queue))
-            forward, flush = self.forwarder.try_forward, self.forwarder.flush
+            backend = self.backend
             replies = conn.replies
             while True:
                 data = buffered_packet(reader, MAX_PACKET)  # pipelined requests: usually already here
                 if data is None:
                     # none more from this client for now: what it sent the store goes now, not
                     # at the end of the loop's turn (one request at a time, that turn is latency)
-                    flush()
+                    backend.current.flush()
                     data = await _read_packet(reader)
                 if data is None or conn.closed:
                     break
@@ -203,8 +208,8 @@ class ZooKeeperServer:
                     conn.send(wire.reply(wire.XID_PING, self.handlers.zxid.value))
                     continue
                 slot = replies.take() if op != Op.AUTH else None
-                if slot is not None and not conn.ordinary and forward(session, xid, op, data,
-                                                                      partial(replies.fill, slot)):
+                if slot is not None and not conn.ordinary and backend.current.pass_through(
+                        session, xid, op, data, partial(replies.fill, slot)):
                     continue
                 try:
                     header, request = wire.decode_request(data)
