@@ -25,10 +25,11 @@ from typing import Any
 
 from metashift.agent.core.gate import WriteGate
 from metashift.agent.core.router import Router
+from metashift.agent.core.sequence_floors import SequenceFloors
 from metashift.agent.core.sessions import SessionRegistry
 from metashift.agent.zookeeper.backends import ActiveBackend
 from metashift.agent.zookeeper.four_letter import WORDS, ConnectionFacts, FrontFacts, LatencyStats, answer
-from metashift.agent.zookeeper.handlers import Handlers
+from metashift.agent.zookeeper.handlers import Handlers, Zxid
 from metashift.agent.zookeeper.handlers.runs import RUN_MAX
 from metashift.agent.zookeeper.passthrough import PassThroughBackend
 from metashift.agent.zookeeper.pip454 import Pip454Flag
@@ -115,7 +116,12 @@ class ZooKeeperServer:
             registry, min_timeout_ms=min_timeout_ms, max_timeout_ms=max_timeout_ms,
             on_end=self.watches.drop_session,
         )
-        self.handlers = Handlers(router, gate, registry, self.sessions, self.watches, pip454_flag)
+        # the zxid and the counters' floors are the front's, shared by both paths of a request
+        self.zxid = Zxid()
+        self.floors = SequenceFloors(router)
+        self.registry = registry
+        self.handlers = Handlers(router, gate, registry, self.sessions, self.watches, self.zxid, self.floors,
+                                 pip454_flag)
         self.backend = ActiveBackend(router, self._pass_through)
         self._server: asyncio.Server | None = None
         self._conns: set[asyncio.Task[None]] = set()
@@ -125,8 +131,8 @@ class ZooKeeperServer:
         self._started = time.monotonic()
 
     def _pass_through(self, store: ZooKeeperStore) -> PassThroughBackend:
-        return PassThroughBackend(store, self.gate, self.handlers.registry, self.sessions, self.watches,
-                                  self.handlers.zxid, self.handlers.floors)
+        return PassThroughBackend(store, self.gate, self.registry, self.sessions, self.watches, self.zxid,
+                                  self.floors)
 
     @property
     def address(self) -> str:
@@ -205,7 +211,7 @@ class ZooKeeperServer:
                     break
                 xid, op = _HEADER.unpack_from(data)
                 if op == Op.PING:
-                    conn.send(wire.reply(wire.XID_PING, self.handlers.zxid.value))
+                    conn.send(wire.reply(wire.XID_PING, self.zxid.value))
                     continue
                 slot = replies.take() if op != Op.AUTH else None
                 if slot is not None and not conn.ordinary and backend.current.pass_through(
@@ -218,7 +224,7 @@ class ZooKeeperServer:
                     break
                 if slot is None:  # addAuth: answered at once, outside the order
                     err = self.handlers.add_auth(session, request)
-                    conn.send(wire.reply(wire.XID_AUTH, self.handlers.zxid.value, err))
+                    conn.send(wire.reply(wire.XID_AUTH, self.zxid.value, err))
                     if err != Err.OK:
                         break
                 else:
@@ -251,7 +257,7 @@ class ZooKeeperServer:
         return FrontFacts(
             host=self.host, port=self.port, tls=self.ssl_context is not None,
             min_timeout_ms=self.sessions.min_timeout_ms, max_timeout_ms=self.sessions.max_timeout_ms,
-            zxid=self.handlers.zxid.value, connections=[c.facts for c in self._live if c.facts.session_id],
+            zxid=self.zxid.value, connections=[c.facts for c in self._live if c.facts.session_id],
             sessions=len(sessions), ephemerals=sum(len(s.client.ephemerals) for s in sessions),
             watches=self.watches.count(), watched_paths=self.watches.paths(),
             received=self._totals.received, sent=self._totals.sent, latency=self._latency,
@@ -329,7 +335,7 @@ class ZooKeeperServer:
     async def _one(self, session: ZkSession, header: wire.RequestHeader, request: Any) -> bytes:
         if header.type == Op.CLOSE_SESSION:
             await self.sessions.close(session, "closed by the client")
-            return wire.reply(header.xid, self.handlers.zxid.bump())
+            return wire.reply(header.xid, self.zxid.bump())
         started = time.monotonic()
         err, body, zxid = await self.handlers.handle(session, header.type, request)
         self._latency.observe((time.monotonic() - started) * 1000)
