@@ -53,9 +53,11 @@ class StoreBackend:
 
     @property
     def store(self) -> MetadataStore:
+        """The store every request is served from."""
         return self._store
 
     def pass_through(self, session: ZkSession, xid: int, op: int, data: bytes, answer: Answer) -> bool:
+        """Declined: the ordinary path serves it."""
         return False  # the store does not speak ZooKeeper's protocol: nothing to pass through
 
     def flush(self) -> None:

@@ -48,6 +48,7 @@ class ClientConnection:
             self._totals.sent += count
 
     def close(self) -> None:
+        """Close the connection (once)."""
         if not self.closed:
             self.closed = True
             self.writer.close()

@@ -88,6 +88,7 @@ class PassThroughBackend:
 
     @property
     def store(self) -> MetadataStore:
+        """The ZooKeeper store requests pass through to."""
         return self._store
 
     def pass_through(self, session: ZkSession, xid: int, op: int, data: bytes, answer: Answer) -> bool:

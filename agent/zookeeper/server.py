@@ -84,6 +84,7 @@ class ZooKeeperServer:
 
     @property
     def address(self) -> str:
+        """``host:port`` the front listens on (the port bound, when 0 was asked for)."""
         return f"{self.host}:{self.port}"
 
     async def start(self, serve: bool = True) -> None:
@@ -97,12 +98,14 @@ class ZooKeeperServer:
             await self.serve()
 
     async def serve(self) -> None:
+        """Accept connections (and start expiring silent sessions)."""
         assert self._server is not None
         self.sessions.start()
         await self._server.start_serving()
         log.info("zookeeper protocol served on %s", self.address)
 
     async def stop(self) -> None:
+        """Stop listening, end every session (their ephemerals go) and every connection."""
         if self._server is not None:
             self._server.close()
         await self.sessions.shutdown()

@@ -20,6 +20,7 @@ class AclRequests:
         self.nodes = nodes
 
     async def get_acl(self, session: ZkSession, req: wire.PathRequest) -> Body:
+        """getACL (6): ``world:anyone`` ALL, and the Stat."""
         check_path(req.path)
         node = await self.nodes.node(req.path)
         if node is None:
@@ -27,6 +28,7 @@ class AclRequests:
         return Writer().acls(OPEN_ACL_UNSAFE).stat(node[1]).bytes()
 
     async def set_acl(self, session: ZkSession, req: wire.SetACLRequest) -> Body:
+        """setACL (7): accepted and not kept (the aversion stays 0); the Stat."""
         check_path(req.path)
         if not req.acl:
             raise ZkError(Err.INVALIDACL)
@@ -53,6 +55,7 @@ class AclRequests:
         return Err.OK
 
     async def who_am_i(self, session: ZkSession, req: wire.EmptyRequest) -> Body:
+        """whoAmI (107): the client's address, and the digest users of its addAuth."""
         infos = [ChildInfo("ip", "127.0.0.1"), *(ChildInfo(i.scheme, i.user.split(":", 1)[0]) for i in session.auth)]
         w = Writer().int(len(infos))
         for info in infos:

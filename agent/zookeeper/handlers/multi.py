@@ -51,6 +51,7 @@ class Multi:
         self.nodes = nodes
 
     async def multi_read(self, session: ZkSession, req: wire.MultiRequest) -> Body:
+        """multiRead (22): getData and getChildren, each with its own result or error."""
         results: list[MultiResult] = []
         for op, sub in req.ops:
             if op not in (Op.GET_DATA, Op.GET_CHILDREN):

@@ -22,6 +22,7 @@ class Reads:
         self.watches = watches
 
     async def exists(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
+        """exists (opcode 3): the Stat; a watch: data if the node is there, exist if not."""
         node = await self._watched_node(req)
         if req.watch:
             self.watches.add(DATA if node is not None else EXIST, req.path, session)
@@ -30,6 +31,7 @@ class Reads:
         return Writer().stat(node[1]).bytes()
 
     async def get_data(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
+        """getData (4): value and Stat; a watch: data."""
         node = await self._watched_node(req)
         if node is None:
             raise ZkError(Err.NONODE)
@@ -38,14 +40,17 @@ class Reads:
         return Writer().buffer(node[0]).stat(node[1]).bytes()
 
     async def get_children(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
+        """getChildren (8): the names; a watch: child."""
         kids, _ = await self.children(session, req)
         return Writer().strings(kids).bytes()
 
     async def get_children2(self, session: ZkSession, req: wire.PathWatchRequest) -> Body:
+        """getChildren2 (12): the names and the Stat; a watch: child."""
         kids, zstat = await self.children(session, req)
         return Writer().strings(kids).stat(zstat).bytes()
 
     async def get_all_children_number(self, session: ZkSession, req: wire.PathRequest) -> Body:
+        """getAllChildrenNumber (104): every node below the path, counted level by level."""
         check_path(req.path)
         node = await self.nodes.node(req.path)
         if node is None:
@@ -59,11 +64,13 @@ class Reads:
         return Writer().int(total).bytes()
 
     async def get_ephemerals(self, session: ZkSession, req: wire.PathRequest) -> Body:
+        """getEphemerals (103): the session's ephemerals under the path."""
         prefix = req.path or paths.SEPARATOR
         found = sorted(p for p in session.client.ephemerals if prefix == paths.SEPARATOR or p.startswith(prefix))
         return Writer().strings(found).bytes()
 
     async def sync(self, session: ZkSession, req: wire.PathRequest) -> Body:
+        """sync (9): nothing to wait for (every read is of the store itself); the path back."""
         check_path(req.path)
         return Writer().string(req.path).bytes()
 

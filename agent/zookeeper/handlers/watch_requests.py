@@ -42,6 +42,7 @@ class WatchRequests:
         return b""
 
     async def add_watch(self, session: ZkSession, req: wire.AddWatchRequest) -> Body:
+        """addWatch (106): a persistent or persistent recursive watch, answered once it is live."""
         check_path(req.path)
         self.watches.want()
         await self.watches.ready()  # answered once every later change will be seen
@@ -54,6 +55,7 @@ class WatchRequests:
         return Writer().int(0).bytes()  # ZooKeeper answers addWatch with an ErrorResponse(0)
 
     async def remove_watches(self, session: ZkSession, req: wire.RemoveWatchesRequest) -> Body:
+        """removeWatches (18): the session's watches of the kinds asked for; NOWATCHER if none."""
         check_path(req.path)
         removed = False
         for kind in self.watches.kinds_for(req.type):
@@ -63,6 +65,7 @@ class WatchRequests:
         return b""
 
     async def check_watches(self, session: ZkSession, req: wire.RemoveWatchesRequest) -> Body:
+        """checkWatches (17): NOWATCHER unless the session holds one of the kinds asked for."""
         check_path(req.path)
         if not any(self.watches.has(kind, req.path, session) for kind in self.watches.kinds_for(req.type)):
             raise ZkError(Err.NOWATCHER)

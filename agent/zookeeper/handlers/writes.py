@@ -69,6 +69,7 @@ class Writes:
     # ---- create ---------------------------------------------------------------------------------
 
     async def create(self, session: ZkSession, req: wire.CreateRequest) -> Body:
+        """create (1): the new path."""
         path, zstat = await self._create(session, req)
         return create_body(Op.CREATE, path, zstat)
 
@@ -132,6 +133,7 @@ class Writes:
     # ---- delete, setData, check ------------------------------------------------------------------
 
     async def delete(self, session: ZkSession, req: wire.DeleteRequest) -> Body:
+        """delete (2): the node, at its version, if it has no children."""
         check_path(req.path)
         self.nodes.refuse_write(req.path)
 
@@ -162,6 +164,7 @@ class Writes:
         raise ZkError(Err.SYSTEMERROR, f"{path} kept changing")
 
     async def set_data(self, session: ZkSession, req: wire.SetDataRequest) -> Body:
+        """setData (5): the new value; the new Stat."""
         check_path(req.path)
         self.nodes.refuse_write(req.path)
 
@@ -186,6 +189,7 @@ class Writes:
         return stat, children
 
     async def check(self, session: ZkSession, req: wire.CheckVersionRequest) -> Body:
+        """check (13): the node exists at the version (-1: any); mostly a multi's."""
         node = await self.nodes.node(check_path(req.path), children=False)
         expect_version(req.path, node is not None, node[1].version if node else 0, req.version)
         return b""
