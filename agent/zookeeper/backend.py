@@ -10,7 +10,9 @@ every kind of store through the ``MetadataStore`` API. The implementations:
 - ``StoreBackend``: any other store (etcd, Oxia): nothing passes through.
 
 Which one serves is chosen once per store, when the router starts on it or switches to it
-(``backends.ActiveBackend``), never per request.
+(``backends.ActiveBackend``), never per request. The ordinary path is not a backend's: a write
+it holds while a migration freezes writes is released on whichever store the router points at
+then (``WriteGate.run``), not on the store that was active when it arrived.
 """
 
 from __future__ import annotations

@@ -52,7 +52,6 @@ Done = Callable[[int | None, bytes | BaseException], None]
 MULTI_OPS = frozenset({Op.CREATE, Op.CREATE2, Op.DELETE, Op.SET_DATA, Op.CHECK})
 
 _READS = frozenset({Op.EXISTS, Op.GET_DATA, Op.GET_CHILDREN, Op.GET_CHILDREN2})
-_WITH_STAT = frozenset({Op.EXISTS, Op.GET_DATA, Op.GET_CHILDREN2, Op.SET_DATA, Op.CREATE2})
 #: Create modes forwarded: persistent, ephemeral, and their sequential kinds (containers and TTL
 #: nodes are kept as persistent nodes by the ordinary path).
 _MODES = range(4)
@@ -80,7 +79,6 @@ class PassThroughBackend:
         self._store = store
         self.gate = gate
         self.registry = registry
-        self.sessions = sessions
         self.watches = watches
         self.floors = floors
         self.zxid = zxid

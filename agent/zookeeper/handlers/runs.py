@@ -49,8 +49,8 @@ class WriteRuns:
         self.zxid = zxid
         self.writes = writes
         self.nodes = nodes
-        # the single path, for what a run cannot carry: the dispatcher's (which holds this run's
-        # owner), passed in rather than imported, so the table and the runs stay two modules
+        # the single path, for what a run cannot carry: the dispatcher's ``handle``, passed in
+        # (the dispatcher holds these runs: importing it back would make a cycle)
         self.handle = handle
         self.writes_in_runs = 0
         """Writes that went to the store in a run of two or more (a figure, and what tests look at)."""
