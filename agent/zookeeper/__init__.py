@@ -2,10 +2,18 @@
 
 - the codec (jute encoding, opcodes, error codes, records) is the store layer's, shared with its
   ZooKeeper connection: ``metashift.stores.zookeeper.wire``;
-- ``stat``: a store ``Stat`` as ZooKeeper's 11-field Stat;
-- ``session``: ZooKeeper sessions, each one an agent client session (``SessionRegistry``);
+- ``server``: ``ZooKeeperServer``, the TCP listener, a connection's handshake, the four-letter facts;
+- ``connection``: ``ClientConnection``, a connection's send side, and ZooKeeper's framing;
+- ``request_loop``: ``RequestLoop``, a connection's requests: passed through or queued in order;
+- ``replies``: ``Replies``, a connection's answers in request order;
+- ``backend``: ``Backend``, the store behind the front, one implementation per kind of store
+  (``StoreBackend`` for etcd and Oxia); ``passthrough``: ``PassThroughBackend``, a ZooKeeper
+  store's; ``owners``: the ephemerals in its answers; ``backends``: ``ActiveBackend``, the one
+  of the router's active store, swapped at every switch;
+- ``handlers/``: the ordinary path through the ``MetadataStore`` API, one collaborator per kind of
+  request, one method per opcode (``Handlers``: the table);
+- ``session``: ZooKeeper sessions, each one an agent client session (``ZkSessions``);
 - ``watches``: one-shot, persistent and persistent recursive watches fed by the active store;
-- ``handlers/``: one coroutine per request type, reads on the router, writes through the gate
-  (one module per kind of request);
-- ``server``: the TCP listener, framing, request order, pings.
+- ``stat``: a store ``Stat`` as ZooKeeper's 11-field Stat;
+- ``four_letter``: ``ruok``, ``srvr``, ``mntr``, ...; ``pip454``: PIP-454's flag, the front's own.
 """

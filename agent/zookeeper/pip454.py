@@ -60,6 +60,10 @@ class Pip454Flag:
         value = self.value()
         return value, ZStat(data_length=len(value)), []
 
+    def listed(self, path: str, kids: list[str]) -> list[str]:
+        """The children of ``path`` as the front lists them: the flag's parent shows the flag."""
+        return sorted({*kids, NAME}) if path == PARENT else kids
+
     def refuse(self, op: str, data: bytes | None = None) -> int:
         """A write of the flag: refused (nothing written). ``op`` "create" answers NODEEXISTS (the
         flag is there), any other NOAUTH. A create names the target Pulsar wanted: remembered."""

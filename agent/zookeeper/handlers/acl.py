@@ -6,29 +6,33 @@ from __future__ import annotations
 import base64
 import hashlib
 
-from metashift.agent.zookeeper.handlers.base import Body, HandlerBase, ZkError, check_path
+from metashift.agent.zookeeper.handlers.base import Body, ZkError, check_path
+from metashift.agent.zookeeper.handlers.nodes import Nodes
 from metashift.agent.zookeeper.session import ZkSession
 from metashift.stores.zookeeper import wire
 from metashift.stores.zookeeper.wire import OPEN_ACL_UNSAFE, ChildInfo, Err, Writer
 
 
-class AclRequests(HandlerBase):
-    """ACLs and authentication."""
+class AclRequests:
+    """ACLs and authentication, one method per opcode."""
 
-    # ---- ACLs and auth ----------------------------------------------------------------------------
+    def __init__(self, nodes: Nodes) -> None:
+        self.nodes = nodes
 
-    async def _get_acl(self, session: ZkSession, req: wire.PathRequest) -> Body:
+    async def get_acl(self, session: ZkSession, req: wire.PathRequest) -> Body:
+        """getACL (6): ``world:anyone`` ALL, and the Stat."""
         check_path(req.path)
-        node = await self._node(req.path)
+        node = await self.nodes.node(req.path)
         if node is None:
             raise ZkError(Err.NONODE)
         return Writer().acls(OPEN_ACL_UNSAFE).stat(node[1]).bytes()
 
-    async def _set_acl(self, session: ZkSession, req: wire.SetACLRequest) -> Body:
+    async def set_acl(self, session: ZkSession, req: wire.SetACLRequest) -> Body:
+        """setACL (7): accepted and not kept (the aversion stays 0); the Stat."""
         check_path(req.path)
         if not req.acl:
             raise ZkError(Err.INVALIDACL)
-        node = await self._node(req.path)
+        node = await self.nodes.node(req.path)
         if node is None:
             raise ZkError(Err.NONODE)
         if req.version not in (-1, node[1].aversion):
@@ -50,7 +54,8 @@ class AclRequests(HandlerBase):
             session.auth.append(info)
         return Err.OK
 
-    async def _who_am_i(self, session: ZkSession, req: wire.EmptyRequest) -> Body:
+    async def who_am_i(self, session: ZkSession, req: wire.EmptyRequest) -> Body:
+        """whoAmI (107): the client's address, and the digest users of its addAuth."""
         infos = [ChildInfo("ip", "127.0.0.1"), *(ChildInfo(i.scheme, i.user.split(":", 1)[0]) for i in session.auth)]
         w = Writer().int(len(infos))
         for info in infos:

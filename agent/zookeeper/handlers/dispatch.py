@@ -1,5 +1,6 @@
-"""``Handlers``: one coroutine per ZooKeeper request type, found by opcode; every answer is
-(error code, body, zxid), ZooKeeper's error codes for store and agent errors."""
+"""``Handlers``: the ordinary path's table from opcode to the collaborator that serves it (one
+method per opcode); every answer is (error code, body, zxid), ZooKeeper's error codes for store
+and agent errors."""
 
 from __future__ import annotations
 
@@ -10,55 +11,31 @@ from typing import Any
 
 from metashift.agent.core.gate import WriteGate
 from metashift.agent.core.router import Router
+from metashift.agent.core.sequence_floors import SequenceFloors
 from metashift.agent.core.sessions import SessionRegistry
 from metashift.agent.zookeeper.handlers.acl import AclRequests
-from metashift.agent.zookeeper.handlers.base import Body, ZkError, error_code
-from metashift.agent.zookeeper.handlers.multi import MultiRequests
-from metashift.agent.zookeeper.handlers.runs import WriteRuns
+from metashift.agent.zookeeper.handlers.base import Body, ZkError, Zxid, error_code
+from metashift.agent.zookeeper.handlers.multi import Multi
+from metashift.agent.zookeeper.handlers.nodes import Nodes
+from metashift.agent.zookeeper.handlers.reads import Reads
+from metashift.agent.zookeeper.handlers.runs import Answer, Request, WriteRuns
+from metashift.agent.zookeeper.handlers.sequential import SequentialNames
 from metashift.agent.zookeeper.handlers.watch_requests import WatchRequests
+from metashift.agent.zookeeper.handlers.writes import Writes
 from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
 from metashift.stores.errors import MetadataStoreError
+from metashift.stores.zookeeper import wire
 from metashift.stores.zookeeper.wire import Err, Op
 
 log = logging.getLogger(__name__)
 
 
-class Handlers(MultiRequests, WriteRuns, WatchRequests, AclRequests):
-    """The ZooKeeper requests, on the agent's router, gate and session registry."""
-
-    def __init__(
-        self, router: Router, gate: WriteGate, registry: SessionRegistry, sessions: ZkSessions, watches: Watches,
-        pip454_flag: Pip454Flag | None = None,
-    ) -> None:
-        super().__init__(router, gate, registry, sessions, watches, pip454_flag)
-        self._table: dict[int, Callable[[ZkSession, Any], Awaitable[Body]]] = {
-            Op.CREATE: self._create,
-            Op.CREATE2: self._create2,
-            Op.CREATE_CONTAINER: self._create2,
-            Op.CREATE_TTL: self._create2,
-            Op.DELETE: self._delete,
-            Op.EXISTS: self._exists,
-            Op.GET_DATA: self._get_data,
-            Op.SET_DATA: self._set_data,
-            Op.GET_ACL: self._get_acl,
-            Op.SET_ACL: self._set_acl,
-            Op.GET_CHILDREN: self._get_children,
-            Op.GET_CHILDREN2: self._get_children2,
-            Op.SYNC: self._sync,
-            Op.CHECK: self._check,
-            Op.MULTI: self._multi,
-            Op.MULTI_READ: self._multi_read,
-            Op.SET_WATCHES: self._set_watches,
-            Op.SET_WATCHES2: self._set_watches,
-            Op.ADD_WATCH: self._add_watch,
-            Op.REMOVE_WATCHES: self._remove_watches,
-            Op.CHECK_WATCHES: self._check_watches,
-            Op.GET_EPHEMERALS: self._get_ephemerals,
-            Op.GET_ALL_CHILDREN_NUMBER: self._get_all_children_number,
-            Op.WHO_AM_I: self._who_am_i,
-        }
+class Handlers:
+    """The ordinary path: the ZooKeeper requests on the agent's router, gate and session registry,
+    each served by the collaborator named for it (``reads``, ``writes``, ``multi``, ``runs``,
+    ``watch_requests``, ``acl``)."""
 
     #: Requests that change nothing: a run of them may be served concurrently.
     READS = frozenset({
@@ -72,7 +49,48 @@ class Handlers(MultiRequests, WriteRuns, WatchRequests, AclRequests):
         Op.SYNC,
     })
 
-    async def handle(self, session: ZkSession, op: int, request: Any) -> tuple[int, Body, int]:
+    def __init__(
+        self, router: Router, gate: WriteGate, registry: SessionRegistry, sessions: ZkSessions, watches: Watches,
+        zxid: Zxid, floors: SequenceFloors, pip454_flag: Pip454Flag | None = None,
+    ) -> None:
+        self.gate = gate
+        self.zxid = zxid
+        self.nodes = Nodes(router, registry, sessions, pip454_flag or Pip454Flag())
+        self.reads = Reads(self.nodes, watches)
+        self.writes = Writes(gate, registry, zxid, self.nodes, SequentialNames(floors))
+        self.multi = Multi(self.reads, self.writes, self.nodes)
+        self.runs = WriteRuns(gate, zxid, self.writes, self.nodes, self.handle)
+        self.watch_requests = WatchRequests(watches, self.nodes)
+        self.acl = AclRequests(self.nodes)
+        reads, writes, watch_requests, acl = self.reads, self.writes, self.watch_requests, self.acl
+        self._table: dict[int, Callable[[ZkSession, Any], Awaitable[Body]]] = {
+            Op.CREATE: writes.create,
+            Op.CREATE2: writes.create2,
+            Op.CREATE_CONTAINER: writes.create2,
+            Op.CREATE_TTL: writes.create2,
+            Op.DELETE: writes.delete,
+            Op.EXISTS: reads.exists,
+            Op.GET_DATA: reads.get_data,
+            Op.SET_DATA: writes.set_data,
+            Op.GET_ACL: acl.get_acl,
+            Op.SET_ACL: acl.set_acl,
+            Op.GET_CHILDREN: reads.get_children,
+            Op.GET_CHILDREN2: reads.get_children2,
+            Op.SYNC: reads.sync,
+            Op.CHECK: writes.check,
+            Op.MULTI: self.multi.multi,
+            Op.MULTI_READ: self.multi.multi_read,
+            Op.SET_WATCHES: watch_requests.set_watches,
+            Op.SET_WATCHES2: watch_requests.set_watches,
+            Op.ADD_WATCH: watch_requests.add_watch,
+            Op.REMOVE_WATCHES: watch_requests.remove_watches,
+            Op.CHECK_WATCHES: watch_requests.check_watches,
+            Op.GET_EPHEMERALS: reads.get_ephemerals,
+            Op.GET_ALL_CHILDREN_NUMBER: reads.get_all_children_number,
+            Op.WHO_AM_I: acl.who_am_i,
+        }
+
+    async def handle(self, session: ZkSession, op: int, request: Any) -> Answer:
         """Serve one request: (error code, body, zxid for the reply header)."""
         handler = self._table.get(op)
         if handler is None or request is None:
@@ -93,3 +111,19 @@ class Handlers(MultiRequests, WriteRuns, WatchRequests, AclRequests):
             return Err.SYSTEMERROR, b"", self.zxid.value
         return Err.OK, body, self.zxid.value
 
+    def joins_run(self, op: int, request: Any) -> bool:
+        """Whether a request may be served in a run of writes (``WriteRuns``)."""
+        return self.runs.joins_run(op, request)
+
+    async def handle_run(self, session: ZkSession, requests: list[Request]) -> list[Answer]:
+        """Serve a run of writes (each ``joins_run``) in order: their answers, as ``handle`` gives."""
+        return await self.runs.handle_run(session, requests)
+
+    def add_auth(self, session: ZkSession, req: wire.AuthRequest) -> int:
+        """addAuth (answered at once, outside the connection's order): its error code."""
+        return self.acl.add_auth(session, req)
+
+    @property
+    def writes_in_runs(self) -> int:
+        """Writes that went to the store in a run of two or more (``WriteRuns``)."""
+        return self.runs.writes_in_runs

@@ -1,4 +1,5 @@
-"""multi (all or nothing) and multiRead."""
+"""multi (all or nothing, on the single writes' checks: ``Writes``) and multiRead (on the reads'
+``Reads``)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from metashift.agent.zookeeper.handlers.base import (
     expect_version,
     parent_of,
 )
-from metashift.agent.zookeeper.handlers.reads import ReadRequests
-from metashift.agent.zookeeper.handlers.writes import WriteRequests
+from metashift.agent.zookeeper.handlers.nodes import Nodes
+from metashift.agent.zookeeper.handlers.reads import Reads
+from metashift.agent.zookeeper.handlers.writes import Writes
 from metashift.agent.zookeeper.session import ZkSession
 from metashift.agent.zookeeper.stat import to_zstat
 from metashift.stores import MetadataStore, paths
@@ -40,14 +42,16 @@ class _Node:
     children: int = 0
 
 
-
-
-class MultiRequests(WriteRequests, ReadRequests):
+class Multi:
     """multi and multiRead, on the single requests' checks and writes."""
 
-    # ---- multi ------------------------------------------------------------------------------------
+    def __init__(self, reads: Reads, writes: Writes, nodes: Nodes) -> None:
+        self.reads = reads
+        self.writes = writes
+        self.nodes = nodes
 
-    async def _multi_read(self, session: ZkSession, req: wire.MultiRequest) -> Body:
+    async def multi_read(self, session: ZkSession, req: wire.MultiRequest) -> Body:
+        """multiRead (22): getData and getChildren, each with its own result or error."""
         results: list[MultiResult] = []
         for op, sub in req.ops:
             if op not in (Op.GET_DATA, Op.GET_CHILDREN):
@@ -55,18 +59,18 @@ class MultiRequests(WriteRequests, ReadRequests):
             try:
                 if op == Op.GET_DATA:
                     check_path(sub.path)
-                    node = await self._node(sub.path)
+                    node = await self.nodes.node(sub.path)
                     if node is None:
                         raise ZkError(Err.NONODE)
                     results.append(MultiResult(Op.GET_DATA, 0, (node[0], node[1])))
                 else:
-                    kids, _ = await self._children(session, wire.PathWatchRequest(sub.path, False))
+                    kids, _ = await self.reads.children(session, wire.PathWatchRequest(sub.path, False))
                     results.append(MultiResult(Op.GET_CHILDREN, 0, kids))
             except (ZkError, MetadataStoreError) as err:
                 results.append(MultiResult(Op.ERROR, error_code(err)))
         return wire.encode_multi(results)
 
-    async def _multi(self, session: ZkSession, req: wire.MultiRequest) -> Body:
+    async def multi(self, session: ZkSession, req: wire.MultiRequest) -> Body:
         """All or nothing against every check a single call would make: every operation is first
         checked in order against the store as the earlier ones would leave it, and if one fails
         nothing is written (its error, OK before it, RUNTIMEINCONSISTENCY after it, as ZooKeeper
@@ -79,22 +83,22 @@ class MultiRequests(WriteRequests, ReadRequests):
             return wire.encode_multi([])
 
         async def apply(store: MetadataStore) -> list[MultiResult]:
-            failed = await self._multi_check(store, req.ops)
+            failed = await self._check(store, req.ops)
             if failed is not None:
                 return _failed(len(req.ops), *failed)
             results: list[MultiResult] = []
             for i, (op, sub) in enumerate(req.ops):
                 try:
-                    results.append(await self._multi_apply(session, store, op, sub))
+                    results.append(await self._apply(session, store, op, sub))
                 except (ZkError, MetadataStoreError) as err:
                     log.warning("multi failed at operation %d after the check passed (a racing writer): %s", i, err)
                     return _failed(len(req.ops), i, error_code(err))
             return results
 
-        results: list[MultiResult] = await self._write(apply)
+        results = await self.writes.write(apply)
         return wire.encode_multi(results)
 
-    async def _multi_check(self, store: MetadataStore, ops: list[tuple[int, Any]]) -> tuple[int, int] | None:
+    async def _check(self, store: MetadataStore, ops: list[tuple[int, Any]]) -> tuple[int, int] | None:
         """Run the ops against a view of the store; (index, error) of the first that would fail."""
         view: dict[str, _Node] = {}
         kids_of: dict[str, set[str]] = {}
@@ -116,7 +120,7 @@ class MultiRequests(WriteRequests, ReadRequests):
         for i, (op, sub) in enumerate(ops):
             try:
                 if op in CREATES:
-                    self._check_create(sub)
+                    self.writes.check_create(sub)
                     parent = parent_of(sub.path)
                     if parent != paths.SEPARATOR:
                         p = await node(parent)
@@ -130,7 +134,7 @@ class MultiRequests(WriteRequests, ReadRequests):
                 else:  # delete, setData, check: the node at the expected version
                     check_path(sub.path)
                     if op != Op.CHECK:
-                        self._no_writes_in_zookeeper_root(sub.path)
+                        self.nodes.refuse_write(sub.path)
                     n = await node(sub.path)
                     expect_version(sub.path, n.exists, n.version, sub.version)
                     if op == Op.DELETE:
@@ -144,21 +148,22 @@ class MultiRequests(WriteRequests, ReadRequests):
                 return i, error_code(err)
         return None
 
-    async def _multi_apply(self, session: ZkSession, store: MetadataStore, op: int, sub: Any) -> MultiResult:
+    async def _apply(self, session: ZkSession, store: MetadataStore, op: int, sub: Any) -> MultiResult:
         if op in CREATES:
             ephemeral = CreateMode.ephemeral(sub.flags)
-            stat = await self._put_new(store, sub.path, sub.data, ephemeral, CreateMode.sequential(sub.flags))
-            self.registry.record_put(session.client if ephemeral else None, sub.data, ephemeral, stat)
+            stat = await self.writes.names.put_new(store, sub.path, sub.data, ephemeral,
+                                                   CreateMode.sequential(sub.flags))
+            self.writes.registry.record_put(session.client if ephemeral else None, sub.data, ephemeral, stat)
             if op == Op.CREATE:
                 return MultiResult(Op.CREATE, 0, stat.path)
             zstat = to_zstat(stat, len(sub.data), 0, session.id if ephemeral else 0)
             return MultiResult(op, 0, (stat.path, zstat))
         if op == Op.DELETE:
-            await self._delete_checked(store, sub.path, sub.version)
+            await self.writes.delete_checked(store, sub.path, sub.version)
             return MultiResult(Op.DELETE)
         if op == Op.SET_DATA:
-            stat, children = await self._set_checked(store, sub.path, sub.data, sub.version)
-            return MultiResult(Op.SET_DATA, 0, to_zstat(stat, len(sub.data), children, self._owner(sub.path)))
+            stat, children = await self.writes.set_checked(store, sub.path, sub.data, sub.version)
+            return MultiResult(Op.SET_DATA, 0, to_zstat(stat, len(sub.data), children, self.nodes.owner(sub.path)))
         return MultiResult(Op.CHECK)
 
 

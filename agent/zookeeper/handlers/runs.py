@@ -16,8 +16,10 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from metashift.agent.zookeeper.handlers.base import Body, ZkError, check_path, error_code, is_virtual
-from metashift.agent.zookeeper.handlers.writes import WriteRequests, create_body
+from metashift.agent.core.gate import WriteGate
+from metashift.agent.zookeeper.handlers.base import Body, ZkError, Zxid, check_path, error_code, is_virtual
+from metashift.agent.zookeeper.handlers.nodes import Nodes
+from metashift.agent.zookeeper.handlers.writes import Writes, create_body
 from metashift.agent.zookeeper.session import ZkSession
 from metashift.stores import MetadataStore, Stat
 from metashift.stores.errors import MetadataStoreError
@@ -31,21 +33,31 @@ RUN_OPS = frozenset({Op.CREATE, Op.CREATE2, Op.SET_DATA, Op.DELETE})
 #: Writes of one run at most (one etcd txn: ``stores.etcd.tree_writes.RUN_MAX_OPS``).
 RUN_MAX = 40
 
+#: A request's answer: (error code, body, zxid for the reply header).
 Answer = tuple[int, Body, int]
+#: A decoded request: (opcode, request record).
 Request = tuple[int, Any]
+#: Serves one request alone (``Handlers.handle``).
+Handle = Callable[[ZkSession, int, Any], Awaitable[Answer]]
 
 
-class WriteRuns(WriteRequests):
+class WriteRuns:
     """A session's run of writes served in as few rounds as the store allows."""
 
-    #: One request served alone (``Handlers.handle``).
-    handle: Callable[[ZkSession, int, Any], Awaitable[Answer]]
-    #: Writes that went to the store in a run of two or more (a figure, and what tests look at).
-    writes_in_runs = 0
+    def __init__(self, gate: WriteGate, zxid: Zxid, writes: Writes, nodes: Nodes, handle: Handle) -> None:
+        self.gate = gate
+        self.zxid = zxid
+        self.writes = writes
+        self.nodes = nodes
+        # the single path, for what a run cannot carry: the dispatcher's ``handle``, passed in
+        # (the dispatcher holds these runs: importing it back would make a cycle)
+        self.handle = handle
+        self.writes_in_runs = 0
+        """Writes that went to the store in a run of two or more (a figure, and what tests look at)."""
 
     def joins_run(self, op: int, request: Any) -> bool:
         """Whether a request may be served in a run of writes (on the store active now)."""
-        if op not in RUN_OPS or request is None or not self.store.tree_writes_in_one_round:
+        if op not in RUN_OPS or request is None or not self.nodes.store.tree_writes_in_one_round:
             return False
         return op in (Op.SET_DATA, Op.DELETE) or request.flags in (CreateMode.PERSISTENT, CreateMode.EPHEMERAL)
 
@@ -88,12 +100,12 @@ class WriteRuns(WriteRequests):
     def _tree_write(self, op: int, req: Any) -> TreeWrite | None:
         """The request as a tree write, after the checks the single request makes first."""
         if op in (Op.CREATE, Op.CREATE2):
-            self._check_create(req)
+            self.writes.check_create(req)
             if is_virtual(parent_of(req.path)):
                 return None
             return CreateNode(req.path, req.data, CreateMode.ephemeral(req.flags))
         check_path(req.path)
-        self._no_writes_in_zookeeper_root(req.path)
+        self.nodes.refuse_write(req.path)
         expected = None if req.version == -1 else req.version
         if op == Op.SET_DATA:
             return SetNode(req.path, req.data, expected)
@@ -126,14 +138,15 @@ class WriteRuns(WriteRequests):
         try:
             if op in (Op.CREATE, Op.CREATE2):
                 assert isinstance(result, Stat)
-                stat = await self._after_create(store, session, req.data, CreateMode.ephemeral(req.flags), result)
-                return Err.OK, create_body(op, stat.path, self._created_zstat(session, stat, req.data))
+                stat = await self.writes.after_create(store, session, req.data, CreateMode.ephemeral(req.flags),
+                                                      result)
+                return Err.OK, create_body(op, stat.path, self.writes.created_zstat(session, stat, req.data))
             if op == Op.SET_DATA:
                 assert isinstance(result, tuple)
                 stat, children = result
-                self.registry.record_put(None, req.data, stat.ephemeral, stat)
-                return Err.OK, self._set_body(stat, req.data, children)
-            self.registry.record_delete(req.path)
+                self.writes.registry.record_put(None, req.data, stat.ephemeral, stat)
+                return Err.OK, self.writes.set_body(stat, req.data, children)
+            self.writes.registry.record_delete(req.path)
             return Err.OK, b""
         except (MetadataStoreError, ZkError) as err:
             return error_code(err), b""

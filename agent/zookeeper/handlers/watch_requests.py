@@ -2,21 +2,22 @@
 
 from __future__ import annotations
 
-from metashift.agent.zookeeper.handlers.base import VIRTUAL_CHILDREN, Body, HandlerBase, ZkError, check_path, is_virtual
+from metashift.agent.zookeeper.handlers.base import Body, ZkError, check_path
+from metashift.agent.zookeeper.handlers.nodes import Nodes
 from metashift.agent.zookeeper.session import ZkSession
-from metashift.agent.zookeeper.watches import CHILD, DATA, EXIST, PERSISTENT, RECURSIVE
-from metashift.stores import paths
-from metashift.stores.errors import InvalidPath
+from metashift.agent.zookeeper.watches import CHILD, DATA, EXIST, PERSISTENT, RECURSIVE, Watches
 from metashift.stores.zookeeper import wire
 from metashift.stores.zookeeper.wire import AddWatchMode, Err, EventType, Writer
 
 
-class WatchRequests(HandlerBase):
-    """The requests that set, remove and check watches."""
+class WatchRequests:
+    """The requests that set, remove and check watches, one method per opcode."""
 
-    # ---- watches --------------------------------------------------------------------------------
+    def __init__(self, watches: Watches, nodes: Nodes) -> None:
+        self.watches = watches
+        self.nodes = nodes
 
-    async def _set_watches(self, session: ZkSession, req: wire.SetWatchesRequest) -> Body:
+    async def set_watches(self, session: ZkSession, req: wire.SetWatchesRequest) -> Body:
         """Re-set a reconnecting client's watches. The session kept its watches on the agent and
         events that fired while it was away were delivered on re-attach; a watch whose condition
         already holds fires now (exist: the node is there; data, child: the node is gone)."""
@@ -28,7 +29,7 @@ class WatchRequests(HandlerBase):
         for kind, wanted in groups:
             for path in wanted:
                 if kind in (DATA, EXIST, CHILD):
-                    exists = await self._exists_any(path)
+                    exists = await self.nodes.exists(path)
                     if kind == EXIST and exists:
                         self.watches.add(kind, path, session)
                         self.watches.fire(EventType.NODE_CREATED, path, (EXIST,), {session})
@@ -40,17 +41,8 @@ class WatchRequests(HandlerBase):
                 self.watches.add(kind, path, session)
         return b""
 
-    async def _exists_any(self, path: str) -> bool:
-        if is_virtual(path):
-            return path in VIRTUAL_CHILDREN
-        if path == paths.SEPARATOR:
-            return True
-        try:
-            return await self.store.exists(path)
-        except InvalidPath:
-            return False
-
-    async def _add_watch(self, session: ZkSession, req: wire.AddWatchRequest) -> Body:
+    async def add_watch(self, session: ZkSession, req: wire.AddWatchRequest) -> Body:
+        """addWatch (106): a persistent or persistent recursive watch, answered once it is live."""
         check_path(req.path)
         self.watches.want()
         await self.watches.ready()  # answered once every later change will be seen
@@ -62,7 +54,8 @@ class WatchRequests(HandlerBase):
             raise ZkError(Err.BADARGUMENTS, f"unknown addWatch mode {req.mode}")
         return Writer().int(0).bytes()  # ZooKeeper answers addWatch with an ErrorResponse(0)
 
-    async def _remove_watches(self, session: ZkSession, req: wire.RemoveWatchesRequest) -> Body:
+    async def remove_watches(self, session: ZkSession, req: wire.RemoveWatchesRequest) -> Body:
+        """removeWatches (18): the session's watches of the kinds asked for; NOWATCHER if none."""
         check_path(req.path)
         removed = False
         for kind in self.watches.kinds_for(req.type):
@@ -71,7 +64,8 @@ class WatchRequests(HandlerBase):
             raise ZkError(Err.NOWATCHER)
         return b""
 
-    async def _check_watches(self, session: ZkSession, req: wire.RemoveWatchesRequest) -> Body:
+    async def check_watches(self, session: ZkSession, req: wire.RemoveWatchesRequest) -> Body:
+        """checkWatches (17): NOWATCHER unless the session holds one of the kinds asked for."""
         check_path(req.path)
         if not any(self.watches.has(kind, req.path, session) for kind in self.watches.kinds_for(req.type)):
             raise ZkError(Err.NOWATCHER)

@@ -1,6 +1,6 @@
-"""The front in front of a ZooKeeper store: requests that ZooKeeper answers as they are go to it
-in wire form, on the agent's store session (``ZooKeeperStore.forward``), and its answers come
-back with ZooKeeper's own Stat.
+"""The front's backend for a ZooKeeper store (``backend.Backend``): requests that ZooKeeper
+answers as they are pass through to it in wire form, on the agent's store session
+(``ZooKeeperStore.forward``), and its answers come back with ZooKeeper's own Stat.
 
 What the front must still see, it sees on the way, without a second round trip:
 
@@ -13,48 +13,49 @@ What the front must still see, it sees on the way, without a second round trip:
   notifications, moved to the target with the router): the request goes to ZooKeeper without its
   watch flag;
 - ``ephemeralOwner`` of an ephemeral that one of the front's sessions owns is that session's id
-  (ZooKeeper says the agent's store session), as Curator and Pulsar compare it with their own.
+  (ZooKeeper says the agent's store session), as Curator and Pulsar compare it with their own
+  (``owners``).
 
 Everything else — the virtual ``/zookeeper``, the root (its listing shows ``zookeeper``),
-containers and TTL nodes, malformed or invalid requests, a store that is not connected, a store
-that is not ZooKeeper — takes the ordinary path (``handlers``), and so does every request behind
-one that did, so that a session's requests keep their order.
+containers and TTL nodes, malformed or invalid requests, a store that is not connected — is
+declined and takes the ordinary path (``handlers``), and so does every request behind one that
+did, so that a session's requests keep their order.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
 from metashift.agent.core.gate import WriteGate
-from metashift.agent.core.router import Router
 from metashift.agent.core.sequence_floors import SequenceFloors
 from metashift.agent.core.sessions import SessionRegistry
 from metashift.agent.zookeeper import pip454
+from metashift.agent.zookeeper.backend import Answer
 from metashift.agent.zookeeper.handlers.base import Zxid, is_virtual
+from metashift.agent.zookeeper.owners import EphemeralOwners, with_owner
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import CHILD, DATA, EXIST, Watches
-from metashift.stores import Stat, paths
+from metashift.stores import MetadataStore, Stat, paths
 from metashift.stores.errors import InvalidPath, MetadataStoreError
 from metashift.stores.zookeeper import ZooKeeperStore, wire
-from metashift.stores.zookeeper.forward import MULTI_OPS, Done
 from metashift.stores.zookeeper.wire import Err, Op, Reader
-from metashift.stores.zookeeper.wire.jute import INT, MULTI_HEADER, REPLY, STAT, DecodeError
+from metashift.stores.zookeeper.wire.jute import INT, REPLY, DecodeError
 
 log = logging.getLogger(__name__)
 
-Answer = Callable[[bytes], None]
+#: ``done(err, body)`` from the store's read loop: ZooKeeper's error code and the answer's body,
+#: or ``(None, exception)`` when the connection went first (``ZooKeeperStore.forward``'s callback;
+#: spelled here, as the front relies on the store's forwarding methods only).
+Done = Callable[[int | None, bytes | BaseException], None]
+#: The operations a multi passed through may hold (those ``ZooKeeperStore.forward_multi`` takes).
+MULTI_OPS = frozenset({Op.CREATE, Op.CREATE2, Op.DELETE, Op.SET_DATA, Op.CHECK})
 
 _READS = frozenset({Op.EXISTS, Op.GET_DATA, Op.GET_CHILDREN, Op.GET_CHILDREN2})
-_WITH_STAT = frozenset({Op.EXISTS, Op.GET_DATA, Op.GET_CHILDREN2, Op.SET_DATA, Op.CREATE2})
 #: Create modes forwarded: persistent, ephemeral, and their sequential kinds (containers and TTL
 #: nodes are kept as persistent nodes by the ordinary path).
 _MODES = range(4)
 _NO_WATCH = b"\x00"
-#: ephemeralOwner's place counted from the end of a Stat (czxid mzxid ctime mtime version
-#: cversion aversion | ephemeralOwner | dataLength numChildren pzxid).
-_OWNER_FROM_END = 24
 
 
 def _valid(path: str, sequential: bool = False) -> bool:
@@ -68,31 +69,33 @@ def _valid(path: str, sequential: bool = False) -> bool:
     return True
 
 
-class Forwarder:
-    """Sends the requests ZooKeeper answers as they are to the active store when it is ZooKeeper."""
+class PassThroughBackend:
+    """The backend of a ZooKeeper store: what ZooKeeper answers as it is passes through to it."""
 
     def __init__(
-        self, router: Router, gate: WriteGate, registry: SessionRegistry, sessions: ZkSessions, watches: Watches,
-        zxid: Zxid, floors: SequenceFloors,
+        self, store: ZooKeeperStore, gate: WriteGate, registry: SessionRegistry, sessions: ZkSessions,
+        watches: Watches, zxid: Zxid, floors: SequenceFloors,
     ) -> None:
-        self.router = router
+        self._store = store
         self.gate = gate
         self.registry = registry
-        self.sessions = sessions
         self.watches = watches
         self.floors = floors
         self.zxid = zxid
+        self.owners = EphemeralOwners(store, registry, sessions)
 
-    def try_forward(self, session: ZkSession, xid: int, op: int, data: bytes, answer: Answer) -> bool:
+    @property
+    def store(self) -> MetadataStore:
+        """The ZooKeeper store requests pass through to."""
+        return self._store
+
+    def pass_through(self, session: ZkSession, xid: int, op: int, data: bytes, answer: Answer) -> bool:
         """Forward one request packet (header included); ``answer`` gets the framed reply. False:
         not forwarded, nothing done (the caller serves it on the ordinary path)."""
-        store = self.router.active
-        if not isinstance(store, ZooKeeperStore):
-            return False
         try:
             if op in _READS:
                 # held in the freeze like writes: the ordinary path waits for the gate
-                return self.gate.reads_flow() and self._read(store, session, xid, op, data, answer)
+                return self.gate.reads_flow() and self._read(session, xid, op, data, answer)
             if op in (Op.CREATE, Op.CREATE2):
                 return self._create(session, xid, op, data, answer)
             if op == Op.SET_DATA:
@@ -107,14 +110,11 @@ class Forwarder:
 
     def flush(self) -> None:
         """Send the requests forwarded so far now: the caller has no more to forward for now."""
-        store = self.router.active
-        if isinstance(store, ZooKeeperStore):
-            store.flush()
+        self._store.flush()
 
     # ---- reads ------------------------------------------------------------------------------------
 
-    def _read(self, store: ZooKeeperStore, session: ZkSession, xid: int, op: int, data: bytes,
-              answer: Answer) -> bool:
+    def _read(self, session: ZkSession, xid: int, op: int, data: bytes, answer: Answer) -> bool:
         r = Reader(data, 8)
         path = r.string()
         watch = r.bool()
@@ -135,21 +135,12 @@ class Forwarder:
                 elif err == Err.OK:
                     self.watches.add(DATA if op == Op.GET_DATA else CHILD, path, session)
             if err == Err.OK and op != Op.GET_CHILDREN:
-                body = self._own(store, body, path)
+                body = self.owners.own(body, path)
             answer(self._reply(xid, err, body))
 
-        return store.forward(op, path, _NO_WATCH, done)
+        return self._store.forward(op, path, _NO_WATCH, done)
 
     # ---- writes -----------------------------------------------------------------------------------
-
-    def _admit(self) -> ZooKeeperStore | None:
-        store = self.gate.try_enter()
-        if store is None:
-            return None
-        if not isinstance(store, ZooKeeperStore):
-            self.gate.leave()
-            return None
-        return store
 
     def _create(self, session: ZkSession, xid: int, op: int, data: bytes, answer: Answer) -> bool:
         req = wire.CreateFields.read(Reader(data, 8))
@@ -164,20 +155,20 @@ class Forwarder:
         ephemeral = wire.CreateMode.ephemeral(req.flags)
         client = session.client
 
-        def created(store: ZooKeeperStore, body: bytes) -> bytes | None:
+        def created(body: bytes) -> bytes | None:
             if ephemeral:
                 path = Reader(body).string()
                 self.registry.record_put(client, req.data, True, Stat(path, 0, 0, 0, True, True))
                 if client.ended:  # the session ended while the create was in flight
-                    self._drop(store, path)
+                    self.owners.drop(path)
                     answer(self._reply(xid, Err.SESSIONEXPIRED))
                     return None
                 if op == Op.CREATE2:
-                    return _with_owner(body, session.id)
+                    return with_owner(body, session.id)
             return body
 
         return self._forward_write(
-            xid, answer, lambda store, done: store.forward_create(op, req.path, req.data_field, req.flags, done),
+            xid, answer, lambda done: self._store.forward_create(op, req.path, req.data_field, req.flags, done),
             created,
         )
 
@@ -189,11 +180,11 @@ class Forwarder:
         if not _valid(path):
             return False
 
-        def set_(store: ZooKeeperStore, body: bytes) -> bytes:
-            self._record_set(path, value, body)
-            return self._own(store, body, path)
+        def set_(body: bytes) -> bytes:
+            self.owners.record_set(path, value, body)
+            return self.owners.own(body, path)
 
-        return self._forward_write(xid, answer, lambda store, done: store.forward(Op.SET_DATA, path, rest, done), set_)
+        return self._forward_write(xid, answer, lambda done: self._store.forward(Op.SET_DATA, path, rest, done), set_)
 
     def _delete(self, xid: int, data: bytes, answer: Answer) -> bool:
         r = Reader(data, 8)
@@ -202,11 +193,11 @@ class Forwarder:
         if not _valid(path):
             return False
 
-        def deleted(store: ZooKeeperStore, body: bytes) -> bytes:
+        def deleted(body: bytes) -> bytes:
             self.registry.record_delete(path)
             return body
 
-        return self._forward_write(xid, answer, lambda store, done: store.forward(Op.DELETE, path, rest, done), deleted)
+        return self._forward_write(xid, answer, lambda done: self._store.forward(Op.DELETE, path, rest, done), deleted)
 
     def _multi(self, session: ZkSession, xid: int, data: bytes, answer: Answer) -> bool:
         req = wire.MultiRequest.read(Reader(data, 8))
@@ -228,24 +219,22 @@ class Forwarder:
                 return False
         client = session.client
 
-        def done_all(store: ZooKeeperStore, body: bytes) -> bytes:
+        def done_all(body: bytes) -> bytes:
             try:
-                return self._record_multi(store, session, client.ended, req.ops, body)
+                return self.owners.record_multi(session, client.ended, req.ops, body)
             except (DecodeError, MetadataStoreError) as e:  # not what ZooKeeper answers
                 log.warning("zookeeper front: a multi's answer did not parse (%s)", e)
                 return body
 
-        return self._forward_write(xid, answer, lambda store, done: store.forward_multi(req.ops, done), done_all)
+        return self._forward_write(xid, answer, lambda done: self._store.forward_multi(req.ops, done), done_all)
 
     def _forward_write(
-        self, xid: int, answer: Answer, send: Callable[[ZooKeeperStore, Done], bool],
-        on_ok: Callable[[ZooKeeperStore, bytes], bytes | None],
+        self, xid: int, answer: Answer, send: Callable[[Done], bool], on_ok: Callable[[bytes], bytes | None],
     ) -> bool:
         """A write through the gate: ``send`` forwards it; its answer leaves the gate, and an OK
         one counts a zxid and goes through ``on_ok`` (what the front keeps of it; ``None``: it
         answered the client itself). False: not admitted or not sent, nothing done."""
-        store = self._admit()
-        if store is None:
+        if not self._admit():
             return False
 
         def done(err: int | None, body: bytes | BaseException) -> None:
@@ -256,99 +245,34 @@ class Forwarder:
             assert isinstance(body, bytes)
             if err == Err.OK:
                 self.zxid.bump()
-                kept = on_ok(store, body)
+                kept = on_ok(body)
                 if kept is None:
                     return
                 body = kept
             answer(self._reply(xid, err, body))
 
-        if not send(store, done):
+        if not send(done):
             self.gate.leave()
             return False
         return True
 
-    # ---- what the front keeps of the answers --------------------------------------------------------
+    def _admit(self) -> bool:
+        """Admit a write through the gate now, without a task; False: it would have to wait."""
+        store = self.gate.try_enter()
+        if store is None:
+            return False
+        if store is not self._store:
+            # the router moved to another store since this backend was chosen (a switch swaps
+            # the backend at once, so this is a guard, not a path): the ordinary path serves it
+            self.gate.leave()
+            return False
+        return True
 
     def _named_by_zookeeper(self, parent: str | None) -> bool:
         """Whether ZooKeeper may name a sequential node under ``parent``: not under a counter a
         migration retired (its floor names it, on the ordinary path: ``SequenceFloors``)."""
-        return parent is not None and self.floors.known_free(self.router.active, parent)
-
-    def _record_set(self, path: str, value: bytes, body: bytes) -> None:
-        """A new value of an ephemeral this agent tracks (the answer's Stat says ephemeral)."""
-        if self.registry.owner_of(path) is None:
-            return
-        owner = int.from_bytes(body[-_OWNER_FROM_END : -_OWNER_FROM_END + 8], "big", signed=True)
-        version = int.from_bytes(body[-STAT.size + 32 : -STAT.size + 36], "big", signed=True)
-        self.registry.record_put(None, value, owner != 0, Stat(path, version, 0, 0, owner != 0, owner != 0))
-
-    def _record_multi(self, store: ZooKeeperStore, session: ZkSession, ended: bool, ops: list[tuple[int, object]],
-                      body: bytes) -> bytes:
-        """Record the ephemerals a multi created, changed and deleted; its answer with the owners
-        of the session's ephemerals."""
-        r = Reader(body)
-        out = bytearray()
-        for _op, sub in ops:
-            start = r.pos
-            kind, _done, _err = r.take(MULTI_HEADER)
-            out += body[start : r.pos]
-            if kind in (Op.CREATE, Op.CREATE2):
-                created = r.string()
-                out += INT.pack(len(created.encode())) + created.encode()
-                ephemeral = wire.CreateMode.ephemeral(sub.flags)  # type: ignore[attr-defined]
-                if ephemeral:
-                    self.registry.record_put(session.client, sub.data, True,  # type: ignore[attr-defined]
-                                             Stat(created, 0, 0, 0, True, True))
-                    if ended:
-                        self._drop(store, created)
-                if kind == Op.CREATE2:
-                    s = r.pos
-                    r.take(STAT)
-                    stat = body[s : r.pos]
-                    out += _with_owner(stat, session.id) if ephemeral else stat
-            elif kind == Op.SET_DATA:
-                s = r.pos
-                r.take(STAT)
-                stat = body[s : r.pos]
-                path = sub.path  # type: ignore[attr-defined]
-                self._record_set(path, sub.data, stat)  # type: ignore[attr-defined]
-                out += self._own(store, stat, path)
-            elif kind == Op.DELETE:
-                self.registry.record_delete(sub.path)  # type: ignore[attr-defined]
-            elif kind == Op.ERROR:
-                out += body[r.pos : r.pos + 4]
-                r.int()
-        out += body[r.pos :]
-        return bytes(out)
-
-    def _drop(self, store: ZooKeeperStore, path: str) -> None:
-        """An ephemeral created for a session that ended meanwhile: deleted now."""
-        self.registry.record_delete(path)
-
-        async def delete() -> None:
-            try:
-                await store.delete(path, expected_version=0)
-            except MetadataStoreError:
-                pass
-
-        asyncio.get_running_loop().create_task(delete())
-
-    def _own(self, store: ZooKeeperStore, body: bytes, path: str) -> bytes:
-        """``body`` (ending with a Stat) with the owner of an ephemeral of the store's session that
-        one of the front's sessions owns: that session's id."""
-        at = len(body) - _OWNER_FROM_END
-        owner = int.from_bytes(body[at : at + 8], "big", signed=True)
-        if owner == 0 or owner != store.session_id:
-            return body
-        sid = self.sessions.owner_id(self.registry.owner_of(path))
-        return _with_owner(body, sid) if sid else body
+        return parent is not None and self.floors.known_free(self._store, parent)
 
     def _reply(self, xid: int, err: int, body: bytes = b"") -> bytes:
         payload = REPLY.pack(xid, self.zxid.value, err) + body
         return INT.pack(len(payload)) + payload
-
-
-def _with_owner(body: bytes, owner: int) -> bytes:
-    """``body`` (ending with a Stat) with ``owner`` as its ephemeralOwner."""
-    at = len(body) - _OWNER_FROM_END
-    return body[:at] + owner.to_bytes(8, "big", signed=True) + body[at + 8 :]
