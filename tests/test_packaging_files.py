@@ -44,7 +44,22 @@ ETC_CONFIG = "/etc/metashift/agent.toml"
 NOT_SHIPPED = {"pulsar", "source_view.py", "__pycache__"}
 #: The apache/pulsar-helm-chart's values (4.x) that pass through to the broker and bookkeeper
 #: StatefulSets and their ConfigMaps (charts/pulsar/values.yaml, templates/*-statefulset.yaml).
-CHART_KEYS = {"configData", "initContainers", "extraVolumes", "extraVolumeMounts", "extraEnvs"}
+CHART_KEYS = {"configData", "initContainers", "extraVolumes", "extraVolumeMounts", "extraEnvs", "waitBookkeeperTimeout"}
+POST_RENDER = PACKAGING / "helm-post-render" / "post-render.sh"
+#: What the chart (4.7.0, release "pulsar", default components) renders that the post-renderer
+#: changes: the members' ConfigMaps (their metadata URLs, from its ZooKeeper) and the bookie's
+#: init container that checks the cluster before any sidecar runs (charts/pulsar/templates/).
+CHART_DIRECT = "zk+hierarchical://pulsar-zookeeper:2181/ledgers"
+CHART_CONFIGMAPS = {
+    "pulsar-broker": {"metadataStoreUrl": "zk:pulsar-zookeeper:2181", "bookkeeperMetadataServiceUri": CHART_DIRECT,
+                      "clusterName": "pulsar"},
+    "pulsar-bookie": {"metadataServiceUri": CHART_DIRECT, "zkServers": "", "useHostNameAsBookieID": "true"},
+    "pulsar-recovery": {"metadataServiceUri": CHART_DIRECT, "zkServers": ""},
+}
+#: The chart's component of each values section, and its StatefulSet's own init containers.
+COMPONENTS = {"broker": ("pulsar-broker", ["wait-zookeeper-ready", "wait-bookkeeper-ready"]),
+              "bookkeeper": ("pulsar-bookie", ["pulsar-bookkeeper-verify-clusterid"]),
+              "autorecovery": ("pulsar-recovery", ["pulsar-bookkeeper-verify-clusterid"])}
 
 
 def _shipped() -> list[Path]:
@@ -100,12 +115,17 @@ def test_every_shipped_file_parses() -> None:
             _unit_sections(text)
         elif name == "Containerfile":
             assert _stages(text), path
+        elif name.endswith(".sh"):
+            assert os.access(path, os.X_OK), f"{path} is not executable"
+            done = subprocess.run(["sh", "-n", str(path)], capture_output=True, text=True, timeout=60)
+            assert done.returncode == 0, done.stderr
         else:
             pytest.fail(f"packaging/{path.relative_to(PACKAGING)}: this test does not know how to check it")
         seen.append(path.relative_to(PACKAGING).as_posix())
     assert {"agent.toml", "metashift-agent.service", "metashift-agent.service.d/coordinator.conf", "Containerfile",
             "kubernetes-sidecar.yaml", "grafana/metashift-dashboard.json",
-            "prometheus/metashift-alerts.yml"} <= set(seen), seen
+            "prometheus/metashift-alerts.yml", "helm-post-render/post-render.sh",
+            "helm-post-render/kustomization.yaml"} <= set(seen), seen
 
 
 # ---- the sample config --------------------------------------------------------------------------
@@ -303,11 +323,9 @@ def _sidecar_env(container: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def test_the_kubernetes_values_run_the_agent_as_a_native_sidecar_in_front_of_broker_and_bookie() -> None:
+def test_the_kubernetes_values_run_the_agent_as_a_native_sidecar_in_front_of_every_member() -> None:
     values = yaml.safe_load(SIDECAR.read_text())
-    assert set(values) == {"broker", "bookkeeper"}, set(values)
-    urls = {"broker": ("metadataStoreUrl", "configurationMetadataStoreUrl", "bookkeeperMetadataServiceUri"),
-            "bookkeeper": ("metadataServiceUri",)}
+    assert set(values) == set(COMPONENTS), set(values)
     for component, settings in values.items():
         assert set(settings) <= CHART_KEYS, (component, set(settings) - CHART_KEYS)
         sidecars = [c for c in settings["initContainers"] if c.get("restartPolicy") == "Always"]
@@ -316,12 +334,11 @@ def test_the_kubernetes_values_run_the_agent_as_a_native_sidecar_in_front_of_bro
         env = _sidecar_env(agent)
         out = _accepted(agent["args"], env, what=f"{component}'s sidecar")
         assert agent["args"][0] == "agent"
-        # the member's metadata URLs go to the agent's ZooKeeper front, on the pod's loopback
         front = env.get("METASHIFT_ZOOKEEPER_LISTEN", "")
         assert front.startswith("127.0.0.1:") and f"ZooKeeper's protocol on {front}" in out, (front, out)
-        for key in urls[component]:
-            url = settings["configData"][key]
-            assert url in (f"zk:{front}", f"metadata-store:zk:{front}"), (component, key, url)
+        # the chart's waits for BookKeeper in these pods read the bookie's URL before the sidecar runs
+        if component != "bookkeeper":
+            assert settings.get("waitBookkeeperTimeout") == 0, component
         # every volume the sidecar mounts is one the values add to the pod
         volumes = {v["name"] for v in settings.get("extraVolumes", [])}
         assert {m["name"] for m in agent.get("volumeMounts", [])} <= volumes, component
@@ -340,3 +357,53 @@ def test_the_kubernetes_values_run_the_agent_as_a_native_sidecar_in_front_of_bro
     assert any(e.get("METASHIFT_COORDINATOR_ENABLED", "true") == "true"
                for e in (_sidecar_env(c) for v in values.values() for c in v["initContainers"])), \
         "no coordinator candidate: a migration would have no leader"
+
+
+def _rendered(values: dict[str, Any]) -> list[dict[str, Any]]:
+    """The part of the chart's rendering the post-renderer changes, with the values' sidecars."""
+    docs: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                                   "data": dict(data)} for name, data in CHART_CONFIGMAPS.items()]
+    for component, (name, own) in COMPONENTS.items():
+        inits = [{"name": n, "image": "apachepulsar/pulsar:4.0.7", "envFrom": [{"configMapRef": {"name": name}}]}
+                 for n in own]
+        docs.append({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": name},
+                     "spec": {"template": {"spec": {
+                         "initContainers": inits + values[component]["initContainers"],
+                         "containers": [{"name": name, "image": "apachepulsar/pulsar:4.0.7",
+                                         "envFrom": [{"configMapRef": {"name": name}}]}]}}}})
+    return docs
+
+
+def test_the_helm_post_renderer_points_every_member_at_its_agent() -> None:
+    if shutil.which("kubectl") is None:
+        require_part("no kubectl: the Helm post-renderer runs kubectl kustomize")
+    values = yaml.safe_load(SIDECAR.read_text())
+    rendered = _rendered(values)
+    done = subprocess.run([str(POST_RENDER)], input=yaml.safe_dump_all(rendered), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    out = {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(done.stdout)}
+    assert set(out) == {(d["kind"], d["metadata"]["name"]) for d in rendered}
+    for component, (name, _own) in COMPONENTS.items():
+        agent = next(c for c in values[component]["initContainers"] if c.get("restartPolicy") == "Always")
+        front = _sidecar_env(agent)["METASHIFT_ZOOKEEPER_LISTEN"]
+        data = out["ConfigMap", name]["data"]
+        # every metadata URL of the member through its agent's front, in forms the guide shows
+        through = f"zk+hierarchical://{front}/ledgers"
+        if component == "broker":
+            assert data["metadataStoreUrl"] == data["configurationMetadataStoreUrl"] == f"zk:{front}", data
+            assert data["bookkeeperMetadataServiceUri"] == through, data
+        else:
+            assert data["metadataServiceUri"] == through, data
+        # nothing else of the chart's ConfigMap changed
+        assert {k: v for k, v in data.items() if k in CHART_CONFIGMAPS[name] and "etadata" not in k} == \
+            {k: v for k, v in CHART_CONFIGMAPS[name].items() if "etadata" not in k}, data
+        spec = out["StatefulSet", name]["spec"]["template"]["spec"]
+        inits = {c["name"]: c for c in spec["initContainers"]}
+        assert inits["metashift-agent"] == agent, "the sidecar as the values give it"
+        # the chart's init containers run before the sidecar: the bookie's keeps the direct URL
+        if component == "bookkeeper":
+            env = {e["name"]: e["value"] for e in inits["pulsar-bookkeeper-verify-clusterid"].get("env", [])}
+            assert env == {"metadataServiceUri": CHART_DIRECT}, env
+    guide = (ROOT / "docs" / "operator-guide.md").read_text()
+    assert "`zk:127.0.0.1:2181` ✓" in guide and "`zk+hierarchical://127.0.0.1:2181/ledgers` ✓" in guide
