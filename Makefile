@@ -7,7 +7,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEBS := zookeeper etcd-server etcd-client default-jre-headless default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java openssl util-linux maven prometheus xz-utils
+DEBS := zookeeper etcd-server etcd-client default-jre-headless default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java openssl util-linux maven prometheus xz-utils systemd
 # two test processes: most of a test's time is spent waiting on servers, sessions and Spark, so two
 # overlap well on two cores (`make pytest PYTEST_ARGS=` runs them in one process)
 PYTEST_ARGS ?= -n 2 --dist worksteal

@@ -24,6 +24,7 @@ from typing import Any
 from metashift.migration.flag import read_flag
 from metashift.stores import open_store
 
+from . import guide
 from .admin import AdminError, PulsarAdmin
 from .cluster import AGENT, PulsarCluster
 from .scenario import metashift_cli
@@ -91,8 +92,9 @@ class Adoption:
         """``metashift migrate check --json`` (of the cluster's source and target unless given):
         its exit status and report."""
         c = self.cluster
-        code, out, err = await metashift_cli("migrate", "check", "--source", source or c.source_url, "--target",
-                                             target or c.target_url, "--json", within=300)  # fmt: skip
+        args = guide.command("adopt-check", source=source or c.source_url, target=target or c.target_url,
+                             json_output=True)
+        code, out, err = await metashift_cli(*args, within=300)
         try:
             return code, dict(json.loads(out))
         except ValueError:

@@ -23,7 +23,7 @@ from metashift.migration.flag import read_flag
 from metashift.stores import open_store
 from metashift_lab.sandbox.report import freeze_window
 
-from . import evidence, workload
+from . import evidence, guide, workload
 from .admin import PulsarAdmin, pulsar_admin
 from .cluster import BOOKIE_READY, BROKER_READY, STORE_NAMES, PulsarCluster
 from .figures import PulsarFigures, metadata_op_text
@@ -95,10 +95,10 @@ class MigrationRun:
         c = self.cluster
         if change_topics:
             self.admin_loop.change_topics.set()
-        self.say(f"metashift migrate start --source {c.source_url} --target {c.target_url} --wait")
+        args = guide.command("migrate", source=c.source_url, target=c.target_url)
+        self.say(f"metashift {' '.join(args)}")
         watching = asyncio.get_running_loop().create_task(self._pip454_during()) if self.pip454 else None
-        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url,
-                                              "--wait")  # fmt: skip
+        code, _out, err = await metashift_cli(*args)
         if code not in (0, 1):
             self.say(f"metashift migrate start exited with {code}: {err.strip()[-2000:]}")
         if watching is not None:
@@ -176,11 +176,35 @@ class MigrationRun:
 
     async def status(self) -> dict[str, Any]:
         """``metashift migrate status --json``."""
-        code, out, err = await metashift_cli("migrate", "status", "--source", self.cluster.source_url, "--json",
+        return await self._status("status", self.cluster.source_url)
+
+    async def _status(self, step: str, url: str) -> dict[str, Any]:
+        """``metashift migrate status`` of ``url`` as the guide's ``step`` shows it, read as JSON."""
+        c = self.cluster
+        source, target = (url, c.target_url) if url == c.source_url else (c.source_url, url)
+        code, out, err = await metashift_cli(*guide.command(step, source=source, target=target, json_output=True),
                                              within=ADMIN_S)  # fmt: skip
         if code != 0:
             return {"error": err.strip()[-300:]}
         return dict(json.loads(out))
+
+    async def guide_checks(self) -> None:
+        """The operator's guide's checks once every member runs on the target's own URL and the
+        agents are gone: read from the target, the cluster lives there (arrived from the source);
+        read from the source, nothing was written there since the switch (but by a member a forced
+        start let pass, whose writes status names)."""
+        c, f = self.cluster, self.figures
+        here = await self._status("after-switch-check", c.target_url)
+        if here.get("lives_here") is not True or (here.get("origin") or {}).get("epoch") is None:
+            f.troubles.append(f"guide: status read from the target does not say the cluster lives there: {here}")
+        left = await self._status("retire-check", c.source_url)
+        written = left.get("writes_after_switch") or {}
+        if left.get("phase") != "COMPLETED" or left.get("lives_on") is None:
+            f.troubles.append(f"guide: status read from the source does not say where the cluster went: {left}")
+        elif written.get("count") and not left.get("forced"):
+            f.troubles.append(f"guide: writes into the source after the switch: {written}")
+        self.say(f"guide: the cluster lives in the target (epoch {(here.get('origin') or {}).get('epoch')}); "
+                 f"writes into the source after the switch: {written.get('count', 0)}")
 
     async def _target_cleaned(self) -> bool:
         return bool((await self.status()).get("target_cleaned"))
@@ -365,6 +389,7 @@ class MigrationRun:
         f.troubles += [f"{where} restart: {p}" for p in problems]
         self.say(f"on {where} directly: {found} topics listed, {sum(read.values())} kept messages read back, "
                  f"{flowed} new messages round-tripped" + ("" if not problems else f"; problems: {problems}"))
+        await self.guide_checks()
 
 
 async def _until(check: Callable[[], Awaitable[bool]], within: float) -> bool:

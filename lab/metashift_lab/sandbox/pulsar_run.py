@@ -15,10 +15,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from metashift.coordinator import control
-from metashift.stores import open_store
 from metashift_lab.pulsar_cluster import PulsarCluster, PulsarNotInstalled, PulsarStartError, find_release, scenario
 from metashift_lab.pulsar_cluster.adoption import Adoption
 from metashift_lab.pulsar_cluster.cluster import STORE_NAMES
@@ -97,7 +94,7 @@ class PulsarSandbox:
         await run.read_evidence()
         if run.freeze is not None:
             r.freeze_ms = round((run.freeze[1] - run.freeze[0]) * 1000, 1)
-        status = await _status(self.cluster.source_url)
+        status = await run.status()  # as the operator's guide reads it: metashift migrate status
         r.epoch, r.coordinator = int(status.get("epoch") or 0), status.get("coordinator")
         copy = status.get("copy") or {}
         r.coordinator_verified = r.phase == "COMPLETED" and bool(copy.get("verified"))
@@ -125,11 +122,3 @@ class PulsarSandbox:
                 say(f"kept the work directory {self.work_dir}")
             else:
                 shutil.rmtree(self.work_dir, ignore_errors=True)
-
-
-async def _status(source_url: str) -> dict[str, Any]:
-    store = await open_store(source_url, watch=False, create_root=False)
-    try:
-        return (await control.status(store)).to_dict()
-    finally:
-        await store.close()
