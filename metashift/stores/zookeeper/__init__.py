@@ -9,7 +9,6 @@ restores and counters; ``errors.py`` the mapping of aiozk's errors.
 from __future__ import annotations
 
 from .operations import DEFAULT_MAX_VALUE_SIZE
-from .protocol import AddWatchRequest
 from .store import ZooKeeperStore
 
-__all__ = ["DEFAULT_MAX_VALUE_SIZE", "AddWatchRequest", "ZooKeeperStore"]
+__all__ = ["DEFAULT_MAX_VALUE_SIZE", "ZooKeeperStore"]

@@ -14,11 +14,13 @@ from aiozk import protocol
 from .. import errors, paths
 from ..batching import OP_OVERHEAD, pack
 from ..bulk import COUNTER_PROBE, BulkStore, NodeInfo, NodeRead, Restore, restore_by_puts
-from ..ops import GetOp, Op, OpResult
+from ..ops import GetOp, OpResult
+from ..ops import Op as StoreOp
 from .counter_bumps import MULTI_SECONDS, BumpMulti, send_bumps
 from .errors import map_error
-from .fast_reads import OPCODE_GET_CHILDREN, OPCODE_GET_DATA, MultiReadRequest
+from .fast_reads import MultiReadRequest
 from .operations import MULTI_MAX_BYTES, MULTI_MAX_OPS, ZooKeeperOperations, multi_request
+from .wire.constants import Err, Op
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +52,7 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
     _read_size: int = 1024
 
     async def _reads(self, reads: list[tuple[int, str]]) -> list[Any]:
-        """The answers of ``reads`` ((``OPCODE_GET_DATA`` or ``OPCODE_GET_CHILDREN``, path)), in
+        """The answers of ``reads`` ((``Op.GET_DATA`` or ``Op.GET_CHILDREN``, path)), in
         order; ``None`` for a missing node. In ``multiRead`` requests when the server has them
         (``fast_reads``: a read costs ZooKeeper a fraction of a request of its own), else
         pipelined one by one; all sent at once, in one socket write, without a task or a timer
@@ -73,19 +75,19 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
 
     # ---- a batch's gets go as the bulk reads do (``MetadataStore.batch``) ----------------------
 
-    def _batch_kind(self, op: Op) -> str | None:
+    def _batch_kind(self, op: StoreOp) -> str | None:
         return "reads" if isinstance(op, GetOp) else super()._batch_kind(op)
 
-    async def _send_batch(self, ops: list[Op]) -> list[OpResult] | None:
+    async def _send_batch(self, ops: list[StoreOp]) -> list[OpResult] | None:
         if not isinstance(ops[0], GetOp):
             return await super()._send_batch(ops)
-        answers = await self._reads([(OPCODE_GET_DATA, op.path) for op in ops])
+        answers = await self._reads([(Op.GET_DATA, op.path) for op in ops])
         return [None if a is None else (a.data or b"", self._stat(op.path, a.stat))
                 for op, a in zip(ops, answers, strict=True)]
 
     def _request(self, opcode: int, path: str) -> Any:
         full = self._namespace.full(path)
-        if opcode == OPCODE_GET_DATA:
+        if opcode == Op.GET_DATA:
             return protocol.GetDataRequest(path=full, watch=False)
         return protocol.GetChildrenRequest(path=full, watch=False)
 
@@ -111,12 +113,12 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
             _zxid, answers = f.result()
             for read, answer in zip(group, answers, strict=True):
                 if isinstance(answer, int):
-                    if answer != zk_exc.NoNode.error_code:
+                    if answer != Err.NONODE:
                         again.append(len(out))
                     out.append(None)
                 else:
                     out.append(answer)
-                    if read[0] == OPCODE_GET_DATA:
+                    if read[0] == Op.GET_DATA:
                         data_reads += 1
                         data_bytes += answer.stat.data_length
         if not answered:
@@ -171,7 +173,7 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
         out: list[NodeRead | None] = []
         for start in range(0, len(items), _READ_PAGE):
             chunk = items[start : start + _READ_PAGE]
-            for path, r in zip(chunk, await self._reads([(OPCODE_GET_DATA, p) for p in chunk]), strict=True):
+            for path, r in zip(chunk, await self._reads([(Op.GET_DATA, p) for p in chunk]), strict=True):
                 out.append(None if r is None else _node(path, r))
         return out
 
@@ -181,7 +183,7 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
         read while the caller works on this one."""
 
         async def read(chunk: list[str]) -> tuple[list[NodeRead], list[str]]:
-            got = await self._reads([(OPCODE_GET_DATA, p) for p in chunk])
+            got = await self._reads([(Op.GET_DATA, p) for p in chunk])
             page: list[NodeRead] = []
             parents: list[str] = []
             for path, r in zip(chunk, got, strict=True):
@@ -191,7 +193,7 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
                     page.append(_node(path, r))
                 if r.stat.num_children:
                     parents.append(path)
-            kids = await self._reads([(OPCODE_GET_CHILDREN, p) for p in parents])
+            kids = await self._reads([(Op.GET_CHILDREN, p) for p in parents])
             below: list[str] = []
             for path, k in zip(parents, kids, strict=True):
                 if k is not None:
@@ -242,7 +244,7 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
                         stat = resp.stat
                         owner = stat.ephemeral_owner
                         page.append(NodeInfo(path, stat.version, stat.data_length, owner != 0, owner,
-                                             stat.last_modified_zxid))
+                                             stat.mzxid))
                     for name in resp.children:
                         child = paths.join(path, name)
                         if child not in prune:
@@ -339,14 +341,14 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
     async def position_of(self, path: str) -> int | None:
         """The node's mzxid: the zxid of the transaction that last wrote it."""
         zstat = await self._exists_stat(paths.validate(path))
-        return None if zstat is None else int(zstat.last_modified_zxid)
+        return None if zstat is None else int(zstat.mzxid)
 
     async def children_version(self, path: str) -> int | None:
         """The ``cversion`` of ``path`` (its count of child creations and deletions), or ``None``
         when it does not exist. It bounds the next sequential suffix from above: ZooKeeper names
         a sequential child after the count of creations only (see ``sequence_counter``)."""
         zstat = await self._exists_stat(paths.validate(path))
-        return None if zstat is None else int(zstat.child_version)
+        return None if zstat is None else int(zstat.cversion)
 
     async def sequence_counter(self, parent: str) -> int:
         """ZooKeeper names a sequential child after the parent's count of child *creations*
@@ -355,7 +357,7 @@ class ZooKeeperBulk(ZooKeeperOperations, BulkStore):
         zstat = await self._exists_stat(paths.validate(parent))
         if zstat is None:
             return 0
-        return (int(zstat.child_version) + int(zstat.num_children)) // 2
+        return (int(zstat.cversion) + int(zstat.num_children)) // 2
 
     async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
         """Every child creation moves the counter by one: (create, delete) pairs of a throw-away

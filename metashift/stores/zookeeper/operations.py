@@ -25,19 +25,16 @@ from .errors import map_error
 from .forward import RawRequest, Rechroot
 from .protocol import ZKSession
 from .wire import CreateMode, Writer
+from .wire.constants import JUTE_MAXBUFFER, MAX_VERSION
 from .wire.constants import Op as ZkOp
 
-#: ZooKeeper's default ``jute.maxbuffer`` is 0xfffff bytes for a whole packet (path, data, ACL,
-#: headers); leave 4 KiB for everything but the value.
-DEFAULT_MAX_VALUE_SIZE = 1024 * 1024 - 4096
+#: ZooKeeper's default ``jute.maxbuffer`` is for a whole packet (path, data, ACL, headers): a MiB
+#: less 4 KiB is left for the value.
+DEFAULT_MAX_VALUE_SIZE = JUTE_MAXBUFFER + 1 - 4096
 
 #: Write batches go to the server as ``multi`` requests of at most this many operations and bytes.
 MULTI_MAX_OPS = 128
 MULTI_MAX_BYTES = 256 * 1024
-
-
-def _create_mode(ephemeral: bool, sequential: bool) -> int:
-    return (CreateMode.EPHEMERAL if ephemeral else 0) | (CreateMode.PERSISTENT_SEQUENTIAL if sequential else 0)
 
 
 def multi_request() -> Any:
@@ -50,7 +47,7 @@ def multi_request() -> Any:
 class ZooKeeperOperations(BatchedStore):
     """The ``MetadataStore`` primitives of the ZooKeeper store, on its session."""
 
-    max_version = 2**31 - 1  # ZooKeeper versions are 32-bit
+    max_version = MAX_VERSION
     zookeeper_sequential_names = True
     batch_max_ops = MULTI_MAX_OPS
     batch_max_bytes = MULTI_MAX_BYTES
@@ -92,7 +89,7 @@ class ZooKeeperOperations(BatchedStore):
 
     def _create2(self, path: str, value: bytes, ephemeral: bool, sequential: bool) -> RawRequest:
         """A create2 of ``path`` with the store's ACL."""
-        body = self._rechroot.create_body(path, Writer().buffer(value).bytes(), _create_mode(ephemeral, sequential))
+        body = self._rechroot.create_body(path, Writer().buffer(value).bytes(), CreateMode.of(ephemeral, sequential))
         return RawRequest(ZkOp.CREATE2, body, True)
 
     def _stat(self, path: str, zstat: Any) -> Stat:
@@ -100,8 +97,8 @@ class ZooKeeperOperations(BatchedStore):
         return Stat(
             path=path,
             version=zstat.version,
-            creation_timestamp=zstat.created,
-            modification_timestamp=zstat.modified,
+            creation_timestamp=zstat.ctime,
+            modification_timestamp=zstat.mtime,
             ephemeral=owner != 0,
             created_by_self=owner != 0 and owner == self._session.session_id,
             owner=owner,
@@ -206,7 +203,7 @@ class ZooKeeperOperations(BatchedStore):
         for op in ops:
             if isinstance(op, PutOp):
                 if op.sequential or op.expected_version == -1:
-                    mode = _create_mode(op.ephemeral, op.sequential)
+                    mode = CreateMode.of(op.ephemeral, op.sequential)
                     # no ACL of its own: ``multi_body`` gives every create the store's
                     records.append((ZkOp.CREATE2, wire.CreateRequest(op.path, op.value, [], mode)))
                 else:

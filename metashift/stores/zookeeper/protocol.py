@@ -11,7 +11,8 @@ The store uses aiozk's request/response classes and its ``Session`` (state machi
   new connection (ZooKeeper ties authentication to the connection, not the session).
 - ``RetryPolicy``: writes are never re-sent after the connection dropped under them (the server
   may have applied them); reads are retried on the next connection.
-- ``AddWatchRequest``: ``addWatch`` (ZooKeeper 3.6+), which aiozk lacks.
+
+ZooKeeper's numbers are the codec's (``wire.constants``), none are written here.
 """
 
 from __future__ import annotations
@@ -24,16 +25,13 @@ from typing import Any
 
 from aiozk import exc as zk_exc
 from aiozk import protocol
-from aiozk.protocol.primitives import Int, UString
-from aiozk.protocol.request import Request
-from aiozk.protocol.response import Response
 from aiozk.retry import RetryPolicy as AiozkRetryPolicy
 from aiozk.session import Session
 from aiozk.states import SessionStateMachine, States
 
 from .connection import ZKConnection, discard
 from .forward import Pending, RawRequest
-from .wire.constants import EventType
+from .wire.constants import MAX_XID, EventType, KeeperState
 
 log = logging.getLogger(__name__)
 
@@ -52,29 +50,6 @@ MAX_RECONNECT_DELAY = 1.0
 #: The watch events about a node (the codec's ``EventType``), not about a watch removed.
 NODE_EVENTS = (EventType.NODE_CREATED, EventType.NODE_DELETED, EventType.NODE_DATA_CHANGED,
                EventType.NODE_CHILDREN_CHANGED)
-
-
-# ---- the addWatch request aiozk lacks (ZooKeeper 3.6+) ----------------------------------------------
-
-
-class AddWatchRequest(Request):
-    """``addWatch`` (opcode 106): a watch that stays after it fires; recursive covers the subtree."""
-
-    opcode = 106
-    PERSISTENT = 0
-    PERSISTENT_RECURSIVE = 1
-
-    parts = (
-        ("path", UString),
-        ("mode", Int),
-    )
-
-
-class AddWatchResponse(Response):
-    """The server answers with an ErrorResponse (one int, 0); nothing to read from it."""
-
-    opcode = 106
-    parts = ()
 
 
 class RetryPolicy(AiozkRetryPolicy):
@@ -151,7 +126,7 @@ class ZKSession(Session):
         conn = self.conn
         if conn is None or conn.closing or self.state not in (States.CONNECTED, States.READ_ONLY):
             return None
-        self.xid = self.xid + 1 if self.xid < 0x7FFFFFFF else 1
+        self.xid = self.xid + 1 if self.xid < MAX_XID else 1
         self.set_heartbeat()
         future: asyncio.Future[Any] = conn.send(request, xid=self.xid)
         return future
@@ -163,7 +138,7 @@ class ZKSession(Session):
         conn = self.conn
         if conn is None or conn.closing or self.state != States.CONNECTED:
             return False
-        self.xid = self.xid + 1 if self.xid < 0x7FFFFFFF else 1
+        self.xid = self.xid + 1 if self.xid < MAX_XID else 1
         self.set_heartbeat()
         conn.send_raw(request, self.xid, pending)
         return True
@@ -171,7 +146,7 @@ class ZKSession(Session):
     # -- finding a server and (re-)establishing the session --
 
     async def make_connection(self, host: str, port: int) -> Any:
-        conn = ZKConnection(host, port, self)
+        conn = ZKConnection(host, port, self.read_timeout, self.event_dispatch, self.connection_dropped)
         try:
             await asyncio.wait_for(conn.connect(), self.read_timeout)
         except Exception as e:  # refused, timed out, not a ZooKeeper, ...
@@ -302,7 +277,7 @@ class ZKSession(Session):
     def event_dispatch(self, event: Any) -> None:
         if event.type in NODE_EVENTS:
             self._on_watch_event(event)
-        elif event.state in (protocol.WatchEvent.SESSION_EXPIRED, protocol.WatchEvent.AUTH_FAILED):
+        elif event.state in (KeeperState.EXPIRED, KeeperState.AUTH_FAILED):
             log.warning("ZooKeeper state event %s; reconnecting", event.state)
             if self.conn is not None:
                 self.connection_dropped(self.conn)

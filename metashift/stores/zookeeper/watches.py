@@ -9,19 +9,14 @@ import logging
 from typing import Any
 
 from aiozk import exc as zk_exc
-from aiozk.protocol import RemoveWatchesRequest
 
 from .. import paths
 from ..notifications import Notification, NotificationType
-from .protocol import AddWatchRequest
-from .wire.constants import EventType
+from .forward import RawRequest
+from .wire.constants import AddWatchMode, EventType, Op, WatcherType
+from .wire.jute import Writer
 
 log = logging.getLogger(__name__)
-
-#: ``WatcherType.Any`` in a removeWatches request: it ends a persistent recursive watch too, on
-#: every server with persistent watches (3.6+); ``PersistentRecursive`` (5) exists only from 3.9
-#: (3.8 answers MarshallingError). The store's session sets no other watch on the path.
-WATCHER_ANY = 3
 
 _TYPES = {
     EventType.NODE_CREATED: NotificationType.CREATED,
@@ -31,14 +26,19 @@ _TYPES = {
 }
 
 
-def add_watch_request(root: str) -> AddWatchRequest:
-    """The request for a persistent recursive watch on the server path ``root``."""
-    return AddWatchRequest(path=root, mode=AddWatchRequest.PERSISTENT_RECURSIVE)
+def add_watch_request(root: str) -> RawRequest:
+    """The request (``addWatch``, ZooKeeper 3.6+, which aiozk lacks) for a persistent recursive
+    watch on the server path ``root``."""
+    return RawRequest(Op.ADD_WATCH, Writer().string(root).int(AddWatchMode.PERSISTENT_RECURSIVE).bytes(), False)
 
 
-def remove_watch_request(root: str) -> RemoveWatchesRequest:
-    """The request that ends the persistent recursive watch on the server path ``root``."""
-    return RemoveWatchesRequest(path=root, type=WATCHER_ANY)
+def remove_watch_request(root: str) -> RawRequest:
+    """The request that ends the persistent recursive watch on the server path ``root``.
+
+    It names the watcher type ``ANY``: it ends a persistent recursive watch on every server with
+    persistent watches (3.6+), where ``PERSISTENT_RECURSIVE`` exists only from 3.9; the store's
+    session sets no other watch on the path."""
+    return RawRequest(Op.REMOVE_WATCHES, Writer().string(root).int(WatcherType.ANY).bytes(), False)
 
 
 def watch_refused(error: BaseException) -> None:
