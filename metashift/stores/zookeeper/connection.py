@@ -31,7 +31,7 @@ from metashift.stores.aio import buffered_packet
 from . import fast_writes
 from .counter_bumps import OPCODE_BUMPS, bump_error
 from .fast_reads import get_children2_response, get_children_response, get_data_response, multi_read_response
-from .forward import Pending, RawReply, RawRequest
+from .raw import Pending, RawReply, RawRequest
 from .wire.constants import XID_WATCH_EVENT, Op
 from .wire.jute import INT as SIZE
 from .wire.jute import REPLY as REPLY_HEADER

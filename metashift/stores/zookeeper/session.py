@@ -1,4 +1,4 @@
-"""The aiozk wire protocol and session, made fit for a long-lived service.
+"""The store's ZooKeeper session: aiozk's, made fit for a long-lived service.
 
 The store uses aiozk's request/response classes and its ``Session`` (state machine, heartbeat,
 ``send``), but not ``ZKClient``: the client's stat cache grows forever and its
@@ -11,6 +11,7 @@ The store uses aiozk's request/response classes and its ``Session`` (state machi
   new connection (ZooKeeper ties authentication to the connection, not the session).
 - ``RetryPolicy``: writes are never re-sent after the connection dropped under them (the server
   may have applied them); reads are retried on the next connection.
+- ``ZKSession.shut``: the end of the session (ephemerals gone at once), of its tasks and timers.
 
 ZooKeeper's numbers are the codec's (``wire.constants``), none are written here.
 """
@@ -18,6 +19,7 @@ ZooKeeper's numbers are the codec's (``wire.constants``), none are written here.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 from collections.abc import Callable
@@ -29,8 +31,9 @@ from aiozk.retry import RetryPolicy as AiozkRetryPolicy
 from aiozk.session import Session
 from aiozk.states import SessionStateMachine, States
 
+from ..aio import cancel_and_wait
 from .connection import ZKConnection, discard
-from .forward import Pending, RawRequest
+from .raw import Pending, RawRequest
 from .wire.constants import MAX_XID, EventType, KeeperState
 
 log = logging.getLogger(__name__)
@@ -117,6 +120,8 @@ class ZKSession(Session):
         self.auth_future: asyncio.Future[Any] | None = None
         self.auth_error: BaseException | None = None
         self._heartbeat_armed = False
+        self.ended = False
+        """Set once by ``shut``, never reset: the store is closed (nothing is sent any more)."""
 
     def send_now(self, request: Any) -> asyncio.Future[Any] | None:
         """Send ``request`` on the current connection without aiozk's per-request machinery
@@ -284,6 +289,35 @@ class ZKSession(Session):
 
     async def set_existing_watches(self) -> None:
         pass  # the store re-adds its persistent watch itself
+
+
+    # -- the end --
+
+    async def shut(self, send_close: bool, within: float, name: str) -> None:
+        """End the session: with ``send_close``, tell the server (its ephemerals go now, not
+        after the session timeout), waiting ``within`` seconds at most; then stop the tasks and timers and drop
+        the connection. ``name`` names the store in the log of a task that does not stop."""
+        self.ended = True
+        self.closing = True  # from here on, a dropped connection is not repaired
+        if send_close and self.state == States.CONNECTED and self.conn is not None:
+            close = protocol.CloseRequest()
+            close.writes_data = True  # not re-sent on another connection if this one drops
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.send(close), within)
+        pending: list[asyncio.Task[Any]] = []
+        if self.repair_loop_task is not None:
+            pending.append(self.repair_loop_task)
+        if self.heartbeat_task is not None:
+            pending.append(self.heartbeat_task)
+        await cancel_and_wait(pending, name)
+        # after the tasks: aiozk's heartbeat re-arms its timer in a ``finally`` even when cancelled
+        if self.heartbeat_handle is not None:
+            self.heartbeat_handle.cancel()
+            self.heartbeat_handle = None
+        if self.conn is not None:
+            discard(self.conn)
+            self.conn = None
+        self.started = False
 
 
 def hex_id(session_id: int | None) -> str:
