@@ -78,7 +78,7 @@ class Calls:
 
     def read_request(self, opcode: int, path: str) -> RawRequest:
         """getData or exists of ``path``, without a watch."""
-        return RawRequest(opcode, self.rechroot.path(path) + b"\0", False)
+        return RawRequest(opcode, self.rechroot.path(path) + b"\0", False)  # watch: false (a jute bool)
 
     def set_data_request(self, path: str, value: bytes, version: int) -> RawRequest:
         """setData of ``path`` at ``version`` (-1: any)."""

@@ -34,7 +34,7 @@ from aiozk.states import SessionStateMachine, States
 from ..aio import cancel_and_wait
 from .connection import ZKConnection, discard
 from .raw import Pending, RawRequest
-from .wire.constants import MAX_XID, EventType, KeeperState
+from .wire.constants import AUTH_TYPE, MAX_XID, PROTOCOL_VERSION, EventType, KeeperState
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ class ZKSession(Session):
     async def establish_session(self) -> None:
         answer = await self.conn.send_connect(
             protocol.ConnectRequest(
-                protocol_version=0,
+                protocol_version=PROTOCOL_VERSION,
                 last_seen_zxid=self.last_zxid or 0,
                 timeout=int(self.timeout * 1000),
                 session_id=self.session_id or 0,
@@ -200,7 +200,8 @@ class ZKSession(Session):
         self.timeout = response.timeout / 1000
         if self._auth is not None:
             # Written before anything else on this connection, so the server applies it first.
-            self.auth_future = fut = self.conn.send(protocol.AuthRequest(type=0, scheme="digest", auth=self._auth))
+            auth = protocol.AuthRequest(type=AUTH_TYPE, scheme="digest", auth=self._auth)
+            self.auth_future = fut = self.conn.send(auth)
             fut.add_done_callback(self._auth_done)
 
     def _auth_done(self, fut: asyncio.Future[Any]) -> None:

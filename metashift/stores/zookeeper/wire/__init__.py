@@ -16,9 +16,11 @@ replies ``ReplyHeader`` + body (no body when ``err`` is not 0).
 """
 
 from metashift.stores.zookeeper.wire.constants import (
+    AUTH_TYPE,
     JUTE_MAXBUFFER,
     MAX_VERSION,
     MAX_XID,
+    PROTOCOL_VERSION,
     XID_AUTH,
     XID_PING,
     XID_SET_WATCHES,
@@ -63,8 +65,8 @@ from metashift.stores.zookeeper.wire.responses import (
 )
 
 __all__ = [
-    "ACL", "JUTE_MAXBUFFER", "MAX_VERSION", "MAX_XID", "MULTI_OPS", "OPEN_ACL_UNSAFE", "REQUESTS", "XID_AUTH",
-    "XID_PING", "XID_SET_WATCHES", "XID_WATCH_EVENT",
+    "ACL", "AUTH_TYPE", "JUTE_MAXBUFFER", "MAX_VERSION", "MAX_XID", "MULTI_OPS", "OPEN_ACL_UNSAFE", "PROTOCOL_VERSION",
+    "REQUESTS", "XID_AUTH", "XID_PING", "XID_SET_WATCHES", "XID_WATCH_EVENT",
     "AddWatchMode", "AddWatchRequest", "AuthRequest", "CheckVersionRequest", "ChildInfo", "ConnectRequest",
     "ConnectResponse", "CreateFields", "CreateMode", "CreateRequest", "DecodeError", "DeleteRequest", "EmptyRequest",
     "Err", "EventType", "KeeperState", "MultiRequest", "MultiResult", "Op", "PathRequest", "PathWatchRequest", "Perms",

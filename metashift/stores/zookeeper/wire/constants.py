@@ -162,6 +162,11 @@ XID_PING = -2
 XID_AUTH = -4
 XID_SET_WATCHES = -8
 
+#: The protocol version a ConnectRequest names (the only one there is).
+PROTOCOL_VERSION = 0
+#: The ``type`` of an AuthPacket (ZooKeeper reads none other).
+AUTH_TYPE = 0
+
 #: The largest xid; the next one wraps to 1 (xids are 32-bit, the negative ones are special).
 MAX_XID = 0x7FFFFFFF
 #: The largest version of a node (versions are 32-bit).
