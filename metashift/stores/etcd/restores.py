@@ -1,131 +1,37 @@
-"""The etcd store's bulk operations (the copy, its verification, sample data): a walk by range
-scans, restores and counter moves in many txns in flight, history compaction."""
+"""``Restores``: the copy's writes of nodes at given versions on etcd, many txns in flight."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from aetcd import rpc
 
-from .. import paths
 from ..batching import OP_OVERHEAD, pack
-from ..bulk import BulkStore, NodeInfo, NodeRead, Restore
+from ..bulk import Restore
 from ..errors import BadVersion, MetadataStoreError, ValueTooLarge
-from .keys import prefix_end
-from .operations import TXN_MAX_BYTES, TXN_MAX_OPS, EtcdOperations, compare
+from .connection import EtcdConnection
+from .keys import Keys
+from .operations import compare
 from .repeat import Chain, repeat_puts
+from .txn_budget import TxnBudget, TxnTooBig
 
-#: Keys per page of ``walk`` (values included). etcd 3.4 walks the whole rest of the range for every
-#: limited page, so few large pages beat many small ones (200k keys: 1.3 s at 10k, 3.4 s at 1k).
-WALK_PAGE_KEYS = 10_000
-#: Steps of a sequence counter between two compactions of the history (~50 MB of it).
-COMPACT_EVERY_STEPS = 1_000_000
 #: Txns a bulk write keeps in flight; the final puts of a restore.
 _BULK_TXNS_IN_FLIGHT = 32
 _FINAL_TXNS_IN_FLIGHT = 8
 
 
-def _below(prune: set[str]) -> tuple[str, ...]:
-    """The prefixes of the paths below the roots of ``prune`` (for one ``str.startswith``)."""
-    return tuple(r if r == paths.SEPARATOR else r + paths.SEPARATOR for r in prune)
+class Restores:
+    """Brings keys to given values at given versions (``BulkStore.restore_many``): blind puts of
+    empty bytes to count the versions up, then a conditional put of the value."""
 
+    def __init__(self, conn: EtcdConnection, keys: Keys, budget: TxnBudget) -> None:
+        self._conn = conn
+        self._keys = keys
+        self._budget = budget
 
-def _pruned(path: str, prune: set[str], below: tuple[str, ...]) -> bool:
-    return path in prune or path.startswith(below)
-
-
-def _at_depth(path: str, depth: int) -> str:
-    """The ancestor of ``path`` with ``depth`` separators (``path`` itself when not deeper)."""
-    cut = -1
-    for _ in range(depth + 1):
-        cut = path.find(paths.SEPARATOR, cut + 1)
-        if cut < 0:
-            return path
-    return path[:cut]
-
-
-class _TxnTooBig(Exception):
-    """The server refused a txn for its number of operations or its size."""
-
-
-class EtcdBulk(EtcdOperations, BulkStore):
-    """The ``BulkStore`` operations of the etcd store."""
-
-    # txn budgets of the bulk operations; they shrink when the server's limits are lower
-    _txn_ops: int = TXN_MAX_OPS
-    _txn_bytes: int = TXN_MAX_BYTES
-
-    async def _walk(self, root: str, prune: set[str]) -> AsyncIterator[list[NodeInfo]]:
-        """One range scan over the keys below ``root``, paged, at one pinned revision; key
-        order puts every parent before its children."""
-        prefix = self._keys.children_prefix(root)
-        end = prefix_end(prefix)
-        pruned = _below(prune)
-        start = prefix
-        revision = 0
-        while True:
-            req = rpc.RangeRequest(key=start, range_end=end, limit=WALK_PAGE_KEYS, revision=revision)
-            resp = await self._conn.range(root, req)
-            if not revision:
-                revision = resp.header.revision
-            page = []
-            for kv in resp.kvs:
-                path = self._keys.path_of(kv.key)
-                if path is None or path == paths.SEPARATOR or (pruned and _pruned(path, prune, pruned)):
-                    continue
-                page.append(NodeInfo(path, kv.version - 1, len(kv.value), kv.lease != 0, kv.lease, kv.mod_revision))
-            if page:
-                yield page
-            if not resp.more or not resp.kvs:
-                return
-            start = resp.kvs[-1].key + b"\x00"
-
-    async def _read_trees(self, roots: list[str], prune: set[str]) -> AsyncIterator[list[NodeRead]]:
-        """One range scan from the first root's key to the end of the last subtree, at
-        one pinned revision, keeping the keys that are a root or under one (sorted sibling
-        roots leave little else in between); then in pages by depth."""
-        if not roots:
-            return
-        wanted = set(roots)
-        pruned = _below(prune)
-        # a path is kept when its ancestor at a root's depth (or itself) is a root
-        depths = sorted({r.count(paths.SEPARATOR) for r in roots})
-        everything = paths.SEPARATOR in wanted  # "/" has no depth of its own: it holds every path
-        start = self._keys.key(roots[0])
-        # not the last root's end: "/a-x/" sorts before "/a/", so "/a"'s subtree may end later
-        end = max(prefix_end(self._keys.children_prefix(r)) for r in roots)
-        revision = 0
-        found: list[NodeRead] = []
-        while True:
-            req = rpc.RangeRequest(key=start, range_end=end, limit=WALK_PAGE_KEYS, revision=revision)
-            resp = await self._conn.range(roots[0], req)
-            if not revision:
-                revision = resp.header.revision
-            for kv in resp.kvs:
-                path = self._keys.path_of(kv.key)
-                if path is None or path == paths.SEPARATOR or (pruned and _pruned(path, prune, pruned)):
-                    continue
-                if everything or path in wanted or any(_at_depth(path, d) in wanted for d in depths):
-                    found.append(NodeRead(path, kv.value, kv.version - 1, kv.lease != 0))
-            if not resp.more or not resp.kvs:
-                break
-            start = resp.kvs[-1].key + b"\x00"
-        found.sort(key=lambda n: (n.path.count(paths.SEPARATOR), n.path))
-        for i in range(0, len(found), WALK_PAGE_KEYS):
-            yield found[i : i + WALK_PAGE_KEYS]
-
-    async def history_bytes(self) -> int | None:
-        """The backend's bytes in use, as the member we talk to reports it (etcd 3.4+; the whole
-        backend file on older servers). Not the revision: a revision is one txn, of up to 128
-        writes, so revisions say little about the history a bulk write leaves."""
-        conn = self._conn
-        request = rpc.StatusRequest()
-        resp = await conn.call(None, lambda md: conn.maintenance.Status(request, timeout=conn.timeout, metadata=md))
-        return int(resp.dbSizeInUse or resp.dbSize)
-
-    async def _restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
+    async def restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
         """Keeping version V takes V+1 puts of the key, each in its own txn (etcd refuses a key
         twice in one txn). The intermediate puts are blind puts of empty bytes, and since only
         their number matters they go in parallel: packed so that every txn holds distinct keys
@@ -142,7 +48,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
         # -- intermediate puts: key i needs (version - current - 1) of them, in distinct txns
         need = {i: items[i].version - items[i].current - 1 for i in todo}
         failed: dict[int, MetadataStoreError] = {}
-        await self._blind_puts([(keys[i], b"", n, i) for i, n in need.items() if n > 0], failed)
+        await self.blind_puts([(keys[i], b"", n, i) for i, n in need.items() if n > 0], failed)
         # -- final puts, with the value, conditional on the version left by the puts before
         finals = [i for i in todo if i not in failed]
 
@@ -152,7 +58,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
             return compare(keys[i], item.version - 1), put
 
         sizes = [(1, len(keys[i]) + len(items[i].value) + OP_OVERHEAD) for i in finals]
-        chunks = [[finals[k] for k in group] for group in pack(sizes, self._txn_ops, self._txn_bytes)]
+        chunks = [[finals[k] for k in group] for group in pack(sizes, self._budget.ops, self._budget.bytes)]
         sem = asyncio.Semaphore(_FINAL_TXNS_IN_FLIGHT)
 
         async def run_final(chunk: list[int]) -> None:
@@ -160,9 +66,9 @@ class EtcdBulk(EtcdOperations, BulkStore):
             request = rpc.TxnRequest(compare=[c for c, _ in ops], success=[p for _, p in ops], failure=[])
             async with sem:
                 try:
-                    resp = await self._txn(request)
+                    resp = await self._budget.txn(request)
                     too_big = False
-                except _TxnTooBig:
+                except TxnTooBig:
                     too_big = True
                 except MetadataStoreError as e:  # unavailable, full, ...: whether applied is unknown
                     for i in chunk:
@@ -173,7 +79,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
             if len(chunk) == 1:
                 item = items[chunk[0]]
                 failed[chunk[0]] = (
-                    ValueTooLarge(item.path, len(item.value), self._txn_bytes)
+                    ValueTooLarge(item.path, len(item.value), self._budget.bytes)
                     if too_big
                     else BadVersion(item.path, "its version moved while it was restored")
                 )
@@ -189,90 +95,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
             results[i] = failed[i] if i in failed else items[i].version - items[i].current
         return results
 
-    async def position_of(self, path: str) -> int | None:
-        """The key's mod_revision: the revision that last wrote it."""
-        resp = await self._conn.range(path, rpc.RangeRequest(key=self._keys.key(paths.validate(path))))
-        return int(resp.kvs[0].mod_revision) if resp.kvs else None
-
-    async def children_version(self, path: str) -> int | None:
-        """The stored etcd version of the key of ``path``: the counter behind sequential children of
-        ``path`` (the next sequential put under ``path`` gets this number as its suffix, 0 when
-        ``None``, the key being absent). For the bulk copy, to carry counters over."""
-        resp = await self._conn.range(path, rpc.RangeRequest(key=self._keys.key(paths.validate(path))))
-        return int(resp.kvs[0].version) if resp.kvs else None
-
-    async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
-        return await self.advance_sequence_counters({parent: at_least})
-
-    async def advance_sequence_counters(self, wanted: dict[str, int]) -> int:
-        """Each counter is its parent key's version: blind puts of the key's own value (their
-        order does not matter, all write the same bytes), one request per step and many in
-        flight, the steps of several counters sharing txns (``repeat_puts``), until each
-        reaches its target. Every ``COMPACT_EVERY_STEPS`` steps the history is compacted (in
-        the background), so that a counter of any size fits in the server's quota."""
-        chains: list[Chain] = []
-        for parent, at_least in sorted(wanted.items()):
-            paths.validate(parent)
-            counter = await self.sequence_counter(parent)
-            if counter >= at_least:
-                continue
-            current = await self.get(parent)
-            value = current[0] if current is not None else b""
-            chains.append((self._keys.key(parent), value, at_least - counter, parent))
-        total = 0
-        while chains:
-            # a slice of at most COMPACT_EVERY_STEPS steps, shared out over the chains
-            budget = COMPACT_EVERY_STEPS
-            now: list[Chain] = []
-            later: list[Chain] = []
-            for key, value, count, tag in sorted(chains, key=lambda c: c[2]):
-                share = min(count, max(1, budget // (len(chains) - len(now))))
-                budget -= share
-                now.append((key, value, share, tag))
-                if count > share:
-                    later.append((key, value, count - share, tag))
-            failed: dict[Any, MetadataStoreError] = {}
-            await repeat_puts(self._conn, now, failed, self._txn_ops, self._txn_bytes)
-            if failed:
-                raise next(iter(failed.values()))
-            total += sum(c[2] for c in now)
-            chains = later
-            if chains:
-                await self.compact_history(wait=False)
-        return total
-
-    async def compact_history(self, *, wait: bool = True) -> None:
-        """Compact etcd's history up to now (it is global: every key's old revisions go).
-        ``wait``: until the space is freed (etcd's physical compaction, which takes longer the
-        more the server holds, not the more was written); else etcd frees it in the background,
-        in small batches, and its pages are reused by the writes that follow."""
-        conn = self._conn
-        resp = await conn.range(None, rpc.RangeRequest(key=self._keys.key(paths.SEPARATOR), count_only=True))
-        request = rpc.CompactionRequest(revision=resp.header.revision, physical=wait)
-        timeout = max(conn.timeout, 120.0)
-        try:
-            await conn.call(None, lambda md: conn.kv.Compact(request, timeout=timeout, metadata=md))
-        except MetadataStoreError as e:
-            if "compacted" not in str(e):  # already compacted at or past that revision: fine
-                raise
-
-    # -- helpers of the bulk operations --
-
-    async def _txn(self, request: Any) -> Any:
-        """One txn; ``_TxnTooBig`` (after shrinking the budgets) when the server refuses its size."""
-        try:
-            return await self._conn.txn(None, request)
-        except MetadataStoreError as e:
-            text = str(e)
-            if "too many operations" in text:
-                self._txn_ops = max(1, min(self._txn_ops, len(request.success)) // 2)
-                raise _TxnTooBig from None
-            if "too large" in text or "RESOURCE_EXHAUSTED" in text:
-                self._txn_bytes = max(1024, min(self._txn_bytes, request.ByteSize()) // 2)
-                raise _TxnTooBig from None
-            raise
-
-    async def _blind_puts(
+    async def blind_puts(
         self, wanted: list[tuple[bytes, bytes, int, int]], failed: dict[int, MetadataStoreError]
     ) -> None:
         """``count`` blind puts of ``value`` on each ``key``, in txns of distinct keys, many in
@@ -281,7 +104,7 @@ class EtcdBulk(EtcdOperations, BulkStore):
             return
         total = sum(n for _, _, n, _ in wanted)
         per_op = max(len(k) + len(v) + OP_OVERHEAD for k, v, _, _ in wanted)
-        per_txn = max(1, min(self._txn_ops, self._txn_bytes // per_op))
+        per_txn = max(1, min(self._budget.ops, self._budget.bytes // per_op))
         # as many txns as full ones would take; a chain longer than that puts one op in each of
         # them and sends the rest in rounds shared with the other long chains (``repeat_puts``)
         n_txns = max(1, -(-total // per_txn))
@@ -304,12 +127,12 @@ class EtcdBulk(EtcdOperations, BulkStore):
             async with sem:
                 request = rpc.TxnRequest(success=[op[3] for op in ops], failure=[])
                 try:
-                    await self._txn(request)
+                    await self._budget.txn(request)
                     return
-                except _TxnTooBig:
+                except TxnTooBig:
                     if len(ops) == 1:
                         key, value, tag, _ = ops[0]
-                        failed[tag] = ValueTooLarge(self._keys.path_of(key) or "?", len(value), self._txn_bytes)
+                        failed[tag] = ValueTooLarge(self._keys.path_of(key) or "?", len(value), self._budget.bytes)
                         return
                 except MetadataStoreError as e:  # unavailable, full, ...: whether applied is unknown
                     for op in ops:
@@ -319,5 +142,5 @@ class EtcdBulk(EtcdOperations, BulkStore):
             await asyncio.gather(send(ops[:half]), send(ops[half:]))
 
         # the rest of the long chains: their steps share rounds of their own
-        rest = repeat_puts(self._conn, singles, failed, self._txn_ops, self._txn_bytes)
+        rest = repeat_puts(self._conn, singles, failed, self._budget.ops, self._budget.bytes)
         await asyncio.gather(*(send(t) for t in txns), rest)
