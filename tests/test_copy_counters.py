@@ -14,7 +14,7 @@ from aetcd import rpc
 from metashift.copy.rules import Rules
 from metashift.stores import MetadataStoreError, NodeRead, Restore, open_store, paths
 from metashift.stores.bulk import COUNTER_PROBE
-from metashift.stores.etcd import bulk as etcd_bulk
+from metashift.stores.etcd import sequence_counters as etcd_counters
 
 
 async def test_zookeeper_names_a_sequential_child_after_its_count_of_creations(zk_url: str) -> None:
@@ -61,7 +61,7 @@ async def test_etcd_counters_share_rounds_and_compact_as_they_grow(
     """Several counters raised together land exactly (their steps share txns), each keeps its
     value, and the history is compacted every ``COMPACT_EVERY_STEPS`` steps: a revision from
     before the raise is gone from the server."""
-    monkeypatch.setattr(etcd_bulk, "COMPACT_EVERY_STEPS", 1000)
+    monkeypatch.setattr(etcd_counters, "COMPACT_EVERY_STEPS", 1000)
     async with await open_store(etcd_url) as opened:
         store: Any = opened  # its connection and keys, to read an old revision
         await store.restore("/a", b"va", 0)

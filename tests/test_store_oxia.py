@@ -106,7 +106,7 @@ async def test_pulsars_layout_read_back_raw(oxia_url: str) -> None:
         assert isinstance(store, OxiaStore)
         start, end = store._keys.children_range("/tenants")
         assert (start, end) == (_key(store, "/tenants") + "/", _key(store, "/tenants") + "//")
-        listed = await store._list(None, start, end)
+        listed = await store._records.list(None, start, end)
         assert listed == [_key(store, "/tenants/public")]  # the grandchild is another level
         await store.put("/idgen", b"keep?", expected_version=-1)
         first = await store.put("/idgen/ID-", b"", sequential=True)

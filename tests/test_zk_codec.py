@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import struct
+from dataclasses import astuple
 
 import pytest
 from kazoo.protocol import serialization as ks
@@ -196,21 +197,26 @@ def test_store_answers_parsed_as_aiozk_parses_them() -> None:
     read the fields aiozk's generic parts read from the same bytes."""
     from aiozk import protocol
 
-    from metashift.stores.zookeeper import fast_writes
+    from metashift.stores.zookeeper import fast_reads, fast_writes
 
     body = Writer().stat(STAT).bytes()
     for opcode in (Op.SET_DATA, Op.EXISTS):
         ours = fast_writes.answer(opcode, body, 0)
         theirs = protocol.response_xref[opcode].deserialize(body)
-        assert _aiozk_stat(ours.stat) == _aiozk_stat(theirs.stat) == tuple(STAT.__dict__.values())
+        assert astuple(ours.stat) == _aiozk_stat(theirs.stat) == tuple(STAT.__dict__.values())
     body = Writer().string("/p0000000001").stat(STAT).bytes()
     ours = fast_writes.answer(Op.CREATE2, body, 0)
     theirs = protocol.response_xref[Op.CREATE2].deserialize(body)
     assert ours.path == theirs.path == "/p0000000001"
-    assert _aiozk_stat(ours.stat) == _aiozk_stat(theirs.stat)
+    assert astuple(ours.stat) == _aiozk_stat(theirs.stat)
     deleted = fast_writes.answer(Op.DELETE, b"", 0)
     assert deleted and deleted.stat is None  # true: aiozk's session sends a false answer again
     assert fast_writes.answer(Op.GET_ACL, b"", 0) is None  # not parsed here: aiozk's parts do it
+    body = Writer().strings(["a", "é"]).stat(STAT).bytes()
+    children2 = fast_reads.get_children2_response(body, 0)
+    theirs = protocol.response_xref[Op.GET_CHILDREN2].deserialize(body)
+    assert children2.children == theirs.children == ["a", "é"]
+    assert children2.stat is not None and astuple(children2.stat) == _aiozk_stat(theirs.stat)
 
     multi = wire.encode_multi([
         MultiResult(Op.CREATE, 0, "/x"), MultiResult(Op.CREATE2, 0, ("/y1", STAT)), MultiResult(Op.DELETE),
@@ -218,8 +224,8 @@ def test_store_answers_parsed_as_aiozk_parses_them() -> None:
     ])
     ours, theirs = fast_writes.answer(Op.MULTI, multi, 0), protocol.TransactionResponse.deserialize(multi)
     assert [getattr(r, "path", None) for r in ours.responses] == [getattr(r, "path", None) for r in theirs.responses]
-    assert _aiozk_stat(ours.responses[1].stat) == _aiozk_stat(theirs.responses[1].stat)
-    assert _aiozk_stat(ours.responses[3].stat) == _aiozk_stat(theirs.responses[3].stat)
+    assert astuple(ours.responses[1].stat) == _aiozk_stat(theirs.responses[1].stat)
+    assert astuple(ours.responses[3].stat) == _aiozk_stat(theirs.responses[3].stat)
     failed = wire.encode_multi([MultiResult(Op.ERROR, Err.OK), MultiResult(Op.ERROR, Err.BADVERSION)])
     ours, theirs = fast_writes.answer(Op.MULTI, failed, 0), protocol.TransactionResponse.deserialize(failed)
     assert [type(r) for r in ours.responses] == [type(r) for r in theirs.responses]

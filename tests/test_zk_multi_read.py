@@ -9,7 +9,7 @@ import re
 import pytest
 
 from metashift.stores import NodeRead, Restore, open_store
-from metashift.stores.zookeeper.bulk import ZooKeeperBulk
+from metashift.stores.zookeeper import ZooKeeperStore
 from metashift_lab.servers import LocalZooKeeper
 
 
@@ -34,11 +34,11 @@ async def test_bulk_reads_go_in_multi_reads(zk_server: LocalZooKeeper, zk_url: s
     wanted = await _fill(zk_url)
     paths = sorted(p for p in wanted if p.startswith("/t/n/"))
     async with await open_store(zk_url, watch=False) as store:
-        assert isinstance(store, ZooKeeperBulk)
+        assert isinstance(store, ZooKeeperStore)
         before = _received(zk_server)
         got = await store.read_many(paths)
         sent = _received(zk_server) - before
-        assert store._multi_read is True
+        assert store._bulk_reads.multi_read is True
         assert got == [NodeRead(p, *wanted[p]) for p in paths]
         # 600 reads in a handful of requests (pings aside), not 600 requests
         assert sent < 60, sent
@@ -62,7 +62,7 @@ async def test_bulk_reads_answer_what_single_reads_answer(zk_url: str, multi_rea
     await _fill(zk_url)
     asked = ["/t/big", "/t/missing", "/t/empty", "/t/n", "/t/n/0007", "/t/n/missing/deeper", "/", "/t"]
     async with await open_store(zk_url + ("" if multi_read else "?multi_read=no"), watch=False) as store:
-        assert isinstance(store, ZooKeeperBulk)
+        assert isinstance(store, ZooKeeperStore)
         got = await store.read_many(asked * 40)  # several multiReads, answers kept in order
         for path, node in zip(asked * 40, got, strict=True):
             single = await store.get(path)
@@ -70,8 +70,8 @@ async def test_bulk_reads_answer_what_single_reads_answer(zk_url: str, multi_rea
                 assert node is None, path
             else:
                 assert node == NodeRead(path, single[0], single[1].version, single[1].ephemeral), path
-        kids = await store._reads([(8, "/t"), (8, "/t/missing"), (8, "/t/n")])
+        kids = await store._bulk_reads.reads([(8, "/t"), (8, "/t/missing"), (8, "/t/n")])
         assert sorted(kids[0].children) == ["big", "empty", "n"]
         assert kids[1] is None
         assert len(kids[2].children) == 600
-        assert store._multi_read is (True if multi_read else None)  # None: never tried
+        assert store._bulk_reads.multi_read is (True if multi_read else None)  # None: never tried

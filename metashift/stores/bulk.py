@@ -2,7 +2,7 @@
 with their exact versions, carry sequence counters over, compact a store's history.
 
 Apart from Pulsar's ``MetadataStore`` API (``api.py``): brokers and the agent's clients never see
-it. Each backend implements it with its own fast paths (``zookeeper/bulk.py``, ``etcd/bulk.py``);
+it. Each backend implements it with its own fast paths (``zookeeper/tree_reads.py``, ``etcd/tree_reads.py``);
 the checks of the arguments are here, once.
 """
 

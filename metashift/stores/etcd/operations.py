@@ -25,7 +25,7 @@ from typing import Any
 from aetcd import rpc
 
 from .. import paths
-from ..batching import BatchedStore, is_write, op_size
+from ..batching import is_write, op_size
 from ..errors import AlreadyExists, AuthFailed, BadVersion, MetadataStoreError, NotFound, StoreUnavailable
 from ..ops import DeleteOp, ExistsOp, GetChildrenOp, GetOp, GetResult, Op, OpResult, PutOp
 from ..stat import Stat
@@ -73,38 +73,35 @@ def child_names(prefix: bytes, kvs: Any) -> list[str]:
     return sorted(names)
 
 
-class EtcdOperations(BatchedStore):
-    """The ``MetadataStore`` primitives of the etcd store, on its connection and lease."""
+class Operations:
+    """The etcd store's single operations (get, exists, children, node, put, delete) and the
+    txn of a batch, on its connection and session lease."""
 
-    max_value_size = MAX_VALUE_SIZE
-    batch_max_ops = TXN_MAX_OPS
-    batch_max_bytes = TXN_MAX_BYTES
-    batch_requests_in_flight = 8
-    batch_singles_in_flight = 256
+    def __init__(self, conn: EtcdConnection, keys: Keys, lease: SessionLease) -> None:
+        self._conn = conn
+        self._keys = keys
+        self._lease = lease
+        self._node_reads = NodeReads(conn, CHILDREN_PAGE)
 
-    _conn: EtcdConnection
-    _keys: Keys
-    _lease: SessionLease
-    _node_reads: NodeReads
-
-    def _stat(self, path: str, kv: Any) -> Stat:
+    def stat(self, path: str, kv: Any) -> Stat:
+        """The store's ``Stat`` of a key's kv, Pulsar's way (version - 1, the lease its owner)."""
         owned = kv.lease != 0 and kv.lease == self._lease.id
         return Stat(path, kv.version - 1, 0, 0, ephemeral=kv.lease != 0, created_by_self=owned, owner=kv.lease)
 
     # ---- reads ----------------------------------------------------------------------------------
 
-    async def _get(self, path: str) -> GetResult:
+    async def get(self, path: str) -> GetResult:
         resp = await self._conn.range(path, rpc.RangeRequest(key=self._keys.key(path)))
         if not resp.kvs:
             return None
         kv = resp.kvs[0]
-        return bytes(kv.value), self._stat(path, kv)
+        return bytes(kv.value), self.stat(path, kv)
 
-    async def _exists(self, path: str) -> bool:
+    async def exists(self, path: str) -> bool:
         resp = await self._conn.range(path, rpc.RangeRequest(key=self._keys.key(path), count_only=True))
         return bool(resp.count > 0)
 
-    async def _get_children(self, path: str) -> list[str]:
+    async def get_children(self, path: str) -> list[str]:
         """Keys-only prefix range on ``path/``, paged at one pinned revision; the first segment of
         each key after the prefix, deduplicated. Pages skip the subtree of the last child seen."""
         prefix = self._keys.children_prefix(path)
@@ -136,19 +133,19 @@ class EtcdOperations(BatchedStore):
     async def get_node(self, path: str) -> tuple[bytes, Stat, list[str]] | None:
         """The value, Stat and children of ``path`` in one txn (a range of the key and a keys-only
         range of its children), shared with the other nodes read in this turn of the event loop
-        (``node_reads``); a listing past one page is finished by ``_get_children``."""
-        path = paths.validate(path)
+        (``node_reads``); a listing past one page is finished by ``get_children``. ``path`` is
+        checked (``paths.validate``)."""
         prefix = self._keys.children_prefix(path)
         key_range, listing = await self._node_reads.read(path, self._keys.key(path), prefix)
         if not key_range.kvs:
             return None
         kv = key_range.kvs[0]
         kids = await self.get_children(path) if listing.more else child_names(prefix, listing.kvs)
-        return bytes(kv.value), self._stat(path, kv), kids
+        return bytes(kv.value), self.stat(path, kv), kids
 
     # ---- writes ---------------------------------------------------------------------------------
 
-    async def _put(
+    async def put(
         self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
     ) -> Stat:
         if sequential:
@@ -172,7 +169,7 @@ class EtcdOperations(BatchedStore):
             raise AlreadyExists(path) if expected_version == -1 else BadVersion(path)
         return put_stat(path, resp.responses[0].response_put, ephemeral, lease)
 
-    async def _delete(self, path: str, expected_version: int | None) -> None:
+    async def delete(self, path: str, expected_version: int | None) -> None:
         key = self._keys.key(path)
         if expected_version is None:
             resp = await self._conn.delete_range(path, rpc.DeleteRangeRequest(key=key))
@@ -195,15 +192,18 @@ class EtcdOperations(BatchedStore):
     # to single calls when a txn fails (a compare failed, too large); children listings and
     # sequential puts run as pipelined single calls.
 
-    def _batch_kind(self, op: Op) -> str | None:
+    def batch_kind(self, op: Op) -> str | None:
+        """Which ops share a txn (``BatchedStore._batch_kind``)."""
         if isinstance(op, GetChildrenOp) or (isinstance(op, PutOp) and op.sequential):
             return None
         return "write" if is_write(op) else "read"
 
-    def _batch_size(self, op: Op) -> int:
+    def batch_size(self, op: Op) -> int:
+        """The bytes ``op`` takes in a txn."""
         return op_size(op, len(self._keys.key(op.path)))
 
-    async def _send_batch(self, ops: list[Op]) -> list[OpResult] | None:
+    async def send_batch(self, ops: list[Op]) -> list[OpResult] | None:
+        """``ops`` in one txn (``BatchedStore._send_batch``); None when it failed as a whole."""
         compares = []
         success = []
         try:
@@ -228,7 +228,7 @@ class EtcdOperations(BatchedStore):
         except (StoreUnavailable, AuthFailed):
             raise  # a write txn may or may not have been applied: reported, not retried
         except MetadataStoreError as e:  # request or response too large, ...
-            log.debug("%s: batch txn failed (%s); running its %d ops one by one", self.url, e, len(ops))
+            log.debug("%s: batch txn failed (%s); running its %d ops one by one", self._conn.url, e, len(ops))
             return None
         if not resp.succeeded:
             return None
@@ -236,7 +236,7 @@ class EtcdOperations(BatchedStore):
         for op, r in zip(ops, resp.responses, strict=True):
             if isinstance(op, GetOp):
                 kvs = r.response_range.kvs
-                results.append((bytes(kvs[0].value), self._stat(op.path, kvs[0])) if kvs else None)
+                results.append((bytes(kvs[0].value), self.stat(op.path, kvs[0])) if kvs else None)
             elif isinstance(op, ExistsOp):
                 results.append(r.response_range.count > 0)
             elif isinstance(op, PutOp):

@@ -1,42 +1,76 @@
-"""``EtcdStore``: etcd v3 behind the store interfaces, in Pulsar's ``EtcdMetadataStore`` layout;
-opening, closing and the parts it is made of (connection, session lease, watch)."""
+"""``EtcdStore``: etcd v3 behind the store interfaces, in Pulsar's ``EtcdMetadataStore`` layout:
+opening and closing it, and the parts it delegates to."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Sequence
 
+from .. import paths
 from ..aio import cancel_and_wait
-from ..errors import InvalidStoreURL, StoreFull
-from ..notifications import SessionEvent
+from ..batching import BatchedStore
+from ..bulk import NodeInfo, NodeRead, Restore
+from ..errors import InvalidStoreURL, MetadataStoreError, StoreFull
+from ..ops import GetResult, Op, OpResult
+from ..stat import Stat
 from ..store import Store
+from ..tree_writes import TreeResult, TreeWrite
 from ..urls import StoreURL
-from .bulk import EtcdBulk
 from .connection import EtcdConnection
+from .history import History
 from .keys import Keys
 from .lease import SessionLease
-from .node_reads import NodeReads
-from .operations import CHILDREN_PAGE
-from .tree_writes import EtcdTreeWrites
-from .watches import Watcher
+from .operations import MAX_VALUE_SIZE, TXN_MAX_BYTES, TXN_MAX_OPS, Operations
+from .restores import Restores
+from .sequence_counters import SequenceCounters
+from .tree_reads import TreeReads
+from .tree_writes import TreeWrites
+from .txn_budget import TxnBudget
+from .watches import Watches
 
 log = logging.getLogger(__name__)
 
 
-class EtcdStore(EtcdTreeWrites, EtcdBulk, Store):
-    """A ``MetadataStore`` and bulk store on etcd v3, with Pulsar's ``EtcdMetadataStore`` layout."""
+# The base classes are the interfaces and their template methods, shared by every backend
+# (``MetadataStore`` checks arguments and calls ``_get``, ``_put``...; ``BatchedStore`` cuts a
+# batch into requests and calls ``_send_batch``; ``BulkStore`` checks and calls ``_walk``...): the
+# store supplies those hooks by delegating to its parts, which hold the etcd work.
+class EtcdStore(BatchedStore, Store):
+    """A ``MetadataStore`` and bulk store on etcd v3, with Pulsar's ``EtcdMetadataStore`` layout.
+
+    Its parts: the connection (``connection.EtcdConnection``) and the session lease
+    (``lease.SessionLease``); single operations and batch txns (``operations.Operations``, with
+    ``node_reads``); ZooKeeper's tree writes (``tree_writes.TreeWrites``); watches
+    (``watches.Watches``); the copy's tree reads (``tree_reads.TreeReads``), restores
+    (``restores.Restores``) and sequence counters (``sequence_counters.SequenceCounters``), whose
+    txns share a budget (``txn_budget.TxnBudget``); the history (``history.History``).
+    """
+
+    max_value_size = MAX_VALUE_SIZE
+    batch_max_ops = TXN_MAX_OPS
+    batch_max_bytes = TXN_MAX_BYTES
+    batch_requests_in_flight = 8
+    batch_singles_in_flight = 256
+    tree_writes_in_one_round = True
 
     def __init__(self, url: StoreURL) -> None:
         super().__init__(url)
         self._keys = Keys(url.root)
         self._conn = EtcdConnection(url, self._keys)
         self._lease = SessionLease(self._conn, self._session_event)
-        self._node_reads = NodeReads(self._conn, CHILDREN_PAGE)
-        self._watchers: dict[str, tuple[Watcher, asyncio.Task[None]]] = {}
-        """The watch of each subtree listened to (``listeners``), and the task that keeps it."""
-        self._conn.on_failover = self._restart_watches
+        self._operations = Operations(self._conn, self._keys, self._lease)
+        self._tree_writes = TreeWrites(
+            self._conn, self._keys, self._lease, self._operations, self._check_put, self._check_delete
+        )
+        self._watches = Watches(self._conn, self._notify, self._session_event)
+        self._conn.on_failover = self._watches.restart
+        self._tree_reads = TreeReads(self._conn, self._keys)
+        budget = TxnBudget(self._conn)
+        self._restores = Restores(self._conn, self._keys, budget)
+        self._history = History(self._conn, self._keys)
+        self._counters = SequenceCounters(self._conn, self._keys, self._operations, self._history, budget)
         self._tasks: list[asyncio.Task[None]] = []
-        self._watch_enabled = True
 
     @classmethod
     async def connect(cls, url: StoreURL, *, watch: bool = True) -> EtcdStore:
@@ -48,7 +82,7 @@ class EtcdStore(EtcdTreeWrites, EtcdBulk, Store):
         if url.scheme != "etcd":
             raise InvalidStoreURL(f"not an etcd URL: {url}")
         store = cls(url)
-        store._watch_enabled = watch
+        store._watches.enabled = watch
         try:
             await store._start()
         except BaseException:
@@ -63,44 +97,90 @@ class EtcdStore(EtcdTreeWrites, EtcdBulk, Store):
         try:
             await self._lease.grant()
         except StoreFull:
-            if self._watch_enabled:
+            if self._watches.enabled:
                 raise
             # A bulk reader (a verification) needs no lease, and an etcd out of space still serves
             # reads; ephemeral puts are refused until the keep-alive loop gets a lease.
             log.warning("%s: no session lease (etcd is out of space); reads only", self.url)
         self._tasks.append(asyncio.create_task(self._lease.keepalive_loop(), name=f"etcd-keepalive {self.url}"))
 
-    # ---- watches ------------------------------------------------------------------------------
+    # ---- the MetadataStore's operations (``operations``, ``tree_writes``) -----------------------
+
+    async def _get(self, path: str) -> GetResult:
+        return await self._operations.get(path)
+
+    async def _exists(self, path: str) -> bool:
+        return await self._operations.exists(path)
+
+    async def _get_children(self, path: str) -> list[str]:
+        return await self._operations.get_children(path)
+
+    async def get_node(self, path: str) -> tuple[bytes, Stat, list[str]] | None:
+        """The value, Stat and children of ``path`` in one txn (``Operations.get_node``)."""
+        return await self._operations.get_node(paths.validate(path))
+
+    async def _put(
+        self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
+    ) -> Stat:
+        return await self._operations.put(path, value, expected_version, ephemeral, sequential)
+
+    async def _delete(self, path: str, expected_version: int | None) -> None:
+        await self._operations.delete(path, expected_version)
+
+    def _batch_kind(self, op: Op) -> str | None:
+        return self._operations.batch_kind(op)
+
+    def _batch_size(self, op: Op) -> int:
+        return self._operations.batch_size(op)
+
+    async def _send_batch(self, ops: list[Op]) -> list[OpResult] | None:
+        return await self._operations.send_batch(ops)
+
+    async def tree_writes(self, ops: Sequence[TreeWrite]) -> list[TreeResult]:
+        return await self._tree_writes.tree_writes(ops)
+
+    async def set_data(self, path: str, value: bytes, expected_version: int | None = None) -> tuple[Stat, int]:
+        """ZooKeeper's setData in one txn (``TreeWrites.set_data``)."""
+        return await self._tree_writes.set_data(path, value, expected_version)
+
+    # ---- the bulk interface (``tree_reads``, ``restores``, ``sequence_counters``, ``history``) ---
+
+    def _walk(self, root: str, prune: set[str]) -> AsyncIterator[list[NodeInfo]]:
+        return self._tree_reads.walk(root, prune)
+
+    def _read_trees(self, roots: list[str], prune: set[str]) -> AsyncIterator[list[NodeRead]]:
+        return self._tree_reads.read_trees(roots, prune)
+
+    async def _restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
+        return await self._restores.restore_many(items)
+
+    async def position_of(self, path: str) -> int | None:
+        return await self._history.position_of(path)
+
+    async def children_version(self, path: str) -> int | None:
+        return await self._counters.children_version(path)
+
+    async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
+        return await self._counters.advance_sequence_counter(parent, at_least)
+
+    async def advance_sequence_counters(self, wanted: dict[str, int]) -> int:
+        return await self._counters.advance_sequence_counters(wanted)
+
+    async def compact_history(self, *, wait: bool = True) -> None:
+        await self._history.compact_history(wait=wait)
+
+    async def history_bytes(self) -> int | None:
+        return await self._history.history_bytes()
+
+    # ---- watches (``watches``) ------------------------------------------------------------------
 
     def _watch_scope_changed(self, added: frozenset[str], removed: frozenset[str]) -> None:
-        if not self._watch_enabled or self._conn.closed:
-            return
-        for root in removed:
-            if (gone := self._watchers.pop(root, None)) is not None:
-                gone[1].cancel()
-        for root in added:
-            watcher = Watcher(self._conn, root, self._notify, self._missed_changes)
-            task = asyncio.get_running_loop().create_task(watcher.loop(), name=f"etcd-watch {self.url} {root}")
-            self._watchers[root] = (watcher, task)
-
-    def _restart_watches(self) -> None:
-        for watcher, _ in self._watchers.values():
-            watcher.restart()
+        self._watches.scope_changed(added, removed)
 
     async def watch_ready(self) -> None:
-        waits = [asyncio.ensure_future(w.ready.wait()) for w, _ in self._watchers.values() if not w.ready.is_set()]
-        if waits:
-            try:
-                await asyncio.wait(waits, timeout=self._conn.timeout)
-            finally:
-                for wait in waits:
-                    wait.cancel()
+        await self._watches.ready()
 
-    def _missed_changes(self) -> None:
-        """The watch resumed after a compaction: listeners lost changes, which is what a lost
-        connection tells them (ConnectionLost, then Reconnected), so they read again."""
-        self._session_event(SessionEvent.CONNECTION_LOST)
-        self._session_event(SessionEvent.RECONNECTED)
+    # ---- life cycle -----------------------------------------------------------------------------
 
     async def close(self) -> None:
         """Stop the tasks, revoke the session lease (our ephemerals vanish at once), close the
@@ -111,9 +191,8 @@ class EtcdStore(EtcdTreeWrites, EtcdBulk, Store):
         if self._conn.closed:
             return
         self._conn.closed = True
-        await cancel_and_wait([*self._tasks, *(task for _, task in self._watchers.values())], str(self.url))
+        await cancel_and_wait([*self._tasks, *self._watches.take_tasks()], str(self.url))
         self._tasks.clear()
-        self._watchers.clear()
         if revoke:
             await self._lease.revoke_on_close()
         self._lease.id = 0

@@ -9,7 +9,7 @@ fail writes nothing, and the run stops there."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from aetcd import rpc
@@ -18,8 +18,10 @@ from .. import paths
 from ..errors import BadVersion, MetadataStoreError, NotFound
 from ..stat import Stat
 from ..tree_writes import CreateNode, DeleteNode, SetNode, TreeResult, TreeWrite, parent_of
-from .keys import prefix_end
-from .operations import CHILDREN_PAGE, TXN_MAX_BYTES, EtcdOperations, child_names, compare
+from .connection import EtcdConnection
+from .keys import Keys, prefix_end
+from .lease import SessionLease
+from .operations import CHILDREN_PAGE, TXN_MAX_BYTES, Operations, child_names, compare
 
 #: Writes per txn: at most three compares and two operations each, under etcd's default of 128.
 RUN_MAX_OPS = 40
@@ -31,12 +33,30 @@ def _created(key: bytes, target: Any, result: Any, revision: int = 0) -> Any:
     return rpc.Compare(key=key, result=result, target=target, create_revision=revision)
 
 
-class EtcdTreeWrites(EtcdOperations):
-    """``tree_writes`` of the etcd store: a run of ZooKeeper writes in as few txns as fit."""
+class TreeWrites:
+    """``tree_writes`` and ``set_data`` of the etcd store: ZooKeeper's writes, a run of them in
+    as few txns as fit."""
 
-    tree_writes_in_one_round = True
+    def __init__(
+        self,
+        conn: EtcdConnection,
+        keys: Keys,
+        lease: SessionLease,
+        operations: Operations,
+        check_put: Callable[[str, bytes, int | None], None],
+        check_delete: Callable[[str, int | None], None],
+    ) -> None:
+        self._conn = conn
+        self._keys = keys
+        self._lease = lease
+        self._operations = operations
+        # the store's checks of a put and a delete (``MetadataStore``): a write it would refuse
+        # alone ends a run, so that the caller runs it alone and learns why
+        self._check_put = check_put
+        self._check_delete = check_delete
 
     async def tree_writes(self, ops: Sequence[TreeWrite]) -> list[TreeResult]:
+        """``MetadataStore.tree_writes``: runs of writes, each in one txn."""
         results: list[TreeResult] = []
         start = 0
         while start < len(ops):
@@ -130,7 +150,10 @@ class EtcdTreeWrites(EtcdOperations):
                             created_by_self=prev.lease != 0 and prev.lease == self._lease.id, owner=prev.lease)
                 listing = responses[i + 1].response_range
                 prefix = self._keys.children_prefix(op.path)
-                count = len(await self.get_children(op.path)) if listing.more else len(child_names(prefix, listing.kvs))
+                if listing.more:  # past one page: listed in full
+                    count = len(await self._operations.get_children(op.path))
+                else:
+                    count = len(child_names(prefix, listing.kvs))
                 results.append((stat, count))
                 i += 2
             else:

@@ -1,4 +1,4 @@
-"""etcd notifications: a watch on each subtree the store's listeners ask for (a key and the range
+"""etcd notifications (``Watches``): a watch on each subtree the store's listeners ask for (a key and the range
 of the keys below it), from the last revision the connection saw, resumed after the last revision
 seen whenever the stream breaks (server restart, failover), so no event is lost unless compacted.
 Created (kv.version == 1) / Modified / Deleted, plus ChildrenChanged of the parent on create and
@@ -15,7 +15,7 @@ import grpc
 from aetcd import rpc
 
 from .. import paths
-from ..notifications import Notification, NotificationType
+from ..notifications import Notification, NotificationType, SessionEvent
 from .connection import EtcdConnection
 from .keys import prefix_end
 
@@ -120,3 +120,57 @@ class Watcher:
         parent = paths.parent(path)
         if parent is not None:
             self._notify(Notification(NotificationType.CHILDREN_CHANGED, parent))
+
+
+class Watches:
+    """The watches of the subtrees the store's listeners ask for: one ``Watcher`` and the task
+    that keeps it per subtree."""
+
+    def __init__(
+        self, conn: EtcdConnection, notify: Callable[[Notification], None], emit: Callable[[SessionEvent], None]
+    ) -> None:
+        self._conn = conn
+        self._notify = notify
+        self._emit = emit
+        self.enabled = True
+        """False: no watch is ever opened (bulk jobs that do not want every write streamed back)."""
+        self._watchers: dict[str, tuple[Watcher, asyncio.Task[None]]] = {}
+
+    def scope_changed(self, added: frozenset[str], removed: frozenset[str]) -> None:
+        """Open the watches of the subtrees ``added``, close those of the subtrees ``removed``."""
+        if not self.enabled or self._conn.closed:
+            return
+        for root in removed:
+            if (gone := self._watchers.pop(root, None)) is not None:
+                gone[1].cancel()
+        for root in added:
+            watcher = Watcher(self._conn, root, self._notify, self._missed_changes)
+            task = asyncio.get_running_loop().create_task(watcher.loop(), name=f"etcd-watch {self._conn.url} {root}")
+            self._watchers[root] = (watcher, task)
+
+    def restart(self) -> None:
+        """Break every watch stream: each opens again, on the connection's current host (failover)."""
+        for watcher, _ in self._watchers.values():
+            watcher.restart()
+
+    async def ready(self) -> None:
+        """Wait (within the call timeout) until the server confirmed every watch."""
+        waits = [asyncio.ensure_future(w.ready.wait()) for w, _ in self._watchers.values() if not w.ready.is_set()]
+        if waits:
+            try:
+                await asyncio.wait(waits, timeout=self._conn.timeout)
+            finally:
+                for wait in waits:
+                    wait.cancel()
+
+    def _missed_changes(self) -> None:
+        """The watch resumed after a compaction: listeners lost changes, which is what a lost
+        connection tells them (ConnectionLost, then Reconnected), so they read again."""
+        self._emit(SessionEvent.CONNECTION_LOST)
+        self._emit(SessionEvent.RECONNECTED)
+
+    def take_tasks(self) -> list[asyncio.Task[None]]:
+        """The watches' tasks, for the store to cancel on close; the watches are forgotten."""
+        tasks = [task for _, task in self._watchers.values()]
+        self._watchers.clear()
+        return tasks

@@ -1,28 +1,56 @@
-"""``OxiaStore``: Oxia behind the store interfaces, in Pulsar's ``OxiaMetadataStore`` layout;
-opening, closing and the parts it is made of (connection, batcher, sessions, notifications)."""
+"""``OxiaStore``: Oxia behind the store interfaces, in Pulsar's ``OxiaMetadataStore`` layout:
+opening and closing it, and the parts it delegates to."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import uuid
+from collections.abc import AsyncIterator, Sequence
 
+from .. import paths
 from ..aio import cancel_and_wait
-from ..errors import InvalidStoreURL
+from ..bulk import NodeInfo, NodeRead, Restore
+from ..errors import InvalidStoreURL, MetadataStoreError
+from ..ops import GetResult
+from ..stat import Stat
 from ..store import Store
 from ..urls import StoreURL
-from .batcher import Batcher
-from .bulk import OxiaBulk
 from .connection import Liveness, OxiaConnection
 from .keys import Keys
+from .operations import MAX_VALUE_SIZE, Operations
+from .records import Records
+from .restores import Restores
+from .sequence_counters import SequenceCounters
 from .session import Sessions
+from .tree_reads import TreeReads
 from .watches import Notifications
 
 log = logging.getLogger(__name__)
 
 
-class OxiaStore(OxiaBulk, Store):
-    """A ``MetadataStore`` and bulk store on Oxia, with Pulsar's ``OxiaMetadataStore`` layout."""
+# The base class is the interfaces and their template methods, shared by every backend
+# (``MetadataStore`` checks arguments and calls ``_get``, ``_put``...; ``BulkStore`` checks and
+# calls ``_walk``...): the store supplies those hooks by delegating to its parts.
+class OxiaStore(Store):
+    """A ``MetadataStore`` and bulk store on Oxia, with Pulsar's ``OxiaMetadataStore`` layout.
+
+    Its parts: the connection (``connection.OxiaConnection``) and the per-shard sessions
+    (``session.Sessions``); the records, read and put on their shards (``records.Records``,
+    with ``batcher``); single operations (``operations.Operations``); notifications
+    (``watches.Notifications``); the copy's tree reads (``tree_reads.TreeReads``), restores
+    (``restores.Restores``) and sequence counters (``sequence_counters.SequenceCounters``).
+    """
+
+    max_value_size = MAX_VALUE_SIZE
+    # Pulsar's names: ten digits (the suffix is the parent's modifications count, not ZooKeeper's
+    # count of child creations; the ZooKeeper front then takes Pulsar's names, as a broker does)
+    zookeeper_sequential_names = True
+    # A put makes its missing parents: a copy restores parents first, so that each is restored
+    # with its own version instead of found made (empty, version 0) by its child's put.
+    needs_parents = True
+    # a counter is the parent's modifications count, set by one write (``advance_sequence_counter``)
+    sequence_counter_in_one_write = True
 
     def __init__(self, url: StoreURL) -> None:
         super().__init__(url)
@@ -30,7 +58,11 @@ class OxiaStore(OxiaBulk, Store):
         self._conn = OxiaConnection(url, Liveness(self._session_event))
         # Pulsar's store takes a random identity: the client identity of its ephemeral records
         self._sessions = Sessions(self._conn, str(uuid.uuid4()), self._session_event)
-        self._batcher = Batcher(self._conn)
+        self._records = Records(self._conn, self._keys, self._sessions)
+        self._operations = Operations(self._conn, self._keys, self._records)
+        self._tree_reads = TreeReads(self._conn, self._keys, self._records, self._operations)
+        self._restores = Restores(self._records)
+        self._counters = SequenceCounters(self._records, self._operations)
         self._notifications = Notifications(self._conn, self._keys, self._notify)
         self._tasks: list[asyncio.Task[None]] = []
         self._watch_enabled = True
@@ -55,7 +87,49 @@ class OxiaStore(OxiaBulk, Store):
             raise
         return store
 
-    # ---- watches ------------------------------------------------------------------------------
+    # ---- the MetadataStore's operations (``operations``) ----------------------------------------
+
+    async def _get(self, path: str) -> GetResult:
+        return await self._operations.get(path)
+
+    async def _exists(self, path: str) -> bool:
+        return await self._operations.exists(path)
+
+    async def _get_children(self, path: str) -> list[str]:
+        return await self._operations.get_children(path)
+
+    async def _put(
+        self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
+    ) -> Stat:
+        return await self._operations.put(path, value, expected_version, ephemeral, sequential)
+
+    async def _delete(self, path: str, expected_version: int | None) -> None:
+        await self._operations.delete(path, expected_version)
+
+    # ---- the bulk interface (``tree_reads``, ``restores``, ``sequence_counters``) ---------------
+
+    def _walk(self, root: str, prune: set[str]) -> AsyncIterator[list[NodeInfo]]:
+        return self._tree_reads.walk(root, prune)
+
+    def _read_trees(self, roots: list[str], prune: set[str]) -> AsyncIterator[list[NodeRead]]:
+        return self._tree_reads.read_trees(roots, prune)
+
+    async def _restore_many(self, items: Sequence[Restore]) -> list[int | MetadataStoreError]:
+        return await self._restores.restore_many(items)
+
+    async def position_of(self, path: str) -> int | None:
+        """The record's modification time in ms (by the shard leader's clock): Oxia keeps no
+        global revision, so it orders writes to the server clock's millisecond."""
+        record = await self._records.get(paths.validate(path), value=False)
+        return None if record is None else int(record.version.modified_timestamp)
+
+    async def children_version(self, path: str) -> int | None:
+        return await self._counters.children_version(path)
+
+    async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
+        return await self._counters.advance_sequence_counter(parent, at_least)
+
+    # ---- watches (``watches``) ------------------------------------------------------------------
 
     def _watch_scope_changed(self, added: frozenset[str], removed: frozenset[str]) -> None:
         """Oxia streams every change of a shard: the streams run while any listener does."""
@@ -85,6 +159,6 @@ class OxiaStore(OxiaBulk, Store):
         self._conn.closed = True
         await cancel_and_wait(self._tasks, str(self.url))
         self._tasks.clear()
-        self._batcher.cancel()
+        self._records.batcher.cancel()
         await self._sessions.close()
         await self._conn.close()

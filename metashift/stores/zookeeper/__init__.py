@@ -1,15 +1,23 @@
 """ZooKeeper backend of the store layer, on aiozk, with Pulsar's ``ZKMetadataStore`` semantics.
 
-``store.py`` opens and closes it; ``protocol.py`` holds the aiozk workarounds (``addWatch``, the
-retry policy, the connection and session); ``session.py`` the session's events; ``watches.py``
-the notifications; ``operations.py`` single operations and ``multi``; ``bulk.py`` the walk,
-restores and counters; ``errors.py`` the mapping of aiozk's errors.
+``store.ZooKeeperStore`` opens and closes it and delegates to its parts, one module each:
+
+- ``session``: aiozk's session made fit for a long-lived service (``ZKSession``), on the
+  connection of ``connection``; ``session_events``: its states as Pulsar's session events;
+- ``calls``: sending a request (bounded, errors mapped by ``errors``) and building it;
+- ``operations``: single operations and the ``multi`` of a batch of writes;
+- ``watches``: the persistent recursive watches and their notifications;
+- ``bulk_reads``: many reads at once (multiRead, or pipelined); ``tree_reads``: the copy's walk
+  and reads of subtrees; ``restores``: its writes at given versions; ``sequence_counters``:
+  sequence counters, raised by ``counter_bumps``;
+- ``forward``: the agent's requests forwarded in wire form (``raw``: such requests);
+- ``fast_reads``, ``fast_writes``: answers parsed with ``struct``; ``wire``: the codec, where
+  every ZooKeeper number and the one parser of a Stat's bytes live.
 """
 
 from __future__ import annotations
 
 from .operations import DEFAULT_MAX_VALUE_SIZE
-from .protocol import AddWatchRequest
 from .store import ZooKeeperStore
 
-__all__ = ["DEFAULT_MAX_VALUE_SIZE", "AddWatchRequest", "ZooKeeperStore"]
+__all__ = ["DEFAULT_MAX_VALUE_SIZE", "ZooKeeperStore"]

@@ -9,6 +9,9 @@ and the answer path the store needs (``ZKConnection``), and ``discard``.
 - Answers are read whole (one timer, none when the bytes are already buffered), and the common
   ones parsed by ``struct`` (``fast_reads``, ``fast_writes``, ``counter_bumps``).
 - A connection that ends tells its session at once (aiozk waited for the next missed heartbeat).
+
+The connection knows its session only by the two callbacks it is given (a watch event came, the
+connection ended), so that the session's module (``protocol``) imports this one and not back.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from aiozk import exc as zk_exc
 from aiozk import protocol
@@ -26,20 +30,11 @@ from metashift.stores.aio import buffered_packet
 
 from . import fast_writes
 from .counter_bumps import OPCODE_BUMPS, bump_error
-from .fast_reads import (
-    OPCODE_GET_CHILDREN,
-    OPCODE_GET_DATA,
-    OPCODE_MULTI_READ,
-    get_children_response,
-    get_data_response,
-    multi_read_response,
-)
-from .forward import Pending, RawReply, RawRequest
+from .fast_reads import get_children2_response, get_children_response, get_data_response, multi_read_response
+from .raw import Pending, RawReply, RawRequest
+from .wire.constants import XID_WATCH_EVENT, Op
 from .wire.jute import INT as SIZE
 from .wire.jute import REPLY as REPLY_HEADER
-
-if TYPE_CHECKING:
-    from .protocol import ZKSession
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +44,16 @@ class ZKConnection(Connection):
     and that writes the requests sent in one turn of the event loop with one socket write
     (aiozk: one write, one system call, per request: the hot spot of pipelined bulk reads)."""
 
-    def __init__(self, host: str, port: int, session: ZKSession) -> None:
-        super().__init__(host, port, watch_handler=session.event_dispatch, read_timeout=session.read_timeout)
-        self._session = session
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        read_timeout: float,
+        on_watch_event: Callable[[Any], None],
+        on_dropped: Callable[[ZKConnection], None],
+    ) -> None:
+        super().__init__(host, port, watch_handler=on_watch_event, read_timeout=read_timeout)
+        self._on_dropped = on_dropped
         self._out: list[bytes] = []
         #: xids of the forwarded requests (``forward.RawRequest``) awaiting their answer
         self._raw: set[int] = set()
@@ -106,7 +108,7 @@ class ZKConnection(Connection):
     async def read_response(self, initial_connect: bool = False) -> Any:
         """aiozk's, reading header and payload at once (one timer, none when the bytes are
         already buffered: pipelined answers usually are), with getData, getChildren and
-        multiRead answers parsed by ``struct`` instead of aiozk's generic parts (the hot spot of
+        getChildren2 and multiRead answers parsed by ``struct`` instead of aiozk's generic parts (the hot spot of
         bulk reads; ``fast_reads``), writes' answers and notifications likewise (``fast_writes``), and
         counter bumps only scanned for a failure (``counter_bumps``)."""
         if initial_connect or self.pending_specials[protocol.CLOSE_XID]:
@@ -133,16 +135,18 @@ class ZKConnection(Connection):
         if error_code:
             self.opcode_xref.pop(xid)
             return xid, zxid, zk_exc.get_response_error(error_code)
-        if xid == protocol.WATCH_XID:
+        if xid == XID_WATCH_EVENT:
             return xid, zxid, fast_writes.watch_event(raw, REPLY_HEADER.size)
         opcode = self.opcode_xref.pop(xid)
-        if opcode == OPCODE_GET_DATA:
+        if opcode == Op.GET_DATA:
             return xid, zxid, get_data_response(raw, REPLY_HEADER.size)[0]
-        if opcode == OPCODE_GET_CHILDREN:
+        if opcode == Op.GET_CHILDREN:
             return xid, zxid, get_children_response(raw, REPLY_HEADER.size)[0]
+        if opcode == Op.GET_CHILDREN2:
+            return xid, zxid, get_children2_response(raw, REPLY_HEADER.size)
         if opcode == OPCODE_BUMPS:
             return xid, zxid, bump_error(raw, REPLY_HEADER.size)
-        if opcode == OPCODE_MULTI_READ:
+        if opcode == Op.MULTI_READ:
             try:
                 return xid, zxid, multi_read_response(raw, REPLY_HEADER.size)
             except (struct.error, ValueError, UnicodeDecodeError) as e:  # not what ZooKeeper 3.6+ answers
@@ -169,7 +173,7 @@ class ZKConnection(Connection):
     async def read_loop(self) -> None:
         await super().read_loop()
         if not self.closing:
-            self._session.connection_dropped(self)
+            self._on_dropped(self)
 
 
 def discard(conn: Any) -> None:

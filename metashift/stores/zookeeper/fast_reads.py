@@ -1,4 +1,5 @@
-"""The answers of bulk reads, parsed with ``struct``, and ZooKeeper's ``multiRead``.
+"""The answers of reads (getData, getChildren, getChildren2), parsed with ``struct``, and
+ZooKeeper's ``multiRead``.
 
 aiozk parses every answer through its generic parts, and sends every request as a request of its
 own: both are the hot spots of reading a whole tree. Here the getData and getChildren answers
@@ -16,37 +17,9 @@ from .wire.constants import Op
 from .wire.jute import HEADER as _REQUEST_HEADER
 from .wire.jute import INT as SIZE
 from .wire.jute import MULTI_HEADER as _MULTI_HEADER
-from .wire.jute import STAT as _STAT
+from .wire.jute import STAT, ZStat
 
-# the formats and opcodes are the codec's (``wire``): written once
-OPCODE_MULTI_READ = Op.MULTI_READ
-OPCODE_GET_DATA = Op.GET_DATA
-OPCODE_GET_CHILDREN = Op.GET_CHILDREN
-OPCODE_ERROR = Op.ERROR
 _MULTI_END = _MULTI_HEADER.pack(-1, True, -1)
-
-
-class FastStat:
-    """aiozk's ``Stat`` fields, parsed with ``struct``."""
-
-    __slots__ = (
-        "acl_version",
-        "child_version",
-        "created",
-        "created_zxid",
-        "data_length",
-        "ephemeral_owner",
-        "last_modified_children",
-        "last_modified_zxid",
-        "modified",
-        "num_children",
-        "version",
-    )  # fmt: skip
-
-    def __init__(self, fields: tuple[int, ...]) -> None:
-        (self.created_zxid, self.last_modified_zxid, self.created, self.modified, self.version, self.child_version,
-         self.acl_version, self.ephemeral_owner, self.data_length, self.num_children,
-         self.last_modified_children) = fields  # fmt: skip
 
 
 class FastGetData:
@@ -54,17 +27,19 @@ class FastGetData:
 
     __slots__ = ("data", "stat")
 
-    def __init__(self, data: bytes | None, stat: FastStat) -> None:
+    def __init__(self, data: bytes | None, stat: ZStat) -> None:
         self.data, self.stat = data, stat
 
 
 class FastGetChildren:
-    """A getChildren answer: the children's names, as the server sent them."""
+    """A getChildren or getChildren2 answer: the children's names, as the server sent them, and
+    (getChildren2 only, else None) the parent's ``stat``."""
 
-    __slots__ = ("children",)
+    __slots__ = ("children", "stat")
 
-    def __init__(self, children: list[str]) -> None:
+    def __init__(self, children: list[str], stat: ZStat | None = None) -> None:
         self.children = children
+        self.stat = stat
 
 
 def get_data_response(raw: bytes, at: int) -> tuple[FastGetData, int]:
@@ -73,7 +48,7 @@ def get_data_response(raw: bytes, at: int) -> tuple[FastGetData, int]:
     at += 4
     data = None if n < 0 else raw[at : at + n]
     at += max(n, 0)
-    return FastGetData(data, FastStat(_STAT.unpack_from(raw, at))), at + _STAT.size
+    return FastGetData(data, ZStat.unpack_from(raw, at)), at + STAT.size
 
 
 def get_children_response(raw: bytes, at: int) -> tuple[FastGetChildren, int]:
@@ -89,17 +64,24 @@ def get_children_response(raw: bytes, at: int) -> tuple[FastGetChildren, int]:
     return FastGetChildren(children), at
 
 
+def get_children2_response(raw: bytes, at: int) -> FastGetChildren:
+    """The getChildren2 answer at ``raw[at:]``: the children, then the parent's Stat."""
+    answer, at = get_children_response(raw, at)
+    answer.stat = ZStat.unpack_from(raw, at)
+    return answer
+
+
 class MultiReadRequest:
     """``multiRead``: getData and getChildren of many paths (full paths, chroot included), no
     watches. Duck-typed as an aiozk request for the connection's ``send``."""
 
-    opcode = OPCODE_MULTI_READ
+    opcode = Op.MULTI_READ
     special_xid = None
     writes_data = False
 
     def __init__(self, reads: list[tuple[int, str]]) -> None:
         self.reads = reads
-        """(``OPCODE_GET_DATA`` or ``OPCODE_GET_CHILDREN``, full path) per read."""
+        """(``Op.GET_DATA`` or ``Op.GET_CHILDREN``, full path) per read."""
 
     def serialize(self, xid: int | None = None) -> bytes:
         out = [_REQUEST_HEADER.pack(xid or 0, self.opcode)]
@@ -122,13 +104,13 @@ def multi_read_response(raw: bytes, at: int) -> list[FastGetData | FastGetChildr
         at += _MULTI_HEADER.size
         if done:
             return out
-        if opcode == OPCODE_GET_DATA:
+        if opcode == Op.GET_DATA:
             data, at = get_data_response(raw, at)
             out.append(data)
-        elif opcode == OPCODE_GET_CHILDREN:
+        elif opcode == Op.GET_CHILDREN:
             children, at = get_children_response(raw, at)
             out.append(children)
-        elif opcode == OPCODE_ERROR:
+        elif opcode == Op.ERROR:
             (code,) = SIZE.unpack_from(raw, at)
             at += 4
             out.append(code or error)

@@ -5,7 +5,7 @@ aiozk parses every answer through its generic parts (a dict of parts per record,
 part): measured in a sandbox's agents, that parsing and the notifications' were a fifth of the
 agent's CPU. These are the same objects' fields (``stat``, ``path``, ``responses``, a
 notification's ``type``/``state``/``path``), read directly from the bytes with the codec's
-formats (``wire``). The Stat is ``fast_reads.FastStat``, with aiozk's field names.
+formats (``wire``). The Stat is the codec's ``ZStat``, read by ``ZStat.unpack_from``.
 """
 
 from __future__ import annotations
@@ -15,10 +15,9 @@ from typing import Any
 
 from aiozk import exc as zk_exc
 
-from .fast_reads import FastStat
 from .wire.constants import Op
 from .wire.jute import HEADER as _TWO_INTS  # a notification starts with two ints: type, state
-from .wire.jute import INT, MULTI_HEADER, STAT
+from .wire.jute import INT, MULTI_HEADER, STAT, ZStat
 
 
 class FastAnswer:
@@ -27,7 +26,7 @@ class FastAnswer:
 
     __slots__ = ("path", "stat")
 
-    def __init__(self, path: str | None, stat: FastStat | None) -> None:
+    def __init__(self, path: str | None, stat: ZStat | None) -> None:
         self.path, self.stat = path, stat
 
 
@@ -55,8 +54,8 @@ def _string(raw: bytes, at: int) -> tuple[str, int]:
     return raw[at : at + max(n, 0)].decode(), at + max(n, 0)
 
 
-def _stat(raw: bytes, at: int) -> tuple[FastStat, int]:
-    return FastStat(STAT.unpack_from(raw, at)), at + STAT.size
+def _stat(raw: bytes, at: int) -> tuple[ZStat, int]:
+    return ZStat.unpack_from(raw, at), at + STAT.size
 
 
 def _with_stat(raw: bytes, at: int) -> tuple[FastAnswer, int]:
@@ -87,6 +86,8 @@ _BODIES: dict[int, Callable[[bytes, int], tuple[FastAnswer, int]]] = {
     Op.CREATE2: _created_with_stat,
     Op.DELETE: _empty,
     Op.CHECK: _empty,
+    Op.ADD_WATCH: _empty,
+    Op.REMOVE_WATCHES: _empty,
 }
 
 

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from .. import paths
+from .raw import Done, Pending, RawRequest
+from .session import ZKSession
 from .wire.constants import Op
-from .wire.jute import HEADER, INT, MULTI_HEADER, STAT, Reader, Writer
+from .wire.jute import INT, MULTI_HEADER, STAT, Reader, Writer
 
-#: ``done(err, body)`` with ZooKeeper's error code and the answer's body (paths relative to the
-#: chroot), or ``done(None, exception)`` when the connection went before the answer came.
-Done = Callable[[int | None, bytes | BaseException], None]
+__all__ = ["CREATES", "MULTI_OPS", "PATH_FIRST", "Done", "Forwarder", "Rechroot", "acl_vector"]
 
 #: The operations a forwarded multi may hold.
 MULTI_OPS = frozenset({Op.CREATE, Op.CREATE2, Op.DELETE, Op.SET_DATA, Op.CHECK})
@@ -31,63 +31,6 @@ MULTI_OPS = frozenset({Op.CREATE, Op.CREATE2, Op.DELETE, Op.SET_DATA, Op.CHECK})
 PATH_FIRST = frozenset({Op.DELETE, Op.EXISTS, Op.GET_DATA, Op.SET_DATA, Op.GET_CHILDREN, Op.GET_CHILDREN2})
 CREATES = frozenset({Op.CREATE, Op.CREATE2})
 _CREATE_WITH_STAT = frozenset({Op.CREATE2, Op.CREATE_CONTAINER, Op.CREATE_TTL})
-
-
-class RawRequest:
-    """A request already in wire form, duck-typed as an aiozk request for the connection (and
-    for the session's ``send``, its retry policy included: ``_metashift_tries``)."""
-
-    __slots__ = ("_metashift_tries", "body", "opcode", "writes_data")
-    special_xid = None
-
-    def __init__(self, opcode: int, body: bytes, writes_data: bool) -> None:
-        self.opcode = opcode
-        self.body = body
-        self.writes_data = writes_data
-        self._metashift_tries = 0
-
-    def serialize(self, xid: int | None = None) -> bytes:
-        return HEADER.pack(xid or 0, self.opcode) + self.body
-
-
-class RawReply:
-    """An answer to a ``RawRequest``: the error code and the body, as ZooKeeper sent them."""
-
-    __slots__ = ("body", "err")
-
-    def __init__(self, err: int, body: bytes) -> None:
-        self.err = err
-        self.body = body
-
-
-class Pending:
-    """What the connection's read loop resolves for a ``RawRequest`` (duck-typed as an asyncio
-    future: ``done``, ``cancelled``, ``set_result``, ``set_exception``): calls ``done`` at once."""
-
-    __slots__ = ("_answered", "_done", "_strip")
-
-    def __init__(self, done: Done, strip: Callable[[int, bytes], bytes] | None) -> None:
-        self._done = done
-        self._strip = strip
-        self._answered = False
-
-    def done(self) -> bool:
-        return self._answered
-
-    def cancelled(self) -> bool:
-        return False
-
-    def set_result(self, result: tuple[int, RawReply]) -> None:
-        self._answered = True
-        reply = result[1]
-        body = reply.body
-        if reply.err == 0 and self._strip is not None:
-            body = self._strip(reply.err, body)
-        self._done(reply.err, body)
-
-    def set_exception(self, error: BaseException) -> None:
-        self._answered = True
-        self._done(None, error)
 
 
 class Rechroot:
@@ -180,3 +123,44 @@ def acl_vector(acls: list[tuple[int, str, str]]) -> bytes:
     for perms, scheme, ident in acls:
         w.int(perms).string(scheme).string(ident)
     return w.bytes()
+
+
+class Forwarder:
+    """Sends a ZooKeeper-protocol client's requests on the store's session, under its chroot and
+    with its ACL, and hands the answers back with the chroot taken off (the agent's front)."""
+
+    def __init__(self, session: ZKSession, rechroot: Rechroot) -> None:
+        self._session = session
+        self._rechroot = rechroot
+
+    def forward(self, opcode: int, path: str, rest: bytes, done: Done) -> bool:
+        """Send a request whose body is ``path`` then ``rest`` (``PATH_FIRST``) as it is, under
+        the chroot; ``done`` gets the answer. False: not connected, nothing sent."""
+        if self._session.ended:
+            return False
+        request = RawRequest(opcode, self._rechroot.path(path) + rest, opcode in (Op.DELETE, Op.SET_DATA))
+        return bool(self._session.send_raw(request, Pending(done, None)))
+
+    def forward_create(self, opcode: int, path: str, data_field: bytes, flags: int, done: Done) -> bool:
+        """Send a create (``Op.CREATE`` or ``Op.CREATE2``) with the store's ACL, under the chroot;
+        ``data_field``: its data in wire form, length first (``wire.CreateFields``). The answer's
+        path is relative to the chroot. False: not connected, nothing sent."""
+        if self._session.ended:
+            return False
+        request = RawRequest(opcode, self._rechroot.create_body(path, data_field, flags), True)
+        return bool(self._session.send_raw(request, Pending(done, self._rechroot.created)))
+
+    def forward_multi(self, ops: list[tuple[int, Any]], done: Done) -> bool:
+        """Send a multi of the codec's request records (``MULTI_OPS``) with the store's ACL, under
+        the chroot; the answer's paths are relative. False: not connected, nothing sent."""
+        if self._session.ended:
+            return False
+        request = RawRequest(Op.MULTI, self._rechroot.multi_body(ops), True)
+        return bool(self._session.send_raw(request, Pending(done, self._rechroot.multi_answer)))
+
+    def flush(self) -> None:
+        """Write now the requests sent so far in this turn of the event loop (they would go at its
+        end, together with the later ones): for a caller that knows no more are coming."""
+        conn = self._session.conn
+        if conn is not None and not conn.closing:
+            conn.flush()

@@ -1,58 +1,75 @@
 """``ZooKeeperStore``: a ZooKeeper session behind the store interfaces, with Pulsar's
-``ZKMetadataStore`` semantics; opening, closing and the parts it is made of."""
+``ZKMetadataStore`` semantics: opening and closing it, and the parts it delegates to."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from aiozk import exc as zk_exc
 from aiozk import protocol
-from aiozk.states import States
 
 from .. import errors, paths
-from ..aio import cancel_and_wait
+from ..batching import BatchedStore, is_write, op_size
+from ..bulk import NodeInfo, NodeRead, Restore
+from ..ops import GetOp, GetResult, Op, OpResult
+from ..stat import Stat
 from ..store import Store
 from ..urls import StoreURL
-from .bulk import ZooKeeperBulk
-from .connection import discard
-from .forward import Done, Pending, RawRequest, Rechroot, acl_vector
-from .operations import DEFAULT_MAX_VALUE_SIZE
-from .protocol import ZKSession
-from .session import SessionEvents
-from .watches import add_watch_request, notifications, remove_watch_request, watch_refused
-from .wire.constants import Op
+from .bulk_reads import BulkReads
+from .calls import Calls
+from .forward import Done, Forwarder, Rechroot, acl_vector
+from .operations import DEFAULT_MAX_VALUE_SIZE, MULTI_MAX_BYTES, MULTI_MAX_OPS, Operations
+from .restores import Restores
+from .sequence_counters import SequenceCounters
+from .session import ZKSession
+from .session_events import SessionEvents
+from .tree_reads import TreeReads
+from .watches import Watches
+from .wire.constants import MAX_VERSION
 
 log = logging.getLogger(__name__)
 
 
-class ZooKeeperStore(ZooKeeperBulk, Store):
+# The base classes are the interfaces and their template methods, shared by every backend
+# (``MetadataStore`` checks arguments and calls ``_get``, ``_put``...; ``BatchedStore`` cuts a
+# batch into requests and calls ``_send_batch``; ``BulkStore`` checks and calls ``_walk``...): the
+# store supplies those hooks by delegating to its parts, which hold the ZooKeeper work.
+class ZooKeeperStore(BatchedStore, Store):
     """A ZooKeeper session behind the ``MetadataStore`` and bulk interfaces.
 
     Paths are relative to the URL's chroot (created on connect when missing). With credentials in
     the URL the session authenticates with ZooKeeper's digest scheme and every node it creates gets
     the creator-all ACL, so other users can neither read nor write it.
+
+    Its parts: the session (``session.ZKSession``) and its events (``session_events``); the
+    calls on it (``calls.Calls``); single operations and multis (``operations.Operations``);
+    watches (``watches.Watches``); many reads at once (``bulk_reads.BulkReads``); the copy's
+    tree reads (``tree_reads.TreeReads``), restores (``restores.Restores``) and sequence
+    counters (``sequence_counters.SequenceCounters``); the agent's forwarded requests
+    (``forward.Forwarder``).
     """
+
+    max_version = MAX_VERSION
+    zookeeper_sequential_names = True
+    needs_parents = True
+    batch_max_ops = MULTI_MAX_OPS
+    batch_max_bytes = MULTI_MAX_BYTES
 
     def __init__(self, url: StoreURL, *, max_value_size: int = DEFAULT_MAX_VALUE_SIZE, watch: bool = True):
         super().__init__(url)
         self.max_value_size = max_value_size
-        self._namespace = paths.Namespace(url.root)
-        self._watch = watch
-        self._watch_replies: set[asyncio.Future[Any]] = set()
-        """The server's answers to the watch requests sent and not yet answered."""
-        self._closed = False
+        namespace = paths.Namespace(url.root)
         auth = None
         if url.username is not None:
             auth = f"{url.username}:{url.password or ''}".encode()
-            self._acl = [protocol.AUTHED_UNRESTRICTED]  # "auth" scheme = creator-all
+            acl = [protocol.AUTHED_UNRESTRICTED]  # "auth" scheme = creator-all
         else:
-            self._acl = [protocol.UNRESTRICTED_ACCESS]
-        self._rechroot = Rechroot(
-            self._namespace, acl_vector([(a.perms, a.id.scheme, a.id.id) for a in self._acl])
-        )
+            acl = [protocol.UNRESTRICTED_ACCESS]
+        rechroot = Rechroot(namespace, acl_vector([(a.perms, a.id.scheme, a.id.id) for a in acl]))
         self._events = SessionEvents(
             url.session_timeout, lambda: self._session.session_id, self._session_event, self._on_restored
         )
@@ -62,8 +79,18 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
             min(url.call_timeout, 5.0),
             auth,
             self._events.transition,
-            self._on_watch_event,
+            # a lambda: the watches are made after the session they send their requests on
+            lambda event: self._watches.deliver(event),
         )
+        self._watches = Watches(self._session, namespace, self._notify, watch, url.call_timeout)
+        calls = Calls(url, self._session, namespace, acl, rechroot)
+        self._calls = calls
+        self._operations = Operations(calls)
+        self._bulk_reads = BulkReads(calls)
+        self._tree_reads = TreeReads(calls, self._bulk_reads)
+        self._restores = Restores(calls, self)
+        self._counters = SequenceCounters(calls, self._operations, self)
+        self._forwarder = Forwarder(self._session, rechroot)
 
     @classmethod
     async def connect(
@@ -103,21 +130,83 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
                 await self._session.auth_future
             except zk_exc.AuthFailed:
                 raise errors.AuthFailed(f"ZooKeeper refused the credentials of user {self.url.username!r}") from None
-        root = self._namespace.root
+        root = self._calls.namespace.root
         if root != paths.SEPARATOR:
-            if not await self._exists(paths.SEPARATOR):
+            if not await self._operations.exists(paths.SEPARATOR):
                 if not create_root:
                     raise errors.NotFound(root, f"the chroot does not exist on zk://{self.url.host_string()}")
                 for p in [*paths.ancestors(root), root]:
                     with contextlib.suppress(errors.AlreadyExists):
-                        await self._call(self._create_request(p, b"", False, False), p)
+                        await self._calls.call(self._calls.create_request(p, b"", False, False), p)
         # Reading the root checks that our credentials grant access to the namespace at all.
-        await self._get(paths.SEPARATOR)
+        await self._operations.get(paths.SEPARATOR)
         # listeners added before the session was up: watch their subtrees now
-        self._send_watches(self.watched, frozenset())
+        self._watches.send(self.watched, frozenset())
         await self.watch_ready()
 
-    # ---- requests forwarded in wire form (``forward``) -------------------------------------------
+    # ---- the MetadataStore's operations (``operations``) ----------------------------------------
+
+    async def _get(self, path: str) -> GetResult:
+        return await self._operations.get(path)
+
+    async def _get_children(self, path: str) -> list[str]:
+        return await self._operations.get_children(path)
+
+    async def _exists(self, path: str) -> bool:
+        return await self._operations.exists(path)
+
+    async def _put(
+        self, path: str, value: bytes, expected_version: int | None, ephemeral: bool, sequential: bool
+    ) -> Stat:
+        return await self._operations.put(path, value, expected_version, ephemeral, sequential)
+
+    async def _delete(self, path: str, expected_version: int | None) -> None:
+        await self._operations.delete(path, expected_version)
+
+    # ---- batches: writes in one ``multi``, gets as the bulk reads (``BatchedStore``) ------------
+
+    def _batch_kind(self, op: Op) -> str | None:
+        if isinstance(op, GetOp):
+            return "reads"
+        return "multi" if is_write(op) else None
+
+    def _batch_size(self, op: Op) -> int:
+        return op_size(op, len(op.path))
+
+    async def _send_batch(self, ops: list[Op]) -> list[OpResult] | None:
+        if isinstance(ops[0], GetOp):
+            return await self._bulk_reads.gets([op.path for op in ops])
+        return await self._operations.multi(ops)
+
+    # ---- the bulk interface (``tree_reads``, ``restores``, ``sequence_counters``) ---------------
+
+    async def read_many(self, items: Sequence[str]) -> list[NodeRead | None]:
+        return await self._tree_reads.read_many(items)
+
+    def _read_trees(self, roots: list[str], prune: set[str]) -> AsyncIterator[list[NodeRead]]:
+        return self._tree_reads.read_trees(roots, prune)
+
+    def _walk(self, root: str, prune: set[str]) -> AsyncIterator[list[NodeInfo]]:
+        return self._tree_reads.walk(root, prune)
+
+    async def _restore_many(self, items: Sequence[Restore]) -> list[int | errors.MetadataStoreError]:
+        return await self._restores.restore_many(items)
+
+    async def position_of(self, path: str) -> int | None:
+        """The node's mzxid: the zxid of the transaction that last wrote it."""
+        zstat = await self._operations.exists_stat(paths.validate(path))
+        return None if zstat is None else int(zstat.mzxid)
+
+    async def children_version(self, path: str) -> int | None:
+        return await self._counters.children_version(path)
+
+    async def sequence_counter(self, parent: str) -> int:
+        return await self._counters.sequence_counter(parent)
+
+    async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
+        return await self._counters.advance_sequence_counter(parent, at_least)
+
+    # ---- requests forwarded in wire form (``forward``), for the agent's ZooKeeper front ----------
 
     @property
     def session_id(self) -> int:
@@ -125,106 +214,40 @@ class ZooKeeperStore(ZooKeeperBulk, Store):
         return int(self._session.session_id or 0)
 
     def forward(self, opcode: int, path: str, rest: bytes, done: Done) -> bool:
-        """Send a request whose body is ``path`` then ``rest`` (``forward.PATH_FIRST``) as it is,
-        under the chroot; ``done`` gets the answer. False: not connected, nothing sent."""
-        if self._closed:
-            return False
-        request = RawRequest(opcode, self._rechroot.path(path) + rest, opcode in (Op.DELETE, Op.SET_DATA))
-        return bool(self._session.send_raw(request, Pending(done, None)))
-
-    def flush(self) -> None:
-        """Write now the requests sent so far in this turn of the event loop (they would go at its
-        end, together with the later ones): for a caller that knows no more are coming."""
-        conn = self._session.conn
-        if conn is not None and not conn.closing:
-            conn.flush()
+        """``Forwarder.forward``: a request sent as it is, under the chroot."""
+        return self._forwarder.forward(opcode, path, rest, done)
 
     def forward_create(self, opcode: int, path: str, data_field: bytes, flags: int, done: Done) -> bool:
-        """Send a create (``Op.CREATE`` or ``Op.CREATE2``) with the store's ACL, under the chroot;
-        ``data_field``: its data in wire form, length first (``wire.CreateFields``). The answer's
-        path is relative to the chroot. False: not connected, nothing sent."""
-        if self._closed:
-            return False
-        request = RawRequest(opcode, self._rechroot.create_body(path, data_field, flags), True)
-        return bool(self._session.send_raw(request, Pending(done, self._rechroot.created)))
+        """``Forwarder.forward_create``: a create with the store's ACL, under the chroot."""
+        return self._forwarder.forward_create(opcode, path, data_field, flags, done)
 
     def forward_multi(self, ops: list[tuple[int, Any]], done: Done) -> bool:
-        """Send a multi of the codec's request records (``forward.MULTI_OPS``) with the store's ACL,
-        under the chroot; the answer's paths are relative. False: not connected, nothing sent."""
-        if self._closed:
-            return False
-        request = RawRequest(Op.MULTI, self._rechroot.multi_body(ops), True)
-        return bool(self._session.send_raw(request, Pending(done, self._rechroot.multi_answer)))
+        """``Forwarder.forward_multi``: a multi with the store's ACL, under the chroot."""
+        return self._forwarder.forward_multi(ops, done)
 
-    # ---- notifications and session events -------------------------------------------------------
+    def flush(self) -> None:
+        """``Forwarder.flush``: write the requests sent in this turn of the event loop now."""
+        self._forwarder.flush()
 
-    def _on_watch_event(self, event: Any) -> None:
-        for notification in notifications(event, self._namespace):
-            self._notify(notification)
+    # ---- notifications and session events (``watches``, ``session_events``) ---------------------
 
     def _watch_scope_changed(self, added: frozenset[str], removed: frozenset[str]) -> None:
-        self._send_watches(added, removed)
-
-    def _send_watches(self, added: frozenset[str], removed: frozenset[str]) -> None:
-        """Ask the server now (before any later request of this session, which it answers in
-        order) to watch the subtrees ``added`` and stop watching those ``removed``. Not connected:
-        nothing is sent, and the watches are added again once the session is back."""
-        if not self._watch or self._closed:
-            return
-        requests = [add_watch_request(self._namespace.full(p)) for p in sorted(added)]
-        requests += [remove_watch_request(self._namespace.full(p)) for p in sorted(removed)]
-        for request in requests:
-            reply = self._session.send_now(request)
-            if reply is None:
-                return
-            self._watch_replies.add(reply)
-            reply.add_done_callback(self._watch_answered)
-
-    def _watch_answered(self, reply: asyncio.Future[Any]) -> None:
-        self._watch_replies.discard(reply)
-        if reply.cancelled():
-            return
-        if (error := reply.exception()) is not None:
-            watch_refused(error)
+        self._watches.send(added, removed)
 
     async def watch_ready(self) -> None:
-        pending = list(self._watch_replies)
-        if pending:
-            await asyncio.wait(pending, timeout=self.url.call_timeout)
+        await self._watches.ready()
 
     def _on_restored(self) -> None:
         """The session is back (the same or a new one): the watches must be added again."""
-        self._send_watches(self.watched, frozenset())
+        self._watches.send(self.watched, frozenset())
 
     # ---- life cycle -----------------------------------------------------------------------------
 
     async def close(self) -> None:
-        if self._closed:
+        if self._session.ended:
             return
         await self._shutdown(send_close=True)
 
     async def _shutdown(self, send_close: bool) -> None:
-        self._closed = True
         self._events.close()
-        session = self._session
-        session.closing = True  # from here on, a dropped connection is not repaired
-        if send_close and session.state == States.CONNECTED and session.conn is not None:
-            # Ends the session on the server: its ephemerals go now, not after the session timeout.
-            close = protocol.CloseRequest()
-            close.writes_data = True  # not re-sent on another connection if this one drops
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(session.send(close), min(self.url.call_timeout, 5.0))
-        pending: list[asyncio.Task[Any]] = []
-        if session.repair_loop_task is not None:
-            pending.append(session.repair_loop_task)
-        if session.heartbeat_task is not None:
-            pending.append(session.heartbeat_task)
-        await cancel_and_wait(pending, str(self.url))
-        # after the tasks: aiozk's heartbeat re-arms its timer in a ``finally`` even when cancelled
-        if session.heartbeat_handle is not None:
-            session.heartbeat_handle.cancel()
-            session.heartbeat_handle = None
-        if session.conn is not None:
-            discard(session.conn)
-            session.conn = None
-        session.started = False
+        await self._session.shut(send_close, min(self.url.call_timeout, 5.0), str(self.url))

@@ -2,8 +2,10 @@
 for the project (the agent's ZooKeeper front serves it, the store layer's ZooKeeper connection
 sends it and parses its answers). Pure encoding; no I/O, no store. One module per concern:
 
-- ``constants``: opcodes, error codes, create modes, event types, permissions, special xids;
-- ``jute``: the primitives, the framing, and the ACL and Stat records;
+- ``constants``: opcodes, error codes, create modes, event types, permissions, special xids,
+  limits; every ZooKeeper number the project uses is here;
+- ``jute``: the primitives, the framing, and the ACL and Stat records (``ZStat``: the one parser
+  of a Stat's bytes);
 - ``headers``: the connection handshake and the request/reply headers;
 - ``requests``: the request records and ``decode_request``;
 - ``responses``: framed replies, multi results, watch notifications.
@@ -14,6 +16,11 @@ replies ``ReplyHeader`` + body (no body when ``err`` is not 0).
 """
 
 from metashift.stores.zookeeper.wire.constants import (
+    AUTH_TYPE,
+    JUTE_MAXBUFFER,
+    MAX_VERSION,
+    MAX_XID,
+    PROTOCOL_VERSION,
     XID_AUTH,
     XID_PING,
     XID_SET_WATCHES,
@@ -58,7 +65,8 @@ from metashift.stores.zookeeper.wire.responses import (
 )
 
 __all__ = [
-    "ACL", "MULTI_OPS", "OPEN_ACL_UNSAFE", "REQUESTS", "XID_AUTH", "XID_PING", "XID_SET_WATCHES", "XID_WATCH_EVENT",
+    "ACL", "AUTH_TYPE", "JUTE_MAXBUFFER", "MAX_VERSION", "MAX_XID", "MULTI_OPS", "OPEN_ACL_UNSAFE", "PROTOCOL_VERSION",
+    "REQUESTS", "XID_AUTH", "XID_PING", "XID_SET_WATCHES", "XID_WATCH_EVENT",
     "AddWatchMode", "AddWatchRequest", "AuthRequest", "CheckVersionRequest", "ChildInfo", "ConnectRequest",
     "ConnectResponse", "CreateFields", "CreateMode", "CreateRequest", "DecodeError", "DeleteRequest", "EmptyRequest",
     "Err", "EventType", "KeeperState", "MultiRequest", "MultiResult", "Op", "PathRequest", "PathWatchRequest", "Perms",

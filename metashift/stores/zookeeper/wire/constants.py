@@ -1,6 +1,6 @@
 """ZooKeeper's numbers: opcodes (``ZooDefs.OpCode``), error codes (``KeeperException.Code``),
-create modes, watch event types and states, watcher types, addWatch modes, permissions, and the
-special xids of packets outside the request/response order."""
+create modes, watch event types and states, watcher types, addWatch modes, permissions, the
+special xids of packets outside the request/response order, and the limits of its fields."""
 
 from __future__ import annotations
 
@@ -90,6 +90,11 @@ class CreateMode:
     PERSISTENT_SEQUENTIAL_WITH_TTL = 6
 
     @staticmethod
+    def of(ephemeral: bool, sequential: bool) -> int:
+        """The mode of a create that is (or not) ephemeral and (or not) sequential."""
+        return (CreateMode.EPHEMERAL if ephemeral else 0) | (CreateMode.PERSISTENT_SEQUENTIAL if sequential else 0)
+
+    @staticmethod
     def ephemeral(flags: int) -> bool:
         return flags in (CreateMode.EPHEMERAL, CreateMode.EPHEMERAL_SEQUENTIAL)
 
@@ -125,7 +130,8 @@ class KeeperState:
 
 
 class WatcherType:
-    """Which watches removeWatches / checkWatches name."""
+    """Which watches removeWatches / checkWatches name (``PERSISTENT_RECURSIVE``, 5, exists only
+    from 3.9: a 3.8 answers MarshallingError; ``ANY`` ends a persistent recursive watch too)."""
 
     CHILDREN = 1
     DATA = 2
@@ -155,3 +161,15 @@ XID_WATCH_EVENT = -1
 XID_PING = -2
 XID_AUTH = -4
 XID_SET_WATCHES = -8
+
+#: The protocol version a ConnectRequest names (the only one there is).
+PROTOCOL_VERSION = 0
+#: The ``type`` of an AuthPacket (ZooKeeper reads none other).
+AUTH_TYPE = 0
+
+#: The largest xid; the next one wraps to 1 (xids are 32-bit, the negative ones are special).
+MAX_XID = 0x7FFFFFFF
+#: The largest version of a node (versions are 32-bit).
+MAX_VERSION = 2**31 - 1
+#: The server's default ``jute.maxbuffer``: the largest packet (path, data, ACL, headers) it takes.
+JUTE_MAXBUFFER = 0xFFFFF

@@ -173,9 +173,14 @@ class ACL:
 OPEN_ACL_UNSAFE = [ACL(Perms.ALL, "world", "anyone")]
 
 
-@dataclass(frozen=True)
+@dataclass
 class ZStat:
-    """ZooKeeper's Stat record, as sent on the wire."""
+    """ZooKeeper's Stat record, as sent on the wire: the project's one reader of its bytes
+    (``unpack_from``), for the front's answers and the store's alike."""
+
+    # Not frozen: a frozen dataclass sets each field through ``object.__setattr__`` and is four
+    # times slower to build (measured: 1.2 us against 0.28), and a bulk read builds one for every
+    # node it reads. Nothing changes a ZStat once built.
 
     czxid: int = 0
     mzxid: int = 0
@@ -192,3 +197,9 @@ class ZStat:
     @classmethod
     def read(cls, r: Reader) -> ZStat:
         return cls(*r.take(STAT))
+
+    @classmethod
+    def unpack_from(cls, raw: bytes, at: int) -> ZStat:
+        """The Stat at ``raw[at:]`` (it takes ``STAT.size`` bytes), without a ``Reader``: the
+        store's connection parses every answer's Stat with it."""
+        return cls(*STAT.unpack_from(raw, at))
