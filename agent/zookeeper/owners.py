@@ -18,10 +18,6 @@ from metashift.stores.zookeeper import ZooKeeperStore, wire
 from metashift.stores.zookeeper.wire import Op, Reader
 from metashift.stores.zookeeper.wire.jute import INT, MULTI_HEADER, STAT
 
-#: ephemeralOwner's place counted from the end of a Stat (czxid mzxid ctime mtime version
-#: cversion aversion | ephemeralOwner | dataLength numChildren pzxid).
-_OWNER_FROM_END = 24
-
 
 class EphemeralOwners:
     """Records the ephemerals of a ZooKeeper store's answers, and names their owners in them."""
@@ -35,9 +31,9 @@ class EphemeralOwners:
         """A new value of an ephemeral this agent tracks (the answer's Stat says ephemeral)."""
         if self.registry.owner_of(path) is None:
             return
-        owner = int.from_bytes(body[-_OWNER_FROM_END : -_OWNER_FROM_END + 8], "big", signed=True)
-        version = int.from_bytes(body[-STAT.size + 32 : -STAT.size + 36], "big", signed=True)
-        self.registry.record_put(None, value, owner != 0, Stat(path, version, 0, 0, owner != 0, owner != 0))
+        stat = wire.stat_at_end(body)
+        owned = stat.ephemeral_owner != 0
+        self.registry.record_put(None, value, owned, Stat(path, stat.version, 0, 0, owned, owned))
 
     def record_multi(self, session: ZkSession, ended: bool, ops: list[tuple[int, object]], body: bytes) -> bytes:
         """Record the ephemerals a multi created, changed and deleted; its answer with the owners
@@ -93,8 +89,7 @@ class EphemeralOwners:
     def own(self, body: bytes, path: str) -> bytes:
         """``body`` (ending with a Stat) with the owner of an ephemeral of the store's session that
         one of the front's sessions owns: that session's id."""
-        at = len(body) - _OWNER_FROM_END
-        owner = int.from_bytes(body[at : at + 8], "big", signed=True)
+        owner = wire.owner_at_end(body)
         if owner == 0 or owner != self._store.session_id:
             return body
         sid = self.sessions.owner_id(self.registry.owner_of(path))
@@ -103,5 +98,4 @@ class EphemeralOwners:
 
 def with_owner(body: bytes, owner: int) -> bytes:
     """``body`` (ending with a Stat) with ``owner`` as its ephemeralOwner."""
-    at = len(body) - _OWNER_FROM_END
-    return body[:at] + owner.to_bytes(8, "big", signed=True) + body[at + 8 :]
+    return wire.with_owner_at_end(body, owner)

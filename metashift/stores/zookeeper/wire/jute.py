@@ -203,3 +203,25 @@ class ZStat:
         """The Stat at ``raw[at:]`` (it takes ``STAT.size`` bytes), without a ``Reader``: the
         store's connection parses every answer's Stat with it."""
         return cls(*STAT.unpack_from(raw, at))
+
+
+#: ephemeralOwner's offset in a Stat: after czxid, mzxid, ctime, mtime (8 bytes each) and version,
+#: cversion, aversion (4 each)
+_OWNER_AT = 44
+_OWNER = struct.Struct("!q")
+
+
+def stat_at_end(body: bytes) -> ZStat:
+    """The Stat that ends ``body`` (the answer of exists, getData, setData, create2 ...)."""
+    return ZStat.unpack_from(body, len(body) - STAT.size)
+
+
+def owner_at_end(body: bytes) -> int:
+    """The ephemeralOwner of the Stat that ends ``body`` (0: persistent), without parsing the rest."""
+    return int(_OWNER.unpack_from(body, len(body) - STAT.size + _OWNER_AT)[0])
+
+
+def with_owner_at_end(body: bytes, owner: int) -> bytes:
+    """``body`` with ``owner`` as the ephemeralOwner of the Stat that ends it."""
+    at = len(body) - STAT.size + _OWNER_AT
+    return body[:at] + _OWNER.pack(owner) + body[at + _OWNER.size :]
