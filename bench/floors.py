@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from metashift import processes
+
 VALUE = b"v" * 1024
 
 
@@ -55,17 +57,8 @@ class ServerProcess:
         return 0.0
 
     def stop(self) -> None:
-        stop_process(self.proc, 15)
-
-
-def stop_process(proc: subprocess.Popen[bytes], within: float) -> None:
-    """SIGTERM ``proc``, and SIGKILL it if it has not ended ``within`` seconds later."""
-    proc.terminate()
-    try:
-        proc.wait(within)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        """SIGTERM to its process group, SIGKILL past 15 seconds."""
+        processes.stop(self.proc, 15)
 
 
 def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = None) -> ServerProcess:
@@ -77,7 +70,7 @@ def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = N
     if zk_port is not None:
         cmd += ["--zk-listen", f"127.0.0.1:{zk_port}"]
     log = open(os.path.join(workdir, f"{name}.log"), "wb")  # lives as long as the agent
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = processes.start(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     agent = ServerProcess(proc, sock, zk_port)
     wait_serving(agent, lambda: os.path.exists(sock) and (zk_port is None or listening(zk_port)), 90,
                  f"the agent (log: {workdir}/{name}.log)")  # fmt: skip

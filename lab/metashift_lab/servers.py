@@ -13,7 +13,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -25,8 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from metashift import processes
 from metashift_lab import CACHE
 
+#: Seconds a server gets after SIGTERM before SIGKILL.
+STOP_GRACE = 10.0
 ZOOKEEPER_CLASSPATH = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 _live: weakref.WeakSet[_LocalServer] = weakref.WeakSet()
 
@@ -35,15 +37,6 @@ class ServerStartError(RuntimeError):
     """A local ZooKeeper, etcd or Oxia did not start (its log's tail in the message)."""
 
     pass
-
-
-def _die_with_parent(command: list[str]) -> list[str]:
-    """Prefix ``command`` so that it gets SIGKILL when the process that started it dies, even by
-    SIGKILL (Linux PR_SET_PDEATHSIG, set by util-linux's ``setpriv`` before it execs the server),
-    so that a killed test run leaves no server behind. ``setpriv`` rather than a ``preexec_fn``:
-    no Python runs in the forked child, which is unsafe once gRPC's threads are running."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
 
 
 def free_port() -> int:
@@ -142,15 +135,15 @@ class _LocalServer:
         if shutil.which(command[0]) is None:
             raise ServerStartError(f"{command[0]} not found: {self._install_hint}")
         with open(self.log_path, "ab") as log:
-            # own process group: a Ctrl-C in a test run reaches us, not the server, and we stop it
-            self.process = subprocess.Popen(
-                _die_with_parent(command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.data_dir,
+            # own process group: a Ctrl-C in a test run reaches us, not the server, and we stop it;
+            # and it dies with us, so that a killed test run leaves no server behind
+            self.process = processes.start(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.data_dir,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                log_tail = self.log_path.read_text(errors="replace")[-3000:]
+                log_tail = processes.log_tail(self.log_path)
                 if self._ports_chosen and ("already in use" in log_tail.lower()
                                            or _listener_pids(self.port) - {self.process.pid}):
                     raise _PortTaken()  # another process took a port of ours before we could bind it
@@ -167,23 +160,13 @@ class _LocalServer:
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL); the data directory stays for a restart."""
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
+        if proc is not None:
+            processes.stop(proc, grace=STOP_GRACE)
 
     def kill(self) -> None:
         """Stop the server abruptly, like a crash."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            processes.kill(self.process)
         self.process = None
 
     def restart(self) -> None:

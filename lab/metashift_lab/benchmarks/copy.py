@@ -57,6 +57,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from metashift import processes
 from metashift.copy.ledger_ids import issued_below
 from metashift.copy.rules import Rules
 from metashift.stores import DeleteOp, PutOp, Restore, Store, open_store
@@ -271,7 +272,7 @@ def _run_copy(zk_url: str, etcd_url: str, master: str | None, servers: list[int]
     cmd = [sys.executable, "-m", "metashift.cli", "copy", "--source", zk_url, "--target", etcd_url, "--verify",
            "--json"] + (["--spark-master", master] if master else [])  # fmt: skip
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = processes.start(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with PeakMemory(servers, root=proc.pid) as mem:
         stdout, stderr = proc.communicate()
     wall = time.monotonic() - started

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import signal
 import sys
@@ -15,6 +14,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from metashift import processes
 from metashift.coordinator import control
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
@@ -211,14 +211,13 @@ class FaultInjector:
     async def _stall(self, server: LocalServer | None) -> None:
         """``server`` stopped by SIGSTOP (connections stay open, nothing answers) for ``duration``."""
         assert server is not None and server.process is not None
-        pid = server.process.pid
-        say(f"SIGSTOP to {server.name} (pid {pid}) for {self.plan.duration:g}s")
-        os.killpg(pid, signal.SIGSTOP)
+        process = server.process
+        say(f"SIGSTOP to {server.name} (pid {process.pid}) for {self.plan.duration:g}s")
+        processes.signal_group(process, signal.SIGSTOP)
         try:
             await asyncio.sleep(self.plan.duration)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGCONT)
+            processes.signal_group(process, signal.SIGCONT)
 
     async def _bypass_write(self) -> None:
         """A register and a path of its own written straight into the source: in SYNCING and

@@ -21,6 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from metashift import processes
 from metashift.coordinator import control
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
@@ -378,11 +379,8 @@ class Sandbox:
         await asyncio.gather(*(c.abandon() for c in self.clients), return_exceptions=True)
         await stop_agents(self.agents)
         for proc in self.procs:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                with contextlib.suppress(Exception):
-                    await proc.wait()
+            with contextlib.suppress(Exception):
+                await processes.kill_async(proc)
         for store in [*self.stores, self.source]:
             if store is not None:
                 with contextlib.suppress(BaseException):
