@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checker is t
 
 from metashift import processes
 from metashift.stores import MetadataStoreError
+from metashift_lab.agents import AgentStartError
 from metashift_lab.linearizability.checker import check
-from metashift_lab.sandbox.agents import AgentStartError
 from metashift_lab.sandbox.chaos import ChaosSandbox
 from metashift_lab.sandbox.faults import ASKED_ONLY, FAULTS, PHASES, RENAMED, FaultPlan
 from metashift_lab.sandbox.options import Options

@@ -15,13 +15,13 @@ import os
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from metashift import processes
+from metashift_lab.cli_runner import cli_command
 
 VALUE = b"v" * 1024
 
@@ -65,8 +65,7 @@ def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = N
     """Start an agent in front of ``source`` (with the ZooKeeper front on ``zk_port`` when given)."""
     env = {**os.environ, "METASHIFT_COORDINATOR_ENABLED": "false", "METASHIFT_LOG_LEVEL": "warning"}
     sock = f"{workdir}/{name}.sock"
-    cmd = [sys.executable, "-m", "metashift.cli", "agent", "--source", source, "--listen", f"unix:{sock}",
-           "--node-id", name]
+    cmd = cli_command("agent", "--source", source, "--listen", f"unix:{sock}", "--node-id", name)
     if zk_port is not None:
         cmd += ["--zk-listen", f"127.0.0.1:{zk_port}"]
     log = open(os.path.join(workdir, f"{name}.log"), "wb")  # lives as long as the agent

@@ -1,14 +1,15 @@
-"""The sandbox's agents: one ``metashift agent`` process per broker and bookie, each with its own
-config file, unix socket and log file in the sandbox's work directory."""
+"""``metashift agent`` processes, as the sandbox, the Pulsar cluster harness and the tests run them:
+one per broker and bookie, each with its own config file, unix socket and log file in a work
+directory; and what their logs say of a migration (``freeze_window``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import os
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 from metashift import processes
 from metashift.stores import MetadataStoreError
+from metashift_lab.cli_runner import cli_command
 
 #: Seconds an agent gets after SIGTERM to drain and exit before it gets SIGKILL.
 STOP_GRACE = 10.0
@@ -27,27 +29,9 @@ class AgentStartError(RuntimeError):
     pass
 
 
-async def run_cli_json(args: list[str], procs: list[asyncio.subprocess.Process]) -> tuple[dict[str, Any], int]:
-    """Run ``metashift <args>`` (with ``--json``) as a child that dies with the sandbox (``procs``
-    gets it, for the sandbox's cleanup): its JSON report and exit status. ``RuntimeError`` with the
-    last line it wrote to stderr when it printed no JSON."""
-    command = [sys.executable, "-m", "metashift.cli", *args]
-    proc = await processes.start_async(
-        command, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL,
-    )
-    procs.append(proc)
-    out, err = await proc.communicate()
-    try:
-        body = json.loads(out)
-    except ValueError:
-        last = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"metashift {args[0]} exited {proc.returncode}: {last}") from None
-    return (body if isinstance(body, dict) else {}), int(proc.returncode or 0)
-
-
 def agent_command() -> list[str]:
     """How to run ``metashift agent`` with this interpreter's installation."""
-    return [sys.executable, "-m", "metashift.cli", "agent"]
+    return cli_command("agent")
 
 
 @dataclass
@@ -201,3 +185,27 @@ async def stop_agents(agents: list[AgentProcess], grace: float = STOP_GRACE) -> 
         if isinstance(result, BaseException):
             with contextlib.suppress(Exception):
                 agent.signal(signal.SIGKILL)
+
+
+def freeze_window(logs: list[str]) -> tuple[float, float] | None:
+    """The freeze, wall clock in seconds: from the first "write gate closed" to the last "write
+    gate open" in the agents' JSON logs (``None`` when no gate closed)."""
+    closed: list[float] = []
+    opened: list[float] = []
+    for text in logs:
+        for line in text.splitlines():
+            if '"write gate ' not in line:
+                continue
+            try:
+                entry = json.loads(line)
+                ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+            except (ValueError, KeyError, TypeError):
+                continue
+            msg = str(entry.get("msg", ""))
+            if msg.startswith("write gate closed"):
+                closed.append(ts)
+            elif msg.startswith("write gate open"):
+                opened.append(ts)
+    if not closed or not opened:
+        return None
+    return min(closed), max(opened)

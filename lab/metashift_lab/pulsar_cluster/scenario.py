@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,7 +20,8 @@ from typing import Any
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.stores import open_store
-from metashift_lab.sandbox.report import freeze_window
+from metashift_lab.agents import freeze_window
+from metashift_lab.cli_runner import run_cli
 
 from . import evidence, workload
 from .admin import PulsarAdmin, pulsar_admin
@@ -40,22 +40,6 @@ ABORT_TTL = 4242
 #: Ledgers the brokers must have created on the target before the traffic stops (within a bound).
 LEDGERS_AFTER = 4
 LEDGERS_AFTER_S = 180.0
-
-
-async def metashift_cli(*args: str, within: float = MIGRATION_S) -> tuple[int, str, str]:
-    """Run ``metashift ARGS`` as an operator does; (exit status, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "metashift.cli", *args, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), within)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return -1, "", f"metashift {' '.join(args)} did not end within {within:g}s"
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 class MigrationRun:
@@ -97,8 +81,8 @@ class MigrationRun:
             self.admin_loop.change_topics.set()
         self.say(f"metashift migrate start --source {c.source_url} --target {c.target_url} --wait")
         watching = asyncio.get_running_loop().create_task(self._pip454_during()) if self.pip454 else None
-        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url,
-                                              "--wait")  # fmt: skip
+        code, _out, err = await run_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url,
+                                        "--wait", within=MIGRATION_S)  # fmt: skip
         if code not in (0, 1):
             self.say(f"metashift migrate start exited with {code}: {err.strip()[-2000:]}")
         if watching is not None:
@@ -145,7 +129,8 @@ class MigrationRun:
         FAILED, the target emptied again, and Pulsar carrying on on the source (a namespace policy
         written lands there, messages keep being acknowledged). What does not hold is a trouble."""
         c, f = self.cluster, self.figures
-        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url)
+        code, _out, err = await run_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url,
+                                        within=MIGRATION_S)
         if code != 0:
             f.troubles.append(f"abort: migrate start exited with {code}: {err.strip()[-300:]}")
             return
@@ -153,7 +138,7 @@ class MigrationRun:
             f.troubles.append("abort: the migration never reached SYNCING")
             return
         await asyncio.sleep(2.0)  # the copy under way
-        code, _out, err = await metashift_cli("migrate", "abort", "--source", c.source_url)
+        code, _out, err = await run_cli("migrate", "abort", "--source", c.source_url, within=MIGRATION_S)
         status = await self.status()
         if code != 0 or status.get("phase") != "FAILED" or status.get("reason") != "aborted":
             f.troubles.append(f"abort: exit {code}, then {status.get('phase')} ({status.get('reason')}): {err[-300:]}")
@@ -176,8 +161,8 @@ class MigrationRun:
 
     async def status(self) -> dict[str, Any]:
         """``metashift migrate status --json``."""
-        code, out, err = await metashift_cli("migrate", "status", "--source", self.cluster.source_url, "--json",
-                                             within=ADMIN_S)  # fmt: skip
+        code, out, err = await run_cli("migrate", "status", "--source", self.cluster.source_url, "--json",
+                                       within=ADMIN_S)  # fmt: skip
         if code != 0:
             return {"error": err.strip()[-300:]}
         return dict(json.loads(out))
