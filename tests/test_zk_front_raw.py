@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from metashift.stores.zookeeper.wire import ACL, AddWatchMode, Err, EventType, Op, Perms, WatcherType, Writer
+from metashift_lab.zkraw import Event, RawZk, read_stat
 from tests.harness import Gateways
 from tests.zkfront import behind_url, ensure_chroot
-from tests.zkraw import Event, RawZk, read_stat
 
 Connect = Callable[[], Awaitable[RawZk]]
 
