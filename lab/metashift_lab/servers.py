@@ -26,6 +26,7 @@ from typing import Self
 
 from metashift import processes
 from metashift_lab import CACHE
+from metashift_lab.ports import free_port, listener_pids
 
 #: Seconds a server gets after SIGTERM before SIGKILL.
 STOP_GRACE = 10.0
@@ -39,45 +40,12 @@ class ServerStartError(RuntimeError):
     pass
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 #: Starts of a server whose chosen port another process took in the meantime.
 _PORT_ATTEMPTS = 3
 
 
 class _PortTaken(Exception):
     """The port chosen for a server is another process's."""
-
-
-def _listener_pids(port: int, ours: int | None = None) -> set[int]:
-    """The processes listening on TCP ``port`` (Linux ``/proc``), among ``ours`` only when given
-    (cheaper). Without ``/proc``: ``{ours}`` (nothing better to go on)."""
-    inodes: set[str] = set()
-    try:
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-            with open(table) as f:
-                for line in f.read().splitlines()[1:]:
-                    fields = line.split()
-                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
-                        inodes.add(f"socket:[{fields[9]}]")
-    except OSError:
-        return set() if ours is None else {ours}
-    pids = [ours] if ours is not None else [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    found: set[int] = set()
-    for pid in pids:
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
-                    found.add(pid)
-                    break
-        except OSError:
-            continue
-    return found
 
 
 class _LocalServer:
@@ -145,13 +113,13 @@ class _LocalServer:
             if self.process.poll() is not None:
                 log_tail = processes.log_tail(self.log_path)
                 if self._ports_chosen and ("already in use" in log_tail.lower()
-                                           or _listener_pids(self.port) - {self.process.pid}):
+                                           or listener_pids(self.port) - {self.process.pid}):
                     raise _PortTaken()  # another process took a port of ours before we could bind it
                 raise ServerStartError(f"{self.name} exited with {self.process.returncode}; log {self.log_path}:\n"
                                        + log_tail)
             # answering is not enough: the port must be our process's (a free port chosen by one
             # test can be taken by another's server, or an agent's ZooKeeper front, before ours binds)
-            if self._ready() and self.process.pid in _listener_pids(self.port, self.process.pid):
+            if self._ready() and self.process.pid in listener_pids(self.port, self.process.pid):
                 return
             time.sleep(0.05)
         self.stop()
