@@ -50,6 +50,7 @@ __all__ = [
     "kill_async",
     "kill_tree",
     "log_tail",
+    "run",
     "set_parent_death_signal",
     "signal_group",
     "start",
@@ -90,6 +91,23 @@ def start(command: Sequence[str], *, own_group: bool = True, **popen_kwargs: Any
     text, ...)."""
     argv, policy = die_with_parent(command, own_group=own_group)
     return subprocess.Popen(argv, **policy, **popen_kwargs)
+
+
+def run(
+    command: Sequence[str], *, timeout: float | None = None, **popen_kwargs: Any
+) -> subprocess.CompletedProcess[Any]:
+    """``command`` run to its end as a supervised child: by default with no stdin and its stdout and
+    stderr captured as text (``popen_kwargs`` override that, and go to ``subprocess.Popen``). Past
+    ``timeout`` seconds its group is killed and ``subprocess.TimeoutExpired`` raised."""
+    options: dict[str, Any] = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE,
+                               "text": True, **popen_kwargs}  # fmt: skip
+    proc = start(command, **options)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill(proc)
+        raise
+    return subprocess.CompletedProcess(list(command), proc.returncode, out, err)
 
 
 async def start_async(command: Sequence[str], *, own_group: bool = True, **kwargs: Any) -> asyncio.subprocess.Process:

@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import shutil
 import signal
-import subprocess
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +59,7 @@ def curator_probe(tmp_path_factory: pytest.TempPathFactory) -> JavaProgram:
     source = out / PROBE_SOURCE.name
     source.write_text(PROBE_SOURCE.read_text())
     classpath = ":".join(str(j) for j in jars)
-    done = subprocess.run([javac, "-d", str(out), "-cp", classpath, str(source)], capture_output=True, text=True,
-                          timeout=RUN_LIMIT)
+    done = processes.run([javac, "-d", str(out), "-cp", classpath, str(source)], timeout=RUN_LIMIT)
     assert done.returncode == 0, done.stderr
     return JavaProgram(f"{out}:{classpath}", "CuratorProbe")
 

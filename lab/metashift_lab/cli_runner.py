@@ -59,18 +59,11 @@ async def run_cli_json(
     return json_report(args, code, out, err), code
 
 
-def run_cli_sync(*args: str, timeout: float | None = None, **run_kwargs: Any) -> subprocess.CompletedProcess[str]:
-    """``run_cli`` for blocking callers: ``metashift ARGS`` run to its end (its output captured as
-    text, no stdin), killed with what it started past ``timeout`` (``subprocess.TimeoutExpired``);
-    ``run_kwargs`` go to ``subprocess.Popen`` (env, cwd, ...)."""
-    proc = start_cli(*args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                     **run_kwargs)  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        processes.kill(proc)
-        raise
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+def run_cli_sync(*args: str, timeout: float | None = None, **popen_kwargs: Any) -> subprocess.CompletedProcess[Any]:
+    """``run_cli`` for blocking callers (``processes.run``): ``metashift ARGS`` run to its end, by
+    default with its output captured as text and no stdin (``popen_kwargs`` override that: env,
+    stderr, ...), killed with what it started past ``timeout`` (``subprocess.TimeoutExpired``)."""
+    return processes.run(cli_command(*args), timeout=timeout, **popen_kwargs)
 
 
 def start_cli(*args: str, **popen_kwargs: Any) -> subprocess.Popen[Any]:
