@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import collections
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -36,9 +35,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checker is test code: tests/
 
+from metashift import processes
 from metashift.stores import MetadataStoreError
+from metashift_lab.agents import AgentStartError
 from metashift_lab.linearizability.checker import check
-from metashift_lab.sandbox.agents import AgentStartError
 from metashift_lab.sandbox.chaos import ChaosSandbox
 from metashift_lab.sandbox.faults import ASKED_ONLY, FAULTS, PHASES, RENAMED, FaultPlan
 from metashift_lab.sandbox.options import Options
@@ -175,11 +175,11 @@ def drive(args: argparse.Namespace) -> int:
     rows = []
     for seed in range(args.first_seed, args.first_seed + args.runs):
         with open(log_dir / f"seed-{seed}.log", "w") as log:
-            proc = subprocess.Popen(child_command(seed, args), stdout=subprocess.PIPE, stderr=log, text=True)
+            proc = processes.start(child_command(seed, args), stdout=subprocess.PIPE, stderr=log, text=True)
             try:
                 out, _ = proc.communicate(timeout=RUN_LIMIT)
             except subprocess.TimeoutExpired:
-                os.kill(proc.pid, signal.SIGTERM)
+                processes.signal_group(proc, signal.SIGTERM)
                 out, _ = proc.communicate(timeout=120)
         try:
             row = json.loads(out.strip().splitlines()[-1])

@@ -15,11 +15,13 @@ import os
 import socket
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from metashift import processes
+from metashift_lab.cli_runner import cli_command
 
 VALUE = b"v" * 1024
 
@@ -55,29 +57,19 @@ class ServerProcess:
         return 0.0
 
     def stop(self) -> None:
-        stop_process(self.proc, 15)
-
-
-def stop_process(proc: subprocess.Popen[bytes], within: float) -> None:
-    """SIGTERM ``proc``, and SIGKILL it if it has not ended ``within`` seconds later."""
-    proc.terminate()
-    try:
-        proc.wait(within)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        """SIGTERM to its process group, SIGKILL past 15 seconds."""
+        processes.stop(self.proc, 15)
 
 
 def start_agent(source: str, workdir: str, name: str, *, zk_port: int | None = None) -> ServerProcess:
     """Start an agent in front of ``source`` (with the ZooKeeper front on ``zk_port`` when given)."""
     env = {**os.environ, "METASHIFT_COORDINATOR_ENABLED": "false", "METASHIFT_LOG_LEVEL": "warning"}
     sock = f"{workdir}/{name}.sock"
-    cmd = [sys.executable, "-m", "metashift.cli", "agent", "--source", source, "--listen", f"unix:{sock}",
-           "--node-id", name]
+    cmd = cli_command("agent", "--source", source, "--listen", f"unix:{sock}", "--node-id", name)
     if zk_port is not None:
         cmd += ["--zk-listen", f"127.0.0.1:{zk_port}"]
     log = open(os.path.join(workdir, f"{name}.log"), "wb")  # lives as long as the agent
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = processes.start(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     agent = ServerProcess(proc, sock, zk_port)
     wait_serving(agent, lambda: os.path.exists(sock) and (zk_port is None or listening(zk_port)), 90,
                  f"the agent (log: {workdir}/{name}.log)")  # fmt: skip

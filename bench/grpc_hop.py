@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -41,7 +40,8 @@ grpc_env.configure()  # the agent's gRPC environment, set before grpc loads
 import grpc
 import grpc.aio
 
-from bench.floors import VALUE, CallPath, ServerProcess, stop_process, wait_serving
+from bench.floors import VALUE, CallPath, ServerProcess, wait_serving
+from metashift import processes
 from metashift.stores import MetadataStore
 
 _SERVICE, _METHOD = "metashift.bench.Echo", "Call"
@@ -116,7 +116,7 @@ class Hop:
         self.address = f"unix:{socket_path}"
         self.socket_path = socket_path
         cmd = [sys.executable, os.path.abspath(__file__), "--serve", self.address]
-        self.proc = subprocess.Popen(cmd + (["--store", store_url] if store_url else []))
+        self.proc = processes.start(cmd + (["--store", store_url] if store_url else []))
         what = "the bare gateway" if store_url else "the gRPC echo server"
         wait_serving(self.process(), lambda: os.path.exists(socket_path), 60, what)
         self.channel = grpc.aio.insecure_channel(self.address)
@@ -189,7 +189,7 @@ class Hop:
         self.stop()
 
     def stop(self) -> None:
-        stop_process(self.proc, 10)
+        processes.stop(self.proc, 10)
 
 
 def main() -> int:

@@ -18,20 +18,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-from pathlib import Path
 from typing import Any
+
+from metashift_lab.cli_runner import run_cli_sync
 
 #: ``--topics`` for about 10k, 100k and 1M nodes (about 5.8 nodes per topic).
 DEFAULT_TOPICS = (2000, 17000, 170000)
 
 
 def run(topics: int, extra: list[str]) -> dict[str, Any]:
-    metashift = Path(sys.executable).with_name("metashift")
-    command = [str(metashift), "sandbox", "--topics", str(topics), "--json", "--beside-copy", *extra]
-    print(f"# {' '.join(command)}", file=sys.stderr, flush=True)
-    done = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    args = ["sandbox", "--topics", str(topics), "--json", "--beside-copy", *extra]
+    print(f"# metashift {' '.join(args)}", file=sys.stderr, flush=True)
+    done = run_cli_sync(*args, stderr=None)  # its progress on the terminal
     try:
         return dict(json.loads(done.stdout))
     except ValueError:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import subprocess
 import sys
 from typing import Any
 
@@ -22,6 +21,7 @@ if __package__ in (None, ""):  # run as a script: the repository root, so that `
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench.floors import ServerProcess, listening, wait_serving
+from metashift import processes
 
 
 class _Upstream(asyncio.Protocol):
@@ -87,8 +87,8 @@ async def serve(port: int, upstream_port: int) -> None:
 
 def start(port: int, upstream_port: int) -> ServerProcess:
     """The proxy's process, as a ``ServerProcess`` of the benchmark (its CPU is read the same way)."""
-    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--serve", str(port), "--to",
-                             str(upstream_port)])  # fmt: skip
+    proc = processes.start([sys.executable, os.path.abspath(__file__), "--serve", str(port), "--to",
+                            str(upstream_port)])  # fmt: skip
     proxy = ServerProcess(proc, "", port)
     wait_serving(proxy, lambda: listening(port), 60, "the bare TCP proxy")
     return proxy

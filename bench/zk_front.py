@@ -16,7 +16,7 @@ front of the ZooKeeper. Rows, each beside its floor:
   ``create_revision == 0`` then Put + prev_kv), from asyncio (the floor of the next row);
 - ``agent -> etcd``: kazoo against the agent in front of etcd.
 
-The client is ``bench/zk_pipelined.py`` (asyncio, the project's codec: every request written at
+The client is ``metashift_lab.zkraw`` (asyncio, the project's codec: every request written at
 once, no thread), or kazoo with ``--client kazoo`` (its thread and queue cap it at a few thousand
 calls a second here, whatever the server, so its rows measure kazoo as much as the server).
 For getData, setData and create of 1 KB values: throughput with ``--inflight`` calls pipelined on
@@ -69,8 +69,8 @@ from bench.floors import (
     start_agent,
 )
 from bench.raw_etcd import raw_etcd_path
-from bench.zk_pipelined import PipelinedZk
 from metashift_lab.servers import LocalEtcd, LocalZooKeeper, free_port
+from metashift_lab.zkraw import RawZk
 
 OPS = ["get", "set", "create"]
 BARE = "bare proxy -> zookeeper"
@@ -145,8 +145,8 @@ class KazooPath:
 async def _pipelined_path(
     name: str, port: int, base: str, keys: int, agent: ServerProcess | None
 ) -> tuple[CallPath, Any]:
-    """A path on the pipelined client (``zk_pipelined``): its calls in flight on one session."""
-    zk = await PipelinedZk.connect("127.0.0.1", port)
+    """A path on the pipelined client (``metashift_lab.zkraw``): its calls in flight on one session."""
+    zk = await RawZk.connect("127.0.0.1", port, session_timeout_ms=30_000)
     await zk.create(base, b"")
     await zk.create(f"{base}/node", VALUE)
     await asyncio.gather(*(zk.create(f"{base}/r{i}", VALUE) for i in range(keys)))
@@ -201,8 +201,8 @@ def main() -> int:
     add_rounds_argument(parser)
     parser.add_argument("--repeat", type=int, default=1, help="runs of the whole table (default 1)")
     parser.add_argument("--client", choices=["pipelined", "kazoo"], default="pipelined",
-                        help="the ZooKeeper client of the rows (default: bench/zk_pipelined.py; kazoo tops out "
-                             "at a few thousand calls a second here, whatever the server)")
+                        help="the ZooKeeper client of the rows (default: metashift_lab.zkraw, pipelined; kazoo "
+                             "tops out at a few thousand calls a second here, whatever the server)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     workdir = tempfile.mkdtemp(prefix="ms-zkbench-")

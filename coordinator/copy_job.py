@@ -18,15 +18,13 @@ as the coordinator's own writes do (``LeaderElection.fresh``).
 from __future__ import annotations
 
 import json
-import os
-import signal
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from metashift import grpc_env
+from metashift import grpc_env, processes
 from metashift.copy.rules import DEFAULT_COUNTERS, DEFAULT_LEDGERS_ROOTS, Rules
 from metashift.spark.copy import copy_tree
 from metashift.stores import MetadataStoreError
@@ -99,32 +97,9 @@ class LeaseWatch:
                 break
         _emit({"event": "error", "kind": "LeaseExpired",
                "message": "the coordinator's leader lease ran out: the copy stopped writing into the target"})
-        _kill_tree()
-
-
-def _kill_tree() -> None:
-    """SIGKILL every process below this one (Spark's JVM, and its Python workers, which live in a
-    process group of their own), then this one."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry))
-    below, todo = [], [os.getpid()]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            below.append(child)
-            todo.append(child)
-    for pid in below:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    os.kill(os.getpid(), signal.SIGKILL)
+        # every process below this one (Spark's JVM, and its Python workers, which live in a
+        # process group of their own), then this one
+        processes.kill_tree()
 
 
 def main() -> int:

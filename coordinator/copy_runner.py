@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import json
 import logging
 import os
@@ -14,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from metashift import processes
 from metashift.copy.rules import Rules
 
 log = logging.getLogger(__name__)
@@ -72,11 +72,6 @@ EXIT_SECONDS = 60.0
 _EXITING: set[asyncio.Task[None]] = set()
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    with contextlib.suppress(Exception):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 class CopyRunner:
     """One run of the copy job; ``kill`` ends it (and Spark with it)."""
 
@@ -96,11 +91,11 @@ class CopyRunner:
         env = dict(os.environ)
         env.setdefault("PYSPARK_PYTHON", sys.executable)
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        self._proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "metashift.coordinator.copy_job",
+        # a process group of its own (the job, Spark's JVM), which dies with the agent
+        self._proc = await processes.start_async(
+            [sys.executable, "-m", "metashift.coordinator.copy_job"],
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            env=env, preexec_fn=_die_with_parent, start_new_session=True,
-            limit=REPORT_LINE_LIMIT,
+            env=env, limit=REPORT_LINE_LIMIT,
         )
         proc = self._proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -112,13 +107,12 @@ class CopyRunner:
             proc.stdin.close()
         else:
             feeding = asyncio.get_running_loop().create_task(self._feed_lease(proc.stdin, self._lease))
-        stderr_tail: list[str] = []
+        stderr_tail = processes.LineTail(20)
 
         async def read_stderr() -> None:
             assert proc.stderr is not None
             async for raw in proc.stderr:
-                stderr_tail.append(raw.decode(errors="replace").rstrip())
-                del stderr_tail[:-20]
+                stderr_tail.add(raw)
 
         stderr_task = asyncio.get_running_loop().create_task(read_stderr())
         outcome: CopyOutcome | None = None
@@ -155,7 +149,7 @@ class CopyRunner:
             else:
                 await self._end(proc, stderr_task, feeding)
         if outcome is None:
-            detail = next((line for line in reversed(stderr_tail) if line.strip()), "")
+            detail = stderr_tail.last()
             outcome = CopyOutcome(False, error=f"the copy process ended with status {code} ({detail[-300:]})")
         return outcome
 
@@ -200,7 +194,6 @@ class CopyRunner:
             return  # the job ended
 
     def kill(self) -> None:
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
+        """SIGKILL to the job's process group (the job and Spark's JVM)."""
+        if self._proc is not None:
+            processes.signal_group(self._proc, signal.SIGKILL)

@@ -9,8 +9,6 @@ the result comes back the same way on its stdout; the child dies with the driver
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import importlib
 import os
 import pickle
@@ -20,10 +18,8 @@ import sys
 import time
 from typing import Any
 
-from metashift import grpc_env
+from metashift import grpc_env, processes
 from metashift.stores.aio import run_loop
-
-_PR_SET_PDEATHSIG = 1
 
 
 class ChildRun:
@@ -33,8 +29,11 @@ class ChildRun:
         self.started = time.monotonic()
         self.seconds = 0.0
         """How long the coroutine ran in the child."""
-        self._proc = subprocess.Popen(
+        # in the driver's process group: what stops or kills the job's group (a pause, the
+        # coordinator's kill) reaches it too; and it dies with the driver
+        self._proc = processes.start(
             [sys.executable, "-m", __name__, str(os.getpid())],
+            own_group=False,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
@@ -59,9 +58,8 @@ class ChildRun:
         return value
 
     def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self._proc.kill()
-        self._proc.wait()
+        """SIGKILL the child (it is in the driver's group: only the child) and reap it."""
+        processes.kill(self._proc)
 
 
 def _main() -> int:
@@ -69,9 +67,9 @@ def _main() -> int:
     parent = int(sys.argv[1])
     # Ctrl-C reaches the whole process group: the driver ends this child itself (``kill``)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # die with the driver, even a SIGKILLed one (and not run on if it is already gone)
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    # die with the driver, even a SIGKILLed one (and not run on if it is already gone: it may have
+    # died before the death signal was set)
+    processes.set_parent_death_signal()
     if os.getppid() != parent:
         return 1
     module, name, args = pickle.loads(sys.stdin.buffer.read())

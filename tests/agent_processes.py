@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,8 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
-from metashift_lab.sandbox.agents import AgentProcess, start_agents, stop_agents
+from metashift_lab.agents import AgentProcess, start_agents, stop_agents
+from metashift_lab.cli_runner import run_cli_sync
 from metashift_lab.servers import LocalZooKeeper, free_port
 
 FORGOTTEN = "127.0.0.1:8081"
@@ -24,8 +24,8 @@ BYPASS = (f"broker {FORGOTTEN} is registered through a session no agent holds: r
 
 
 def cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "metashift.cli", *args], capture_output=True, text=True,
-                          timeout=timeout, stdin=subprocess.DEVNULL)
+    """``metashift ARGS`` run to its end (its output captured as text)."""
+    return run_cli_sync(*args, timeout=timeout)
 
 
 class Agents:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
+
+from metashift import processes
 
 
 def starttime(pid: int) -> str | None:
@@ -20,23 +21,7 @@ def starttime(pid: int) -> str | None:
 
 def descendants(root: int) -> dict[int, str]:
     """Every live process below ``root`` (pid -> start time)."""
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                text = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry)] = int(text.rpartition(")")[2].split()[1])
-    found: dict[int, str] = {}
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, ppid in parents.items():
-            if ppid == parent and pid not in found and (start := starttime(pid)) is not None:
-                found[pid] = start
-                frontier.append(pid)
-    return found
+    return processes.descendants(root)
 
 
 def cmdline(pid: int) -> str:

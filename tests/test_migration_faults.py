@@ -25,8 +25,8 @@ from metashift.migration import paths
 from metashift.migration.participants import ParticipantRecord
 from metashift.migration.phase import Phase
 from metashift.stores import Store, open_store
+from metashift_lab.agents import AgentProcess, start_agents, stop_agents
 from metashift_lab.sample_tree import generate
-from metashift_lab.sandbox.agents import AgentProcess, start_agents, stop_agents
 from tests.cluster import Cluster, Writer
 from tests.harness import eventually
 

@@ -1,4 +1,4 @@
-"""ZooKeeper requests kazoo never sends, written as raw packets (``tests/zkraw.py``, on the
+"""ZooKeeper requests kazoo never sends, written as raw packets (``metashift_lab.zkraw``, on the
 agent's codec), against a real ZooKeeper and through the agent in front of ZooKeeper, of etcd and of Oxia,
 with the same assertions: addWatch (persistent, persistent recursive), removeWatches and
 checkWatches, getEphemerals, multiRead, getACL and setACL, whoAmI, getAllChildrenNumber; and an
@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 
 from metashift.stores.zookeeper.wire import ACL, AddWatchMode, Err, EventType, Op, Perms, WatcherType, Writer
+from metashift_lab.zkraw import Event, RawZk, read_stat
 from tests.harness import Gateways
 from tests.zkfront import behind_url, ensure_chroot
-from tests.zkraw import Event, RawZk, read_stat
 
 Connect = Callable[[], Awaitable[RawZk]]
 

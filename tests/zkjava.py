@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
-import subprocess
+import signal
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from metashift import processes
 from tests.harness import require_part
 
 JAVA_DIR = Path("/usr/share/java")
@@ -58,8 +59,7 @@ def curator_probe(tmp_path_factory: pytest.TempPathFactory) -> JavaProgram:
     source = out / PROBE_SOURCE.name
     source.write_text(PROBE_SOURCE.read_text())
     classpath = ":".join(str(j) for j in jars)
-    done = subprocess.run([javac, "-d", str(out), "-cp", classpath, str(source)], capture_output=True, text=True,
-                          timeout=RUN_LIMIT)
+    done = processes.run([javac, "-d", str(out), "-cp", classpath, str(source)], timeout=RUN_LIMIT)
     assert done.returncode == 0, done.stderr
     return JavaProgram(f"{out}:{classpath}", "CuratorProbe")
 
@@ -74,14 +74,13 @@ def zkcli() -> Path:
 async def run(command: list[str], stdin: str = "") -> tuple[int, list[str]]:
     """Run ``command`` to its end with ``stdin``: its exit code and its output lines (stdout and
     stderr in the order they were written, less SLF4J's start-up notices)."""
-    proc = await asyncio.create_subprocess_exec(
-        *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+    proc = await processes.start_async(
+        command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
     )
     try:
         out, _ = await asyncio.wait_for(proc.communicate(stdin.encode()), RUN_LIMIT)
     except TimeoutError:
-        proc.kill()
-        await proc.wait()
+        await processes.kill_async(proc)
         pytest.fail(f"{command[-1]!r} did not end within {RUN_LIMIT}s")
     lines = [line for line in out.decode().splitlines() if not line.startswith("SLF4J:")]
     assert proc.returncode is not None
@@ -101,8 +100,8 @@ class CuratorHolder:
     @classmethod
     async def start(cls, program: JavaProgram, hosts: str, node_id: str, stderr: Path) -> CuratorHolder:
         with stderr.open("wb") as err:
-            proc = await asyncio.create_subprocess_exec(
-                *program.command("hold", hosts, node_id), stdin=asyncio.subprocess.PIPE,
+            proc = await processes.start_async(
+                program.command("hold", hosts, node_id), stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=err,
             )
         holder = cls(node_id, proc)
@@ -148,8 +147,7 @@ class CuratorHolder:
         return code
 
     def kill(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.kill()
+        processes.signal_group(self.proc, signal.SIGKILL)
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import socket
 import ssl
 import subprocess
@@ -25,8 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Self
 
+from metashift import processes
 from metashift_lab import CACHE
+from metashift_lab.ports import free_port, listener_pids
 
+#: Seconds a server gets after SIGTERM before SIGKILL.
+STOP_GRACE = 10.0
 ZOOKEEPER_CLASSPATH = ("/usr/share/java/zookeeper.jar", "/usr/share/java/slf4j-simple.jar")
 _live: weakref.WeakSet[_LocalServer] = weakref.WeakSet()
 
@@ -37,54 +40,12 @@ class ServerStartError(RuntimeError):
     pass
 
 
-def _die_with_parent(command: list[str]) -> list[str]:
-    """Prefix ``command`` so that it gets SIGKILL when the process that started it dies, even by
-    SIGKILL (Linux PR_SET_PDEATHSIG, set by util-linux's ``setpriv`` before it execs the server),
-    so that a killed test run leaves no server behind. ``setpriv`` rather than a ``preexec_fn``:
-    no Python runs in the forked child, which is unsafe once gRPC's threads are running."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 #: Starts of a server whose chosen port another process took in the meantime.
 _PORT_ATTEMPTS = 3
 
 
 class _PortTaken(Exception):
     """The port chosen for a server is another process's."""
-
-
-def _listener_pids(port: int, ours: int | None = None) -> set[int]:
-    """The processes listening on TCP ``port`` (Linux ``/proc``), among ``ours`` only when given
-    (cheaper). Without ``/proc``: ``{ours}`` (nothing better to go on)."""
-    inodes: set[str] = set()
-    try:
-        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-            with open(table) as f:
-                for line in f.read().splitlines()[1:]:
-                    fields = line.split()
-                    if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # LISTEN
-                        inodes.add(f"socket:[{fields[9]}]")
-    except OSError:
-        return set() if ours is None else {ours}
-    pids = [ours] if ours is not None else [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    found: set[int] = set()
-    for pid in pids:
-        try:
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
-                    found.add(pid)
-                    break
-        except OSError:
-            continue
-    return found
 
 
 class _LocalServer:
@@ -142,23 +103,23 @@ class _LocalServer:
         if shutil.which(command[0]) is None:
             raise ServerStartError(f"{command[0]} not found: {self._install_hint}")
         with open(self.log_path, "ab") as log:
-            # own process group: a Ctrl-C in a test run reaches us, not the server, and we stop it
-            self.process = subprocess.Popen(
-                _die_with_parent(command), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.data_dir,
+            # own process group: a Ctrl-C in a test run reaches us, not the server, and we stop it;
+            # and it dies with us, so that a killed test run leaves no server behind
+            self.process = processes.start(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.data_dir,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                log_tail = self.log_path.read_text(errors="replace")[-3000:]
+                log_tail = processes.log_tail(self.log_path)
                 if self._ports_chosen and ("already in use" in log_tail.lower()
-                                           or _listener_pids(self.port) - {self.process.pid}):
+                                           or listener_pids(self.port) - {self.process.pid}):
                     raise _PortTaken()  # another process took a port of ours before we could bind it
                 raise ServerStartError(f"{self.name} exited with {self.process.returncode}; log {self.log_path}:\n"
                                        + log_tail)
             # answering is not enough: the port must be our process's (a free port chosen by one
             # test can be taken by another's server, or an agent's ZooKeeper front, before ours binds)
-            if self._ready() and self.process.pid in _listener_pids(self.port, self.process.pid):
+            if self._ready() and self.process.pid in listener_pids(self.port, self.process.pid):
                 return
             time.sleep(0.05)
         self.stop()
@@ -167,23 +128,13 @@ class _LocalServer:
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL); the data directory stays for a restart."""
         proc, self.process = self.process, None
-        if proc is None or proc.poll() is not None:
-            return
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=10)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=10)
+        if proc is not None:
+            processes.stop(proc, grace=STOP_GRACE)
 
     def kill(self) -> None:
         """Stop the server abruptly, like a crash."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        if self.process is not None:
+            processes.kill(self.process)
         self.process = None
 
     def restart(self) -> None:

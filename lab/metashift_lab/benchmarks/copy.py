@@ -62,6 +62,7 @@ from metashift.copy.rules import Rules
 from metashift.stores import DeleteOp, PutOp, Restore, Store, open_store
 from metashift_lab.benchmarks.counters import beside_fresh
 from metashift_lab.benchmarks.oxia_floor import raw_oxia_writes
+from metashift_lab.cli_runner import start_cli
 from metashift_lab.sample_tree import generate
 from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper
 
@@ -268,10 +269,10 @@ async def _flat_tree(store: Store, nodes: int, seed: int) -> dict[str, Any]:
 
 def _run_copy(zk_url: str, etcd_url: str, master: str | None, servers: list[int]) -> tuple[dict[str, Any], dict]:
     """``metashift copy --verify --json`` in its own process; its report and peak memory."""
-    cmd = [sys.executable, "-m", "metashift.cli", "copy", "--source", zk_url, "--target", etcd_url, "--verify",
-           "--json"] + (["--spark-master", master] if master else [])  # fmt: skip
+    args = ["copy", "--source", zk_url, "--target", etcd_url, "--verify", "--json"]
+    args += ["--spark-master", master] if master else []
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = start_cli(*args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with PeakMemory(servers, root=proc.pid) as mem:
         stdout, stderr = proc.communicate()
     wall = time.monotonic() - started

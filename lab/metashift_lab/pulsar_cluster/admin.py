@@ -10,6 +10,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from metashift import processes
+
 from . import configs
 from .release import PulsarRelease
 
@@ -141,4 +143,4 @@ def pulsar_admin(
     log4j.write_text(configs.LOG4J2.replace("rootLogger.level = info", "rootLogger.level = warn"))
     command = [*release.java("org.apache.pulsar.admin.cli.PulsarAdminTool", heap_mb=128, log_config=log4j,
                              admin=True), str(conf), *args]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return processes.run(command, timeout=timeout)

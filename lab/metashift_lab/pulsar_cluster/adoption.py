@@ -23,11 +23,11 @@ from typing import Any
 
 from metashift.migration.flag import read_flag
 from metashift.stores import open_store
+from metashift_lab.cli_runner import run_cli
 
 from . import guide
 from .admin import AdminError, PulsarAdmin
 from .cluster import AGENT, PulsarCluster
-from .scenario import metashift_cli
 from .workload import TENANT
 
 #: How long a stopped member's registration may outlive it (a session that was not closed ends
@@ -94,7 +94,7 @@ class Adoption:
         c = self.cluster
         args = guide.command("adopt-check", source=source or c.source_url, target=target or c.target_url,
                              json_output=True)
-        code, out, err = await metashift_cli(*args, within=300)
+        code, out, err = await run_cli(*args, within=300)
         try:
             return code, dict(json.loads(out))
         except ValueError:
@@ -150,8 +150,8 @@ class Adoption:
         code, report = await self.check()
         process = c.processes[name]
         seen: dict[str, Any] = {"name": name, "check_exit": code, "check_named": named(report)}
-        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target",
-                                              c.target_url, within=300)  # fmt: skip
+        code, _out, err = await run_cli("migrate", "start", "--source", c.source_url, "--target",
+                                        c.target_url, within=300)  # fmt: skip
         seen["start_exit"] = code
         seen["start_said"] = [line for line in err.splitlines() if "no agent holds" in line][:3]
         seen["nothing_written"] = await self._nothing_written()
@@ -161,9 +161,9 @@ class Adoption:
         writer = ForgottenWriter(PulsarAdmin(c.web_urls[c.names.index(name)]) if name.startswith("broker") else None)
         await asyncio.to_thread(writer.start)
         try:
-            code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target",
-                                                  c.target_url, "--force", "--reason", FORCE_REASON, "--wait",
-                                                  within=FORCED_S)  # fmt: skip
+            code, _out, err = await run_cli("migrate", "start", "--source", c.source_url, "--target",
+                                            c.target_url, "--force", "--reason", FORCE_REASON, "--wait",
+                                            within=FORCED_S)  # fmt: skip
             seen["forced"] = await self._forced_outcome(code)
         finally:
             await asyncio.to_thread(writer.stop)
@@ -196,8 +196,8 @@ class Adoption:
         c = self.cluster
         deadline = time.monotonic() + GREEN_WITHIN_S
         while True:
-            _code, out, err = await metashift_cli("migrate", "status", "--source", c.source_url, "--json",
-                                                  within=300)  # fmt: skip
+            _code, out, err = await run_cli("migrate", "status", "--source", c.source_url, "--json",
+                                            within=300)  # fmt: skip
             try:
                 status = dict(json.loads(out))
             except ValueError:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from metashift_lab.sandbox.agents import AgentProcess, start_agents, stop_agents
+from metashift_lab.agents import AgentProcess, start_agents, stop_agents
 from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper, free_port
 
 from . import configs

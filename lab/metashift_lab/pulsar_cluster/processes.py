@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import re
 import signal
 import time
 from pathlib import Path
 
-from metashift_lab.sandbox.agents import die_with_parent
+from metashift import processes
 
 #: Seconds a JVM gets after SIGTERM before SIGKILL.
 STOP_GRACE = 20.0
@@ -47,9 +46,9 @@ class JavaProcess:
     async def start(self) -> None:
         self.cwd.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:  # noqa: ASYNC230 - a local file, opened once
-            self.process = await asyncio.create_subprocess_exec(
-                *die_with_parent(self.command), stdin=asyncio.subprocess.DEVNULL, stdout=log,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True, cwd=self.cwd,
+            self.process = await processes.start_async(
+                self.command, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
+                cwd=self.cwd,
             )  # fmt: skip
         self.started = time.time()
         self.starts += 1
@@ -61,7 +60,7 @@ class JavaProcess:
             return ""
 
     def log_tail(self, chars: int = 4000) -> str:
-        return self.log_text()[-chars:]
+        return processes.log_tail(self.log_path, chars)
 
     async def wait_for_line(self, pattern: str, within: float, *, since: int = 0) -> None:
         """Return once a line matching ``pattern`` is in the log (after byte ``since``); raise
@@ -92,20 +91,13 @@ class JavaProcess:
                                     + self.log_tail()) from None  # fmt: skip
 
     def signal(self, sig: signal.Signals) -> None:
-        if self.running:
-            assert self.process is not None
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, sig)
+        """Send ``sig`` to the JVM's process group."""
+        if self.process is not None:
+            processes.signal_group(self.process, sig)
 
     async def stop(self, grace: float = STOP_GRACE) -> None:
         """SIGTERM (Pulsar shuts down in order: bundles released, ledgers closed), SIGKILL after
         ``grace`` seconds. Never raises."""
-        if self.process is None:
-            return
-        self.signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.process.wait(), grace)
-        except TimeoutError:
-            self.signal(signal.SIGKILL)
+        if self.process is not None:
             with contextlib.suppress(Exception):
-                await self.process.wait()
+                await processes.stop_async(self.process, grace)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -21,41 +19,24 @@ from typing import Any
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.stores import open_store
-from metashift_lab.sandbox.report import freeze_window
+from metashift_lab.agents import freeze_window
+from metashift_lab.cli_runner import run_cli
 
-from . import evidence, guide, workload
-from .admin import PulsarAdmin, pulsar_admin
-from .cluster import BOOKIE_READY, BROKER_READY, STORE_NAMES, PulsarCluster
+from . import evidence, guide, on_target, workload
+from .admin import PulsarAdmin
+from .cluster import BOOKIE_READY, BROKER_READY, PulsarCluster
 from .figures import PulsarFigures, metadata_op_text
 from .pip454 import START_FAILED, Pip454Figures
-from .traffic import Traffic, read_backlog, round_trip
+from .traffic import Traffic
 
 #: Bounds that turn a hang into a failure.
 MIGRATION_S = 900.0
 ADMIN_S = 120.0
-#: One pulsar-admin command (a JVM that loads Jersey and the admin client) on a loaded machine.
-PULSAR_ADMIN_S = 600.0
 ABORT_WAIT_S = 300.0
 ABORT_TTL = 4242
 #: Ledgers the brokers must have created on the target before the traffic stops (within a bound).
 LEDGERS_AFTER = 4
 LEDGERS_AFTER_S = 180.0
-
-
-async def metashift_cli(*args: str, within: float = MIGRATION_S) -> tuple[int, str, str]:
-    """Run ``metashift ARGS`` as an operator does; (exit status, stdout, stderr)."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "metashift.cli", *args, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), within)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return -1, "", f"metashift {' '.join(args)} did not end within {within:g}s"
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
 
 
 class MigrationRun:
@@ -98,7 +79,7 @@ class MigrationRun:
         args = guide.command("migrate", source=c.source_url, target=c.target_url)
         self.say(f"metashift {' '.join(args)}")
         watching = asyncio.get_running_loop().create_task(self._pip454_during()) if self.pip454 else None
-        code, _out, err = await metashift_cli(*args)
+        code, _out, err = await run_cli(*args, within=MIGRATION_S)
         if code not in (0, 1):
             self.say(f"metashift migrate start exited with {code}: {err.strip()[-2000:]}")
         if watching is not None:
@@ -145,7 +126,8 @@ class MigrationRun:
         FAILED, the target emptied again, and Pulsar carrying on on the source (a namespace policy
         written lands there, messages keep being acknowledged). What does not hold is a trouble."""
         c, f = self.cluster, self.figures
-        code, _out, err = await metashift_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url)
+        code, _out, err = await run_cli("migrate", "start", "--source", c.source_url, "--target", c.target_url,
+                                        within=MIGRATION_S)
         if code != 0:
             f.troubles.append(f"abort: migrate start exited with {code}: {err.strip()[-300:]}")
             return
@@ -153,7 +135,7 @@ class MigrationRun:
             f.troubles.append("abort: the migration never reached SYNCING")
             return
         await asyncio.sleep(2.0)  # the copy under way
-        code, _out, err = await metashift_cli("migrate", "abort", "--source", c.source_url)
+        code, _out, err = await run_cli("migrate", "abort", "--source", c.source_url, within=MIGRATION_S)
         status = await self.status()
         if code != 0 or status.get("phase") != "FAILED" or status.get("reason") != "aborted":
             f.troubles.append(f"abort: exit {code}, then {status.get('phase')} ({status.get('reason')}): {err[-300:]}")
@@ -182,8 +164,8 @@ class MigrationRun:
         """``metashift migrate status`` of ``url`` as the guide's ``step`` shows it, read as JSON."""
         c = self.cluster
         source, target = (url, c.target_url) if url == c.source_url else (c.source_url, url)
-        code, out, err = await metashift_cli(*guide.command(step, source=source, target=target, json_output=True),
-                                             within=ADMIN_S)  # fmt: skip
+        code, out, err = await run_cli(*guide.command(step, source=source, target=target, json_output=True),
+                                        within=ADMIN_S)  # fmt: skip
         if code != 0:
             return {"error": err.strip()[-300:]}
         return dict(json.loads(out))
@@ -222,48 +204,8 @@ class MigrationRun:
         return None if got is None else dict(json.loads(got[0]))
 
     async def check_pulsar_admin(self) -> None:
-        """``pulsar-admin`` (the release's own CLI) against the migrated cluster, through broker-2:
-        it lists and reads what the workload made, sets a retention and creates a topic, and what
-        it changed is in the target. Each command is a JVM of its own (seconds to start on a loaded
-        machine): a handful of them."""
-        c, f = self.cluster, self.figures
-        problems: list[str] = []
-        ns_a, ns_b = workload.NAMESPACES
-
-        async def admin(*args: str) -> str:
-            command = f"pulsar-admin {' '.join(args)}"
-            try:
-                done = await asyncio.to_thread(pulsar_admin, c.release, c.web_urls[-1], list(args), c.work_dir,
-                                               PULSAR_ADMIN_S)  # fmt: skip
-            except subprocess.TimeoutExpired:
-                problems.append(f"{command}: no answer within {PULSAR_ADMIN_S:g}s")
-                return ""
-            if done.returncode != 0:
-                problems.append(f"{command}: exit {done.returncode}: {done.stderr.strip()[-300:]}")
-            return done.stdout
-
-        topics = set((await admin("topics", "list", ns_a)).split())
-        if not {f"persistent://{ns_a}/events", f"{workload.CREATED_TOPIC}"} <= topics:
-            problems.append(f"pulsar-admin topics list {ns_a}: {sorted(topics)}")
-        stats = _json(await admin("topics", "stats", f"persistent://{ns_a}/events"))
-        if not {"sub", "backlog"} <= set(stats.get("subscriptions") or {}):
-            problems.append(f"pulsar-admin topics stats: subscriptions {sorted(stats.get('subscriptions') or {})}")
-        await admin("namespaces", "set-retention", ns_b, "--size", "10M", "--time", "7h")
-        await admin("topics", "create", f"persistent://{ns_b}/made-by-pulsar-admin")
-        target = await open_store(c.target_url, watch=False, create_root=False)
-        where = STORE_NAMES[c.target]
-        try:
-            got = await target.get(f"/admin/policies/{ns_b}")
-            retention = _json(got[0].decode()).get("retention_policies") if got else None
-            if not retention or retention.get("retentionTimeInMinutes") != 420:
-                problems.append(f"the retention pulsar-admin set is not in {where}: {retention}")
-            if await target.get(f"/managed-ledgers/{ns_b}/persistent/made-by-pulsar-admin") is None:
-                problems.append(f"the topic pulsar-admin created is not in {where}")
-        finally:
-            await target.close()
-        f.troubles += problems
-        self.say(f"pulsar-admin {c.release.admin_version} against the migrated cluster: "
-                 + ("ok" if not problems else f"{len(problems)} problem(s)"))  # fmt: skip
+        """``pulsar-admin`` against the migrated cluster (``on_target.check_pulsar_admin``)."""
+        await on_target.check_pulsar_admin(self.cluster, self.figures, self.say)
 
     async def finish_traffic(self, after: float) -> None:
         """``after`` more seconds of traffic (and, after a switch, until the brokers have created a
@@ -347,48 +289,8 @@ class MigrationRun:
             self.say(f"trouble: {trouble}")
 
     async def restart_native(self) -> None:
-        """Bookie and brokers on Pulsar's own URLs of the target store, no agent: every topic,
-        subscription and kept message readable, new messages flow."""
-        c, f = self.cluster, self.figures
-        where = STORE_NAMES[c.target]
-        restarted = time.time()
-        await c.restart_native()
-        admin = PulsarAdmin(*c.web_urls)
-        want = workload.expected_topics(self.traffic)
-        problems: list[str] = []
-        found = 0
-        for namespace, names in want.items():
-            listed = await asyncio.to_thread(admin.topics, namespace)
-            found += len(set(names) & set(listed))
-            if missing := sorted(set(names) - set(listed)):
-                problems.append(f"{namespace}: topics missing on {where}: {missing}")
-            if workload.DELETED_TOPIC in listed:
-                problems.append(f"{workload.DELETED_TOPIC} deleted during the migration is back")
-        for topic in self.traffic.topics:
-            subscriptions = await asyncio.to_thread(admin.subscriptions, _first_partition(topic))
-            if not {"sub", "backlog"} <= set(subscriptions):
-                problems.append(f"{topic}: subscriptions {subscriptions}")
-        expected = {t: set(tt.acknowledged) for t, tt in self.traffic.topics.items()}
-        read = await asyncio.to_thread(read_backlog, c.service_urls[0], list(self.traffic.topics), expected)
-        for topic, count in read.items():
-            if count < len(expected[topic]):
-                problems.append(f"{topic}: {count} of {len(expected[topic])} acknowledged messages read back")
-        flowed = 0
-        for topic in self.traffic.topics:
-            n = await asyncio.to_thread(round_trip, c.service_urls[1 % len(c.service_urls)], topic)
-            flowed += n
-            if n < 10:
-                problems.append(f"{topic}: {n} of 10 new messages came back on {where}")
-        # Pulsar's own generator, reading the target directly now: above every id handed out before
-        native = evidence.ledger_ids(evidence.ledger_creations(c.broker_logs()), restarted, restarted)
-        if native.reused:
-            problems.append(f"ledger ids handed out again on {where} directly: {native.reused[:10]}")
-            f.ledger_ids_reused += len(native.reused)
-        self.say(f"ledger ids on {where} directly: {native.summary()}")
-        f.native_restart = {"store": c.target, "ok": not problems, "topics": found, "messages_read": sum(read.values())}
-        f.troubles += [f"{where} restart: {p}" for p in problems]
-        self.say(f"on {where} directly: {found} topics listed, {sum(read.values())} kept messages read back, "
-                 f"{flowed} new messages round-tripped" + ("" if not problems else f"; problems: {problems}"))
+        """Bookie and brokers on the target store's own URLs, no agent (``on_target.restart_native``)."""
+        await on_target.restart_native(self.cluster, self.figures, self.traffic, self.say)
         await self.guide_checks()
 
 
@@ -402,25 +304,12 @@ async def _until(check: Callable[[], Awaitable[bool]], within: float) -> bool:
     return False
 
 
-def _json(text: str) -> dict[str, Any]:
-    try:
-        found = json.loads(text)
-    except ValueError:
-        return {}
-    return found if isinstance(found, dict) else {}
-
-
 async def _true(value: bool) -> bool:
     return value
 
 
 def _clock(ts: float) -> str:
     return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
-
-
-def _first_partition(topic: str) -> str:
-    """Subscriptions are listed per partition for a partitioned topic."""
-    return f"{topic}-partition-0" if topic.endswith("/orders") else topic
 
 
 async def run(cluster: PulsarCluster, *, warmup: float = 10.0, after: float = 10.0, abort_first: bool = False,

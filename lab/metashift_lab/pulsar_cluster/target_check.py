@@ -10,9 +10,10 @@ from typing import Any
 
 from metashift.copy.rules import default_excluded
 from metashift.stores import open_store, paths
+from metashift_lab.cli_runner import run_cli
 
 from .cluster import PulsarCluster
-from .scenario import MIGRATION_S, metashift_cli
+from .scenario import MIGRATION_S
 
 #: Paths, errors and such shown per kind (the JSON keeps counts).
 SHOWN = 3
@@ -59,8 +60,8 @@ async def verify(cluster: PulsarCluster, say: Callable[[str], None] = print) -> 
     stopped, its brokers still up), summed up: the target moved on since the switch (nodes ahead or
     only there) apart from what it lacks or holds behind the source (``differs``: lost by the copy
     or since), and every counter whose next id is not above the source's."""
-    code, out, err = await metashift_cli("verify", "--source", cluster.source_url, "--target", cluster.target_url,
-                                         "--json", within=MIGRATION_S)  # fmt: skip
+    code, out, err = await run_cli("verify", "--source", cluster.source_url, "--target", cluster.target_url,
+                                   "--json", within=MIGRATION_S)  # fmt: skip
     try:
         report = json.loads(out)
     except ValueError:

@@ -18,9 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from metashift.coordinator.progress import pass_timing
+from metashift_lab.cli_runner import run_cli_json
 from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper
-
-from .agents import run_cli_json
 
 #: The phases from ``migrate start`` to COMPLETED.
 MIGRATION_PHASES = ("SYNCING", "PREPARATION", "COPYING")

@@ -18,9 +18,9 @@ from typing import Any
 from metashift.migration import paths
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStoreError, open_store
+from metashift_lab.agents import AgentProcess
 from metashift_lab.servers import free_port
 
-from .agents import AgentProcess
 from .faults import FaultInjector, FaultPlan, say
 from .history import OK, READ, History
 from .options import Options

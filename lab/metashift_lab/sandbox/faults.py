@@ -7,26 +7,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
 import signal
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from metashift import processes
 from metashift.coordinator import control
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
-from metashift.stores import MetadataStoreError, StoreUnavailable
+from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable
 from metashift.stores.aio import wait_event
+from metashift_lab.agents import AgentProcess
 
 from .history import WRITE, History
 from .servers import LocalServer
-
-if TYPE_CHECKING:
-    from .chaos import ChaosSandbox
 
 #: Every fault the chaos run knows.
 FAULTS = (
@@ -95,6 +94,29 @@ class FaultPlan:
         return asdict(self)
 
 
+class FaultTarget(Protocol):
+    """What a fault strikes, and what the injector reads and tells (the chaos run's sandbox)."""
+
+    source: MetadataStore | None
+    source_server: LocalServer | None
+    target_server: LocalServer | None
+    agents: list[AgentProcess]
+    server_thread: ThreadPoolExecutor
+    """The thread that starts the servers (a server dies with the thread that started it)."""
+    history: History
+    register_keys: list[str]
+    restart_after_abort: bool
+    """Set by ``abort-restart``: the run starts a new migration once the aborted one failed."""
+
+    async def coordinator_name(self) -> str | None:
+        """The node id of the agent that coordinates the migration, if one does."""
+        ...
+
+    async def abandon_clients_of(self, node_id: str) -> None:
+        """Let go of the clients whose agent ``node_id`` is about to die."""
+        ...
+
+
 def say(text: str) -> None:
     print(f"chaos: {text}", file=sys.stderr, flush=True)
 
@@ -103,7 +125,7 @@ def say(text: str) -> None:
 class FaultInjector:
     """Waits for the plan's phase in the migration that ``sandbox`` runs, then does the fault."""
 
-    sandbox: ChaosSandbox
+    sandbox: FaultTarget
     plan: FaultPlan
     landed: str = ""
     """The phase the fault actually came in (``missed`` when the migration ended before it)."""
@@ -211,14 +233,13 @@ class FaultInjector:
     async def _stall(self, server: LocalServer | None) -> None:
         """``server`` stopped by SIGSTOP (connections stay open, nothing answers) for ``duration``."""
         assert server is not None and server.process is not None
-        pid = server.process.pid
-        say(f"SIGSTOP to {server.name} (pid {pid}) for {self.plan.duration:g}s")
-        os.killpg(pid, signal.SIGSTOP)
+        process = server.process
+        say(f"SIGSTOP to {server.name} (pid {process.pid}) for {self.plan.duration:g}s")
+        processes.signal_group(process, signal.SIGSTOP)
         try:
             await asyncio.sleep(self.plan.duration)
         finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pid, signal.SIGCONT)
+            processes.signal_group(process, signal.SIGCONT)
 
     async def _bypass_write(self) -> None:
         """A register and a path of its own written straight into the source: in SYNCING and

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,30 +22,6 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
 
     return {"p50": round(rank(50), 1), "p99": round(rank(99), 1), "max": round(ordered[-1], 1),
             "count": len(ordered)}  # fmt: skip
-
-
-def freeze_window(logs: list[str]) -> tuple[float, float] | None:
-    """The freeze, wall clock in seconds: from the first "write gate closed" to the last "write
-    gate open" in the agents' JSON logs (``None`` when no gate closed)."""
-    closed: list[float] = []
-    opened: list[float] = []
-    for text in logs:
-        for line in text.splitlines():
-            if '"write gate ' not in line:
-                continue
-            try:
-                entry = json.loads(line)
-                ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
-            except (ValueError, KeyError, TypeError):
-                continue
-            msg = str(entry.get("msg", ""))
-            if msg.startswith("write gate closed"):
-                closed.append(ts)
-            elif msg.startswith("write gate open"):
-                opened.append(ts)
-    if not closed or not opened:
-        return None
-    return min(closed), max(opened)
 
 
 def split_timings(clients: list[SimClient], frozen: tuple[float, float] | None) -> tuple[list[float], list[float]]:

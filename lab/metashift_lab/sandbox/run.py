@@ -21,19 +21,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from metashift import processes
 from metashift.coordinator import control
 from metashift.migration import paths
 from metashift.migration.flag import read_flag
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, Notification, StoreUnavailable, open_store
+from metashift_lab.agents import AgentProcess, AgentStartError, freeze_window, start_agents, stop_agents
+from metashift_lab.cli_runner import run_cli_json
 from metashift_lab.sample_tree import BUNDLES_PER_NAMESPACE, TOPICS_PER_NAMESPACE, generate
 from metashift_lab.servers import ServerStartError, free_port
 
-from .agents import AgentProcess, AgentStartError, run_cli_json, start_agents, stop_agents
 from .beside_copy import copy_beside
 from .clients import WRITER_ROOT, SimClient, carried, missing
 from .options import Options, generate_progress, progress_line, say
-from .report import SandboxReport, freeze_window, percentiles, split_timings
+from .report import SandboxReport, percentiles, split_timings
 from .servers import STORE_NAMES, LocalServer, local_server
 
 #: How often the flag is read while following the migration.
@@ -378,11 +380,8 @@ class Sandbox:
         await asyncio.gather(*(c.abandon() for c in self.clients), return_exceptions=True)
         await stop_agents(self.agents)
         for proc in self.procs:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
-                with contextlib.suppress(Exception):
-                    await proc.wait()
+            with contextlib.suppress(Exception):
+                await processes.kill_async(proc)
         for store in [*self.stores, self.source]:
             if store is not None:
                 with contextlib.suppress(BaseException):

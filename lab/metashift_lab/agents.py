@@ -1,21 +1,23 @@
-"""The sandbox's agents: one ``metashift agent`` process per broker and bookie, each with its own
-config file, unix socket and log file in the sandbox's work directory."""
+"""``metashift agent`` processes, as the sandbox, the Pulsar cluster harness and the tests run them:
+one per broker and bookie, each with its own config file, unix socket and log file in a work
+directory; and what their logs say of a migration (``freeze_window``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
 import os
-import shutil
 import signal
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from metashift import processes
 from metashift.stores import MetadataStoreError
+from metashift_lab.cli_runner import cli_command
 
 #: Seconds an agent gets after SIGTERM to drain and exit before it gets SIGKILL.
 STOP_GRACE = 10.0
@@ -27,35 +29,9 @@ class AgentStartError(RuntimeError):
     pass
 
 
-def die_with_parent(command: list[str]) -> list[str]:
-    """Prefix ``command`` so that it gets SIGKILL when the sandbox dies, even by SIGKILL (util-linux
-    ``setpriv --pdeathsig``: no Python runs between fork and exec)."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
-
-
-async def run_cli_json(args: list[str], procs: list[asyncio.subprocess.Process]) -> tuple[dict[str, Any], int]:
-    """Run ``metashift <args>`` (with ``--json``) as a child that dies with the sandbox (``procs``
-    gets it, for the sandbox's cleanup): its JSON report and exit status. ``RuntimeError`` with the
-    last line it wrote to stderr when it printed no JSON."""
-    command = [sys.executable, "-m", "metashift.cli", *args]
-    proc = await asyncio.create_subprocess_exec(
-        *die_with_parent(command), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        stdin=asyncio.subprocess.DEVNULL,
-    )
-    procs.append(proc)
-    out, err = await proc.communicate()
-    try:
-        body = json.loads(out)
-    except ValueError:
-        last = (err.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
-        raise RuntimeError(f"metashift {args[0]} exited {proc.returncode}: {last}") from None
-    return (body if isinstance(body, dict) else {}), int(proc.returncode or 0)
-
-
 def agent_command() -> list[str]:
     """How to run ``metashift agent`` with this interpreter's installation."""
-    return [sys.executable, "-m", "metashift.cli", "agent"]
+    return cli_command("agent")
 
 
 @dataclass
@@ -143,11 +119,11 @@ class AgentProcess:
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         with open(self.log_path, "ab") as log:  # noqa: ASYNC230 - a local file, opened once
             # a session of its own: a Ctrl-C at the terminal reaches the sandbox only, which then
-            # stops its agents in order (writers first, then SIGTERM, then SIGKILL)
-            self.process = await asyncio.create_subprocess_exec(
-                *die_with_parent([*agent_command(), "--config", str(self.config_path)]),
-                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True, env=env,
+            # stops its agents in order (writers first, then SIGTERM, then SIGKILL); it dies with
+            # the sandbox, even a SIGKILLed one
+            self.process = await processes.start_async(
+                [*agent_command(), "--config", str(self.config_path)],
+                stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT, env=env,
             )  # fmt: skip
 
     async def wait_serving(self, within: float = 60.0) -> None:
@@ -171,36 +147,24 @@ class AgentProcess:
                 raise AgentStartError(f"agent {self.node_id} did not serve within {within:g}s; log {self.log_path}")
             await asyncio.sleep(0.1)
 
-    def log_tail(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return ""
+    def log_tail(self, chars: int = processes.TAIL_CHARS) -> str:
+        return processes.log_tail(self.log_path, chars)
 
     def signal(self, sig: signal.Signals) -> None:
         """Send ``sig`` to the agent's process group (the agent and the copy it may run)."""
-        if self.running:
-            assert self.process is not None
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, sig)
+        if self.process is not None:
+            processes.signal_group(self.process, sig)
 
     async def kill(self) -> None:
         """SIGKILL, like a crash of the node."""
         self.killed = True
-        self.signal(signal.SIGKILL)
         if self.process is not None:
-            await self.process.wait()
+            await processes.kill_async(self.process)
 
     async def stop(self, grace: float = STOP_GRACE) -> None:
         """SIGTERM (the agent drains and exits), then SIGKILL after ``grace`` seconds."""
-        if self.process is None:
-            return
-        self.signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.process.wait(), grace)
-        except TimeoutError:
-            self.signal(signal.SIGKILL)
-            await self.process.wait()
+        if self.process is not None:
+            await processes.stop_async(self.process, grace)
 
 
 def _toml(text: str) -> str:
@@ -221,3 +185,27 @@ async def stop_agents(agents: list[AgentProcess], grace: float = STOP_GRACE) -> 
         if isinstance(result, BaseException):
             with contextlib.suppress(Exception):
                 agent.signal(signal.SIGKILL)
+
+
+def freeze_window(logs: list[str]) -> tuple[float, float] | None:
+    """The freeze, wall clock in seconds: from the first "write gate closed" to the last "write
+    gate open" in the agents' JSON logs (``None`` when no gate closed)."""
+    closed: list[float] = []
+    opened: list[float] = []
+    for text in logs:
+        for line in text.splitlines():
+            if '"write gate ' not in line:
+                continue
+            try:
+                entry = json.loads(line)
+                ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+            except (ValueError, KeyError, TypeError):
+                continue
+            msg = str(entry.get("msg", ""))
+            if msg.startswith("write gate closed"):
+                closed.append(ts)
+            elif msg.startswith("write gate open"):
+                opened.append(ts)
+    if not closed or not opened:
+        return None
+    return min(closed), max(opened)

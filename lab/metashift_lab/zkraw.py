@@ -1,11 +1,19 @@
-"""A tiny ZooKeeper client for the protocol tests, written on the project's ZooKeeper codec
-(``metashift.stores.zookeeper.wire``): it sends the requests kazoo never sends (addWatch,
-removeWatches, checkWatches, getEphemerals, multiRead, getACL/setACL, whoAmI,
-getAllChildrenNumber, any opcode at all) and reads the replies and watch events as bytes.
+"""A raw ZooKeeper client, written on the project's ZooKeeper codec
+(``metashift.stores.zookeeper.wire``), for the protocol tests and the benchmarks.
 
-Against a real ZooKeeper it connects without a chroot (ZooKeeper's getEphemerals ignores the
-chroot) and puts ``prefix`` (the test's namespace) before every path it sends and takes it off
-every path it receives, so one test reads the same against ZooKeeper and through the agent."""
+The tests: it sends the requests kazoo never sends (addWatch, removeWatches, checkWatches,
+getEphemerals, multiRead, getACL/setACL, whoAmI, getAllChildrenNumber, any opcode at all) and
+reads the replies and watch events as bytes. Against a real ZooKeeper it connects without a
+chroot (ZooKeeper's getEphemerals ignores the chroot) and puts ``prefix`` (the test's namespace)
+before every path it sends and takes it off every path it receives, so one test reads the same
+against ZooKeeper and through the agent.
+
+The benchmarks: kazoo serializes every call through a thread and a queue, and cannot send more
+than a few thousand requests a second whatever the server, so a row measured with it is kazoo's
+ceiling as much as the server's. This client writes each request at once (``send``) on one
+connection and matches answers to requests in order (ZooKeeper answers a session's requests in
+the order sent), with no thread, so a row shows the server it talks to.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +22,6 @@ import contextlib
 from collections import deque
 from dataclasses import dataclass
 
-import pytest
-
 from metashift.stores.zookeeper import wire
 from metashift.stores.zookeeper.wire import Op, Reader, Writer, ZStat
 
@@ -23,8 +29,18 @@ from metashift.stores.zookeeper.wire import Op, Reader, Writer, ZStat
 WAIT = 20.0
 
 
+class ZkError(RuntimeError):
+    """A request that had to succeed got a ZooKeeper error code."""
+
+    def __init__(self, what: str, err: int) -> None:
+        super().__init__(f"{what}: ZooKeeper error {err}")
+        self.err = err
+
+
 @dataclass(frozen=True)
 class Event:
+    """A watch event: its type (``wire.EventType``) and path."""
+
     type: int
     path: str
 
@@ -39,7 +55,7 @@ class Reply:
 
 
 class RawZk:
-    """One ZooKeeper session over one TCP connection."""
+    """One ZooKeeper session over one TCP connection; any number of requests in flight."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, prefix: str) -> None:
         self.reader = reader
@@ -52,14 +68,17 @@ class RawZk:
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def connect(cls, host: str, port: int, prefix: str = "") -> RawZk:
+    async def connect(cls, host: str, port: int, prefix: str = "", *, session_timeout_ms: int = 10_000) -> RawZk:
+        """A new session (``ConnectionError`` when the server grants none)."""
         reader, writer = await asyncio.open_connection(host, port)
         zk = cls(reader, writer, prefix)
-        writer.write(wire.frame(wire.ConnectRequest(0, 0, 10_000, 0, bytes(16), False).encode()))
+        writer.write(wire.frame(wire.ConnectRequest(0, 0, session_timeout_ms, 0, bytes(16), False).encode()))
         response = wire.ConnectResponse.decode(await asyncio.wait_for(zk._packet(), WAIT))
-        assert response.timeout > 0 and response.session_id != 0, response
+        if response.timeout <= 0 or response.session_id == 0:
+            writer.close()
+            raise ConnectionError(f"no session from {host}:{port}: {response}")
         zk.session_id = response.session_id
-        zk._task = asyncio.create_task(zk._read())
+        zk._task = asyncio.get_running_loop().create_task(zk._read())
         return zk
 
     async def close(self) -> None:
@@ -108,8 +127,9 @@ class RawZk:
             return path[len(self.prefix):] or "/"
         return path
 
-    async def call(self, op: int, body: bytes, xid: int | None = None) -> Reply:
-        """Send one request; its reply (in order: ZooKeeper answers in request order)."""
+    def send(self, op: int, body: bytes, xid: int | None = None) -> asyncio.Future[Reply]:
+        """Write one request now; its reply to come (in order: ZooKeeper answers a session's
+        requests in the order sent). Any number may be in flight."""
         if not self.connected:
             raise ConnectionError("the connection is closed")
         if xid is None:
@@ -118,17 +138,40 @@ class RawZk:
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending.append((xid, future))
         self.writer.write(wire.frame(Writer().int(xid).int(op).bytes() + body))
-        return await asyncio.wait_for(future, WAIT)
+        return future
+
+    async def call(self, op: int, body: bytes, xid: int | None = None) -> Reply:
+        """Send one request; its reply (within ``WAIT`` seconds)."""
+        return await asyncio.wait_for(self.send(op, body, xid), WAIT)
+
+    async def ok(self, op: int, body: bytes, what: str) -> Reply:
+        """``call``, its reply when it succeeded; ``ZkError`` naming ``what`` when it did not."""
+        reply = await self.call(op, body)
+        if reply.err != 0:
+            raise ZkError(what, reply.err)
+        return reply
 
     async def create(self, path: str, data: bytes = b"", flags: int = 0) -> str:
+        """Create ``path`` (``ZkError`` when it cannot be); the path created."""
         body = Writer().string(self.path(path)).buffer(data).acls(wire.OPEN_ACL_UNSAFE).int(flags).bytes()
-        reply = await self.call(Op.CREATE, body)
-        assert reply.err == 0, (path, reply.err)
+        reply = await self.ok(Op.CREATE, body, f"create {path}")
         return self.unprefix(reply.body.string())
 
+    async def get(self, path: str) -> bytes:
+        """``path``'s data (``ZkError`` when it cannot be read)."""
+        reply = await self.ok(Op.GET_DATA, Writer().string(self.path(path)).bool(False).bytes(), f"get {path}")
+        return reply.body.buffer() or b""
+
+    async def set(self, path: str, data: bytes, version: int = -1) -> None:
+        """Set ``path``'s data (``ZkError`` when it cannot be set)."""
+        await self.ok(Op.SET_DATA, self._set_body(path, data, version), f"set {path}")
+
     async def set_data(self, path: str, data: bytes, version: int = -1) -> int:
-        reply = await self.call(Op.SET_DATA, Writer().string(self.path(path)).buffer(data).int(version).bytes())
-        return reply.err
+        """Set ``path``'s data: the error code."""
+        return (await self.call(Op.SET_DATA, self._set_body(path, data, version))).err
+
+    def _set_body(self, path: str, data: bytes, version: int) -> bytes:
+        return Writer().string(self.path(path)).buffer(data).int(version).bytes()
 
     async def delete(self, path: str, version: int = -1) -> int:
         return (await self.call(Op.DELETE, Writer().string(self.path(path)).int(version).bytes())).err
@@ -162,9 +205,10 @@ class RawZk:
             try:
                 got.append(await asyncio.wait_for(self.events.get(), WAIT))
             except TimeoutError:
-                pytest.fail(f"no {last} within {WAIT}s; got {got}")
+                raise AssertionError(f"no {last} within {WAIT}s; got {got}") from None
         return got
 
 
 def read_stat(r: Reader) -> ZStat:
+    """A Stat record read from a reply's body."""
     return ZStat.read(r)
