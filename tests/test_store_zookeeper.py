@@ -8,63 +8,22 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-import pytest
-
 import metashift
-from metashift.stores.zookeeper import ZooKeeperStore
+from metashift.stores.zookeeper import ZooKeeperStore, wire
+from metashift.stores.zookeeper.wire import CreateMode, Op, Writer
 from metashift_lab.servers import LocalZooKeeper
+from metashift_lab.zkraw import RawZk
 from tests.harness import eventually
 
 
-def _raw_zk_requests() -> tuple[type, type]:
-    from aiozk.protocol.create import Create2Request, Create2Response
-
-    class CreateContainerRequest(Create2Request):
-        opcode = 19  # createContainer
-
-    class CreateContainerResponse(Create2Response):
-        opcode = 19
-
-    return CreateContainerRequest, CreateContainerResponse
-
-
-async def _raw_zk_client(zk_server: Any) -> Any:
-    from aiozk import ZKClient
-
-    client = ZKClient(zk_server.hosts)
-    await client.start()
-    return client
-
-
-async def _raw_zk_stat(client: Any, full_path: str) -> Any:
-    from aiozk import protocol
-
-    response = await client.session.send(protocol.ExistsRequest(path=full_path, watch=False))
-    return response.stat
-
-
-@pytest.fixture
-async def zk_raw(zk_server: Any) -> Any:
-    client = await _raw_zk_client(zk_server)
-    yield client
-    await client.close()
-
-
-_CONTAINER_REQUEST, _ = _raw_zk_requests()
-
-
-async def test_container_znodes_are_not_ephemeral(zk_server: Any, zk_url: str, namespace: str, zk_raw: Any) -> None:
+async def test_container_znodes_are_not_ephemeral(zk_server: Any, zk_url: str, namespace: str) -> None:
     """Pulsar's ZKMetadataStore makes every missing parent a CONTAINER znode; such nodes (which
     can carry data) are persistent: not ephemeral in Stat nor in walk(), so the copy keeps them."""
-    from aiozk import protocol
-
+    raw = await RawZk.connect("127.0.0.1", zk_server.port, namespace)
     store = await metashift.open_store(zk_url)
     try:
-        request = _CONTAINER_REQUEST(
-            path=f"{namespace}/parent", data=b'{"tenant":1}', acl=[protocol.UNRESTRICTED_ACCESS]
-        )
-        request.set_flags(container=True)
-        await zk_raw.session.send(request)
+        body = Writer().string(raw.path("/parent")).buffer(b'{"tenant":1}').acls(wire.OPEN_ACL_UNSAFE)
+        await raw.ok(Op.CREATE_CONTAINER, body.int(CreateMode.CONTAINER).bytes(), "createContainer /parent")
         await store.put("/parent/child", b"c", expected_version=-1)
         got = await store.get("/parent")
         assert got is not None and got[0] == b'{"tenant":1}'
@@ -73,6 +32,7 @@ async def test_container_znodes_are_not_ephemeral(zk_server: Any, zk_url: str, n
         assert not listed["/parent"].ephemeral
     finally:
         await store.close()
+        await raw.close()
 
 
 class _FastContainerZooKeeper(LocalZooKeeper):
