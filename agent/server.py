@@ -37,6 +37,7 @@ from metashift.agent.gateway.service import SESSION_SERVICE, STORE_SERVICE, Gate
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.server import ZooKeeperServer
+from metashift.copy.rules import configured_rules
 from metashift.migration import paths
 from metashift.migration.phase import Phase
 from metashift.proto import wire
@@ -132,6 +133,7 @@ class Agent:
             node_id=config.node_id, role=config.role, address=self.address,
             drain_timeout=config.drain_timeout, participant_timeout=config.coordinator.participant_timeout,
             home=self.home, on_phase=self._phase_changed, agent_version=__version__,
+            carried_counter=configured_rules(config.coordinator.ledgers_roots, config.coordinator.counters).is_counter,
         )
         await self.participant.start()
         participant = self.participant

@@ -21,11 +21,10 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from metashift import grpc_env, processes
-from metashift.copy.rules import DEFAULT_COUNTERS, DEFAULT_LEDGERS_ROOTS, Rules
+from metashift.copy.rules import configured_rules
 from metashift.spark.copy import copy_tree
 from metashift.stores import MetadataStoreError
 
@@ -56,12 +55,8 @@ def _emit(event: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def copy_rules(ledgers_roots: Sequence[str] | None = None, counters: Sequence[str] | None = None) -> Rules:
-    """The copy's rules with the coordinator's settings (``None``: the copy's defaults)."""
-    return Rules(
-        counters=DEFAULT_COUNTERS if counters is None else tuple(counters),
-        ledgers_roots=DEFAULT_LEDGERS_ROOTS if ledgers_roots is None else tuple(ledgers_roots),
-    )
+#: The copy's rules with the coordinator's settings (the agent's participant reads the same)
+copy_rules = configured_rules
 
 
 #: How often the job looks at its lease.

@@ -6,13 +6,16 @@ queue's holder still first in line after the switch."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from metashift.coordinator import control
 from metashift.migration.phase import Phase
+from metashift.stores.sequence_floors import read_floor
 from tests.cluster import Cluster
-from tests.harness import Gateways
-from tests.migration_support import finish_and_check, seed
+from tests.harness import Gateways, eventually
+from tests.migration_support import finish_and_check, hold_preparation, seed
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -51,5 +54,39 @@ async def test_the_same_migration_between_other_stores(gateways: Gateways, reque
             assert got is not None and got[0] == writer.node_id.encode() and got[1].ephemeral
             through_agent = await writer.client.get(writer.ephemeral)
             assert through_agent is not None and through_agent[1].created_by_self
+    finally:
+        await cluster.close()
+
+
+async def test_every_floor_is_in_the_target_before_any_agent_switches(
+    gateways: Gateways, zk_server: Any, etcd_server: Any, namespace: str
+) -> None:
+    """Each agent raises the floors above the lock-queue names it carried in its freeze, before it
+    acknowledges PREPARATION. Raised at its own switch instead, an agent that switched first could
+    read the target's floors before another agent raised its own, and let its client's newcomer be
+    named below the holder by the target's own counter (seen: oxia -> zk, a newcomer named 1 under
+    a holder's 57)."""
+    cluster = Cluster(gateways, etcd_server.url + namespace + "-src", zk_server.url + namespace + "-dst")
+    try:
+        await seed(cluster)
+        await cluster.start()
+        await cluster.start_writers()
+        held = await cluster.writers["broker-1"].client.put(LOCK_QUEUE + "lock-0000000057", b"holder", ephemeral=True)
+        holder = await hold_preparation(cluster)  # PREPARATION lasts until it goes: nobody switches
+        try:
+            await control.start(await cluster.source(), cluster.target_url)
+            target = await cluster.open(cluster.target_url)
+
+            async def floored() -> bool:
+                return (await read_floor(target, LOCK_QUEUE.rstrip("/")) or 0) >= 58
+
+            await eventually(floored, within=120, what="the lock queue's floor in the target, in PREPARATION")
+            assert (await cluster.status())["phase"] == Phase.PREPARATION.value
+        finally:
+            await holder.close()
+        await finish_and_check(cluster, Phase.COMPLETED)
+        later = await cluster.writers["broker-2"].client.put(LOCK_QUEUE + "lock-", b"newcomer", ephemeral=True,
+                                                             sequential=True)
+        assert int(later.path.rsplit("-", 1)[1]) >= 58 and await target.exists(held.path), later.path
     finally:
         await cluster.close()

@@ -79,6 +79,7 @@ class Participant:
         home: Home | None = None,
         on_phase: PhaseListener | None = None,
         agent_version: str = "",
+        carried_counter: Callable[[str], bool] | None = None,
     ) -> None:
         self.gate = gate
         self.router = gate.router
@@ -95,6 +96,8 @@ class Participant:
         self.checks = CheckAnswerer(open_target, lambda: self.registration)
         """Answers ``migrate check``'s dry opens of a target."""
         self.drain_timeout = drain_timeout
+        self._carried_counter = carried_counter
+        """Parents whose counter the copy carries (no floor in the freeze: ``sequence_floors``)."""
         self._on_phase = on_phase
         self.phase = Phase.NOT_STARTED
         self.epoch = 0
@@ -335,6 +338,8 @@ class Participant:
             if self._target is None:
                 self._target = await self._open_target(flag.target_url)
             carried = await self.registry.recreate_in(self._target)
+            # before the acknowledgement: every agent's floors are in place before anyone switches
+            await floor_carried_sequentials(self._target, self.registry.ephemerals(), skip=self._carried_counter)
             self._prepared = flag.epoch
             self.carried = carried
         await self.registration.acknowledge(flag.epoch)
@@ -357,8 +362,7 @@ class Participant:
         target, old_home = self._target, self.home.store
         left_behind = self.registry.ephemerals()
         await self._move_home(target, leave=not starting)
-        # the counters are carried by now: a lock queue whose own counter in the target is still
-        # below the names carried into it gets a floor before anyone names a child there
+        # the counters are carried by now: what the freeze left to them is looked at again
         await floor_carried_sequentials(target, self.registry.ephemerals())
         await self.gate.open(towards=target)
         self._holding = self._fenced = False

@@ -13,14 +13,19 @@ The same floors keep ZooKeeper's lock queues in order across a migration: a clie
 with a sequential name (a kazoo or Curator lock node, ``..._lock__0000000042``) is re-created in
 the target under its own name, and the target's own counter for that parent knows nothing of it
 (ZooKeeper counts the creations it saw; Oxia and etcd count the parent's writes), so a newcomer's
-lock node could sort before the holder's and take the lock it holds. At the switch, before it
-routes anyone to the target, each agent raises a floor under every parent of such an ephemeral
-it carried whose own counter in the target is still at or below the name's number
+lock node could sort before the holder's and take the lock it holds. In its freeze, once it re-created them
+and before it acknowledges PREPARATION, each agent raises a floor under every parent of such an
+ephemeral it carried whose own counter in the target is still at or below the name's number
 (``floor_carried_sequentials``): one write per parent, and later sequential names there come from
-the floor. Only there: a counter the copy carried (a ledger-id generator's, Pulsar's
-producer-name counter, whose broker holds an ephemeral child all along) is above every name of
-the source by then, and a floor beside it would hand out the numbers its own counter hands out
-to clients on the store directly.
+the floor. Every floor is then in place before the COMPLETED write, so no agent that switches
+early reads the target's floors before another agent raised its own (a newcomer routed by the
+first agent to switch would otherwise be named by the target's own counter). Not under a parent
+whose counter the copy carries (the coordinator's ``counters`` and ledgers roots: a ledger-id
+generator's, Pulsar's producer-name counter, whose broker holds an ephemeral child all along):
+its counter is carried in the freeze, above every name of the source, and a floor beside it
+would hand out the numbers its own counter hands out to clients on the store directly. At the
+switch, once the counters are carried, each agent looks again (an agent that started after the
+freeze raises its floors only then).
 
 Which parents have a floor is read once per store and kept: a store gains floors only as a
 migration's target, before any agent routes to it (the cache of a store is dropped when the
@@ -32,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import re
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from metashift.agent.core.router import Router
 from metashift.stores import BulkStore, MetadataStore, PutOp, paths
@@ -42,16 +47,18 @@ from metashift.stores.sequence_floors import floored_parents, raise_floor, take_
 _SEQUENTIAL_SUFFIX = re.compile(r"([0-9]{10})$")
 
 
-async def floor_carried_sequentials(store: MetadataStore, carried: Iterable[str]) -> int:
+async def floor_carried_sequentials(
+    store: MetadataStore, carried: Iterable[str], *, skip: Callable[[str], bool] | None = None
+) -> int:
     """Raise, in ``store``, the floor of every parent of a ``carried`` path with a sequential name
     above that name's number, where the store's own counter there is not above it already, so
-    that the next sequential name there sorts after it (the module doc). Returns the number of
-    writes."""
+    that the next sequential name there sorts after it (the module doc); none under a parent
+    ``skip`` names. Returns the number of writes."""
     above: dict[str, int] = {}
     for path in carried:
         m = _SEQUENTIAL_SUFFIX.search(path.rsplit(paths.SEPARATOR, 1)[1])
         parent = paths.parent(path)
-        if m and parent is not None:
+        if m and parent is not None and not (skip is not None and skip(parent)):
             above[parent] = max(above.get(parent, 0), int(m.group(1)) + 1)
     writes = 0
     for parent, next_id in sorted(above.items()):

@@ -9,6 +9,7 @@ verification accepts, and the other way round.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from metashift.stores import paths, reserved
@@ -103,6 +104,15 @@ class Rules:
         generator: on etcd their version *is* their counter (Pulsar's layout), which the
         generator's carry handles; nobody writes them conditionally."""
         return self.ledger_root_of(path) is None
+
+
+def configured_rules(ledgers_roots: Sequence[str] | None = None, counters: Sequence[str] | None = None) -> Rules:
+    """The copy's rules with the coordinator's settings ``coordinator.ledgers_roots`` and
+    ``coordinator.counters`` (``None``: the copy's defaults)."""
+    return Rules(
+        counters=DEFAULT_COUNTERS if counters is None else tuple(counters),
+        ledgers_roots=DEFAULT_LEDGERS_ROOTS if ledgers_roots is None else tuple(ledgers_roots),
+    )
 
 
 def _literal_head(pattern: str) -> str:
