@@ -3,10 +3,10 @@ subtree since the switch (the COMPLETED write, whose position the released flag 
 
 After COMPLETED the cluster lives in the target; a member still writing into the old store (one
 restarted onto it by hand, one that never went through its agent) is acknowledged there and never
-seen by the cluster. No store fences that cheaply (see the README), so ``migrate status`` read from
-the old store names what arrived there since: the nodes created or changed after the switch, by
-their write position (ZooKeeper's mzxid, etcd's mod_revision, Oxia's modification time).
-Deletions are not seen this way.
+seen by the cluster. No store fences that cheaply (docs/design.md, "A member that bypasses the
+agents"), so ``migrate status`` read from the old store names what arrived there since: the nodes
+created or changed after the switch, by their write position (ZooKeeper's mzxid, etcd's
+mod_revision, Oxia's modification time). Deletions are not seen this way.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""A store ``Stat`` as ZooKeeper's Stat. Each field, and where it comes from (the README's
-"ZooKeeper front" section says the same for operators):
+"""A store ``Stat`` as ZooKeeper's Stat. Each field, and where it comes from (docs/reference.md,
+"The ZooKeeper front", says the same for operators):
 
 - ``version``: the store's version (ZooKeeper dataVersion; etcd version - 1).
 - ``ctime`` / ``mtime``: the store's timestamps (ZooKeeper's own; 0 on etcd, which keeps none).

@@ -168,7 +168,7 @@ class PulsarCluster:
     def bookie_metadata_uri(self) -> str:
         """The bookie's ``metadataServiceUri``: Pulsar's metadata-store driver (``/ledgers`` is not
         appended: with Pulsar 4.0 it is a ZooKeeper chroot, below which BookKeeper looks for its own
-        ``/ledgers``; README, "A real Pulsar cluster"), or, through its agent, BookKeeper's own
+        ``/ledgers``; docs/operator-guide.md, "Pulsar's URLs and metashift's"), or, through its agent, BookKeeper's own
         ZooKeeper driver (``zk+hierarchical://.../ledgers``) if asked."""
         if self.bookie_driver == "zk+hierarchical" and self.where["bookie-1"] == AGENT:
             return f"zk+hierarchical://{self.zk_address('bookie-1')}/ledgers"

@@ -46,7 +46,7 @@ ASKED_ONLY = (
     "target-restart",  # the target's server stopped, down `duration` seconds, started again
     "source-stall",  # SIGSTOP of the source's server for `duration` seconds
 )
-#: Earlier names of faults (the README's tables of past runs use them).
+#: Earlier names of faults (older benchmark tables, docs/benchmarks.md, use them).
 RENAMED = {"zk-restart": "source-restart", "etcd-stall": "target-stall"}
 PHASES = (Phase.SYNCING.value, Phase.PREPARATION.value, Phase.COPYING.value)
 #: How long after the phase begins the fault comes (seconds, drawn uniformly).

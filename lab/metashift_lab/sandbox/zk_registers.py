@@ -33,7 +33,7 @@ def _record_failure(op: Operation, err: BaseException) -> None:
         op.refused("exists")
     elif op.f == READ or isinstance(err, OperationTimeoutError):
         # OPERATIONTIMEOUT is the agent's answer for a write its gate held past gate.hold_timeout:
-        # nothing was written (README); the checker tells whether that is true
+        # nothing was written (docs/reference.md, "The ZooKeeper front"); the checker tells whether that is true
         op.not_applied(f"{type(err).__name__}: {err}")
     else:  # CONNECTIONLOSS, an expired session, no answer in time: the write may have happened
         op.unknown(f"{type(err).__name__}: {err}")

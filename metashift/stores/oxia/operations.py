@@ -6,9 +6,10 @@
 - create-only (``expected_version`` -1) = ``expected_version_id`` -1; ``AlreadyExists`` otherwise.
 - ``Stat.version`` = the record's ``modifications_count`` (0 when created, +1 per put): a
   departure from Pulsar, whose ``Stat.version`` is the ``version_id`` (a shard-wide counter of
-  writes, see the README). So a compare-and-set on ``n`` reads the record, checks its count is
-  ``n`` and puts with ``expected_version_id`` = the ``version_id`` read, which fails if anyone
-  wrote in between: two round trips, atomic all the same.
+  writes: docs/design.md, "Versions across the switch, and out of Oxia"). So a
+  compare-and-set on ``n`` reads the record, checks its count is ``n`` and puts with
+  ``expected_version_id`` = the ``version_id`` read, which fails if anyone wrote in between: two
+  round trips, atomic all the same.
 - ephemeral = a record of the store's session on its shard, with the store's client identity;
   ``created_by_self`` = that identity is ours (Pulsar's rule); ``Stat.owner`` = the session id
   with its shard's id in the top bits (``session.owner_id``: each shard numbers its own sessions).
