@@ -5,4 +5,16 @@ from metashift import grpc_env
 
 grpc_env.configure()
 
+import pytest  # noqa: E402  (after the gRPC environment)
+
 pytest_plugins = ["tests.harness", "tests.zkfront", "tests.zkjava", "tests.agent_processes", "tests.copy_support"]
+
+
+#: Test modules whose tests take minutes (a stock Pulsar cluster, a Spark standalone cluster): run
+#: first, so that the other worker packs the short tests beside them instead of one of them being
+#: the last thing the suite waits for.
+_LONG_MODULES = ("test_pulsar_", "test_copy_cluster")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: 0 if item.path.name.startswith(_LONG_MODULES) else 1)

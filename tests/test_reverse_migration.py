@@ -66,7 +66,9 @@ async def _ledger_ids(cluster: Cluster, count: int) -> list[int]:
                 for _ in range(count)]
 
 
-@pytest.mark.parametrize("stores", ["zk-etcd", "etcd-zk", "oxia-zk"])
+# zk -> etcd -> zk takes both directions between ZooKeeper and etcd (etcd -> zk -> etcd would again:
+# test_migration_pairs.py starts from etcd), oxia -> zk -> oxia both between Oxia and ZooKeeper
+@pytest.mark.parametrize("stores", ["zk-etcd", "oxia-zk"])
 async def test_there_and_back_again_with_the_same_agents(gateways: Gateways, request: pytest.FixtureRequest,
                                                          stores: str) -> None:
     there, back = (str(request.getfixturevalue(f"{kind}_url")) for kind in stores.split("-"))
