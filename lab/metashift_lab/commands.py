@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from metashift.stores.aio import run_loop
@@ -36,14 +36,23 @@ def add_demo(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=lambda a: _run(_demo(a)))
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
+def _whole_number(minimum: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
+        return value
+
+    return parse
+
+
+_positive_int = _whole_number(1)
+_count = _whole_number(0)
 
 
 # ---- sandbox ------------------------------------------------------------------------------------
@@ -224,16 +233,6 @@ def add_generate(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
                    help="the ids Pulsar's producer-name counter (/counters/producer-name) has handed out")
     p.add_argument("--json", action="store_true", help="print what was written as JSON")
     p.set_defaults(handler=lambda a: _run(_generate(a)))
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be at least 0, not {value}")
-    return value
 
 
 def _ledger_ids(text: str) -> int:
