@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -136,17 +138,20 @@ async def test_unauthenticated_answers_carry_the_error_trailers(
 # A coordinator candidate needs PySpark (the metashift[coordinator] extra) and a Java runtime; a node
 # whose agent never coordinates needs neither. PySpark is made absent the way Python itself blocks a
 # module (None in sys.modules), in a real `metashift agent --check-config` process.
+_WITH_PYSPARK = "import sys; from metashift.cli import main; sys.exit(main())"
 _WITHOUT_PYSPARK = "import sys; sys.modules['pyspark'] = None; from metashift.cli import main; sys.exit(main())"
 
 
-def _check_config(*args: str, code: str = _WITHOUT_PYSPARK, env: dict[str, str] | None = None) -> Any:
-    import os
-    import subprocess
-
+def _metashift(*args: str, code: str = _WITHOUT_PYSPARK, env: dict[str, str] | None = None) -> Any:
+    """``metashift ARGS`` in a process of its own (``code``: with or without PySpark)."""
     return subprocess.run(
-        [sys.executable, "-c", code, "agent", "--check-config", *args],
+        [sys.executable, "-c", code, *args],
         capture_output=True, text=True, timeout=60, env={**os.environ, **(env or {})},
     )
+
+
+def _check_config(*args: str, code: str = _WITHOUT_PYSPARK, env: dict[str, str] | None = None) -> Any:
+    return _metashift("agent", "--check-config", *args, code=code, env=env)
 
 
 def test_a_coordinator_candidate_without_pyspark_is_exit_2_naming_the_extra(zk_url: str) -> None:
@@ -165,19 +170,13 @@ def test_a_node_that_never_coordinates_runs_without_pyspark(zk_url: str) -> None
 
 
 def test_a_coordinator_candidate_without_java_is_exit_2(zk_url: str, tmp_path: Path) -> None:
-    code = "import sys; from metashift.cli import main; sys.exit(main())"
-    done = _check_config("--source", zk_url, code=code, env={"JAVA_HOME": str(tmp_path)})
+    done = _check_config("--source", zk_url, code=_WITH_PYSPARK, env={"JAVA_HOME": str(tmp_path)})
     assert done.returncode == cli.EXIT_USER_ERROR, done.stderr
     assert "coordinator.enabled" in done.stderr and f"JAVA_HOME={tmp_path} holds no bin/java" in done.stderr
 
 
 def test_copy_without_pyspark_is_exit_2_naming_it(zk_url: str) -> None:
-    import subprocess
-
-    done = subprocess.run(
-        [sys.executable, "-c", _WITHOUT_PYSPARK, "copy", "--source", zk_url, "--target", zk_url + "/elsewhere"],
-        capture_output=True, text=True, timeout=60,
-    )
+    done = _metashift("copy", "--source", zk_url, "--target", zk_url + "/elsewhere")
     assert done.returncode == cli.EXIT_USER_ERROR, done.stderr
     assert "runs a Spark job" in done.stderr and "PySpark is not installed" in done.stderr
     assert "Traceback" not in done.stderr
