@@ -1,7 +1,7 @@
 """The coordinator's copy, in a process of its own: ``python -m metashift.coordinator.copy_job``.
 
 It reads ``{"source": URL, "target": URL, "master": M, "ledgers_roots": [...], "counters": [...]}``
-(URLs with their credentials; the counters' rules, ``copy_rules``) as the first line of standard
+(URLs with their credentials; the counters' rules, ``configured_rules``) as the first line of standard
 input, so that no secret shows on a command line, runs the Spark copy with its verification, and
 writes JSON lines on standard output: ``{"event": "progress", ...}`` while it works, then one
 ``{"event": "report", ...}`` or ``{"event": "error", ...}``. The agent's event loop and memory stay
@@ -55,8 +55,6 @@ def _emit(event: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-#: The copy's rules with the coordinator's settings (the agent's participant reads the same)
-copy_rules = configured_rules
 
 
 #: How often the job looks at its lease.
@@ -103,7 +101,7 @@ def main() -> int:
     if job.get("lease_until") is not None:
         LeaseWatch(float(job["lease_until"])).start()
     progress = JsonLinesProgress()
-    rules = copy_rules(job.get("ledgers_roots"), job.get("counters"))
+    rules = configured_rules(job.get("ledgers_roots"), job.get("counters"))
     try:
         # conflicts are reported with the verification: the coordinator carries them
         report = copy_tree(job["source"], job["target"], master=job.get("master"), verify=True, progress=progress,

@@ -82,7 +82,7 @@ class CopyRunner:
         """``lease()``: the coordinator's leader lease (a ``time.monotonic()`` deadline), which the
         job may not outlive (``copy_job.LeaseWatch``)."""
         self._job: dict[str, Any] = {"source": source_url, "target": target_url, "master": master}
-        if rules is not None:  # the counters' rules (``copy_job.copy_rules``)
+        if rules is not None:  # the counters' rules (``metashift.copy.rules.configured_rules``)
             self._job.update(ledgers_roots=list(rules.ledgers_roots), counters=list(rules.counters))
         self._lease = lease
         self._proc: asyncio.subprocess.Process | None = None

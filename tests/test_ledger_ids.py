@@ -376,13 +376,13 @@ async def test_a_bad_ledgers_root_is_refused(capsys: pytest.CaptureFixture[str],
 
 def test_the_coordinators_counter_settings_are_stated_and_checked() -> None:
     from metashift.agent.config import ConfigError, build
-    from metashift.coordinator.copy_job import copy_rules
+    from metashift.copy.rules import configured_rules
 
     base = {"source.url": "zk://127.0.0.1:2181"}
     cfg = build({**base, "coordinator.ledgers_roots": ["/bk/ledgers", "/ledgers"], "coordinator.counters": []})
-    rules = copy_rules(cfg.coordinator.ledgers_roots, cfg.coordinator.counters)
+    rules = configured_rules(cfg.coordinator.ledgers_roots, cfg.coordinator.counters)
     assert rules.ledger_root_of("/bk/ledgers/idgen") == "/bk/ledgers" and not rules.is_counter("/counters/x")
-    assert copy_rules(*[build(base).coordinator.ledgers_roots, None]) == Rules()
+    assert configured_rules(*[build(base).coordinator.ledgers_roots, None]) == Rules()
     from metashift.agent.config import load
 
     env = {"METASHIFT_SOURCE_URL": "zk://127.0.0.1:2181", "METASHIFT_COORDINATOR_LEDGERS_ROOTS": "/a/ledgers, /b"}

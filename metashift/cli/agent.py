@@ -28,8 +28,8 @@ EXIT_USER_ERROR = 2
 
 def coordinator_for(agent: Agent, store: Store) -> Coordinator:
     """A coordinator candidate in ``store`` that shares ``agent``'s session there and its credentials."""
-    from metashift.coordinator.copy_job import copy_rules
     from metashift.coordinator.driver import Coordinator
+    from metashift.copy.rules import configured_rules
 
     config = agent.config
     settings = config.coordinator
@@ -43,7 +43,7 @@ def coordinator_for(agent: Agent, store: Store) -> Coordinator:
         outage_timeout=settings.outage_timeout,
         spark_master=settings.spark_master,
         spark_delta_threshold=settings.spark_delta_threshold,
-        rules=copy_rules(settings.ledgers_roots, settings.counters),
+        rules=configured_rules(settings.ledgers_roots, settings.counters),
     )
 
 
