@@ -326,7 +326,10 @@ def open_stream(start: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
 
 
 def _status_tasks(since: set[asyncio.Task[Any]]) -> set[asyncio.Task[Any]]:
-    return {t for t in asyncio.all_tasks() - since if "_handle_status_once_received" in repr(t.get_coro())}
+    # by the coroutine's qualified name: the repr of a Cython coroutine (grpcio's) names no
+    # function in newer Cython releases (3.2: "<_cython_3_2_8.coroutine object at 0x...>")
+    return {t for t in asyncio.all_tasks() - since
+            if "_handle_status_once_received" in getattr(t.get_coro(), "__qualname__", "")}
 
 
 def started(call: Any) -> None:
