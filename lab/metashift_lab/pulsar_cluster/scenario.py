@@ -121,16 +121,6 @@ class MigrationRun:
         self.freeze = freeze_window([a.log_tail(chars=50_000_000) for a in self.cluster.agents])
         self.say(f"migration {self.phase}" + (f": {self.reason}" if self.reason else ""))
 
-    async def change_topics_after(self) -> None:
-        """The admin loop's topic changes (one created, one deleted) on a cluster that moved
-        already: a forced migration completed before ``migrate`` could start them, and the checks
-        on the target look for both."""
-        loop = self.admin_loop
-        loop.change_topics.set()
-        if not await _until(lambda: _true(loop.created and loop.deleted), ADMIN_S):
-            self.figures.troubles.append(f"admin: the topic changes were not made within {ADMIN_S:.0f}s "
-                                         f"(created {loop.created}, deleted {loop.deleted})")
-
     async def abort_midway(self) -> None:
         """``metashift migrate start`` (no wait), then ``metashift migrate abort`` while it copies:
         FAILED, the target emptied again, and Pulsar carrying on on the source (a namespace policy
