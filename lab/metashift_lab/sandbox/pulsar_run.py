@@ -67,7 +67,6 @@ class PulsarSandbox:
         await run.start_workload()
         r.topics = len(run.traffic.topics)
         await asyncio.sleep(max(o.warmup, PULSAR_WARMUP))
-        adoption = None
         if o.adopt:
             adoption = Adoption(self.cluster, say)
             r.adoption = adoption.figures
@@ -82,10 +81,7 @@ class PulsarSandbox:
         if o.abort_first:
             await run.abort_midway()
             self._lap("aborted migration")
-        if adoption is not None and adoption.migrated:
-            await run.read_outcome()  # the forced migration completed: no second one (its writes named)
-        else:
-            await run.migrate()
+        await run.migrate()
         r.phase, r.reason = run.phase, run.reason
         self._lap("migration")
         await run.finish_traffic(max(o.after, PULSAR_AFTER))
