@@ -187,6 +187,32 @@ async def test_sibling_namespaces_do_not_leak(
     assert {n.path for n in seen} <= {"/", "/marker"}, seen
 
 
+async def test_a_listener_added_in_answer_to_an_event_hears_what_comes_after_it(
+    store: MetadataStore, store_url: str, open_stores: Callable[..., Any]
+) -> None:
+    """A listener that a notification makes another one add (the coordinator's tracker widens its
+    watch when the leader's round begins) hears the changes after that event, never that event nor
+    the ones before it again: on etcd its watch starts after the event, not at an older revision."""
+    writer = await open_stores(store_url)  # another client: the watching store reads nothing meanwhile
+    wide: list[Notification] = []
+
+    def narrow(n: Notification) -> None:
+        if n.path == "/marks/go" and len(removers) == 1:
+            removers.append(store.add_listener(wide.append, under="/"))
+
+    removers = [store.add_listener(narrow, under="/marks")]
+    await store.watch_ready()
+    await writer.put("/before", b"x", expected_version=-1)
+    await writer.put("/marks/go", b"", expected_version=-1)
+    assert await _wait_for(lambda: len(removers) == 2)
+    await store.watch_ready()
+    await writer.put("/after", b"x", expected_version=-1)
+    assert await _wait_for(lambda: any(n.path == "/after" for n in wide))
+    # the parent's ChildrenChanged that the same event gives may follow; nothing of the event itself
+    assert {n.path for n in wide} <= {"/", "/marks", "/after"}, wide
+    assert all(n.type is NotificationType.CHILDREN_CHANGED for n in wide if n.path == "/marks"), wide
+
+
 # ---- life cycle ---------------------------------------------------------------------------------------
 
 

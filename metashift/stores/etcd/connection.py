@@ -60,7 +60,7 @@ class EtcdConnection:
         self.watch: Any = None
         self.metadata: Metadata = None
         self.closed = False
-        #: The highest revision an answer's header showed: a watch started after it misses
+        #: The highest revision an answer's header or a watch event showed: a watch started after it misses
         #: nothing that changed after any answer this connection had.
         self.revision = 0
         #: Set when a call finds the server unavailable or the lease gone: the keep-alive loop

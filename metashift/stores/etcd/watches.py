@@ -79,6 +79,10 @@ class Watcher:
                         if self._missed is not None:
                             self._missed()
                     for event in resp.events:
+                        # seen before it is told: a watch a listener opens in answer to this event
+                        # starts after it (as on ZooKeeper), not at an older revision that would
+                        # send it this event and those before it again
+                        conn.revision = max(conn.revision, event.kv.mod_revision)
                         self._on_event(event)
                         self._next_rev = max(self._next_rev, event.kv.mod_revision + 1)
                     if resp.canceled:
