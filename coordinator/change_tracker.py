@@ -20,6 +20,11 @@ every path that changed since the leader last carried, and carries and checks th
 not anchored (it started late, or the leader went to the freeze before a round it saw) makes the
 freeze's last pass a full one. Once no migration is in progress (``idle``) a tracker listens
 to the migration's subtree only again.
+
+Oxia sends its notifications on one stream per shard, each in write order but not with one
+another: a barrier is written on every shard and waits for all (``barrier``), and a standby on a
+store of several shards is never anchored (a change just after a marker may come before it on
+another shard), so its takeover in the freeze makes the last pass a full one.
 """
 
 from __future__ import annotations
@@ -107,10 +112,10 @@ class ChangeTracker:
         self.anchored = False
         self._listen(wide=False)
 
-    def _restart(self) -> None:
+    def _restart(self, *, anchored: bool = True) -> None:
         self._forget()
         self.broken = None
-        self.anchored = True
+        self.anchored = anchored
 
     def _forget(self) -> None:
         """Drop what was collected."""
@@ -129,8 +134,11 @@ class ChangeTracker:
             self.pending.pop(path, None)
             self.created.discard(path)  # the leader looked at who holds it (``MemberGuard``)
             del self._changed_at[path]
-        if self._watch_confirmed:
-            self.anchored = True  # followed since before that round began: knows every change since
+        # followed since before that round began: knows every change since, when the store sends
+        # its notifications in write order; on several streams (Oxia's shards) a change after the
+        # marker may come before it on another stream and be forgotten here: never anchored
+        if self._watch_confirmed and self.source.notifications_in_order:
+            self.anchored = True
 
     def _listen(self, *, wide: bool) -> None:
         """Listen to the whole tree (``wide``) or to the migration's subtree only."""
@@ -188,7 +196,8 @@ class ChangeTracker:
                 if n.path == paths.CARRYING and not self._wide:
                     self._listen(wide=True)  # the leader's rounds began: follow, anchor at the next
                 elif n.path == paths.PASS and self._watch_confirmed:
-                    self._restart()  # the leader's full pass begins: what changed before, it copies
+                    # the leader's full pass begins: what changed before, it copies
+                    self._restart(anchored=self.source.notifications_in_order)
                 elif n.path == paths.CARRYING and self._watch_confirmed:
                     self._carrying = self._seq
                 elif n.path == paths.CARRIED:
@@ -211,18 +220,20 @@ class ChangeTracker:
             self.broken = f"the coordinator's watch on the source broke ({event.value}): changes may have been missed"
             log.warning("%s", self.broken)
 
-    async def barrier(self, path: str, write: Callable[[], object], within: float) -> None:
-        """Make every change written before now reach the tracker: ``write`` a node of the
-        protocol subtree at ``path`` and wait for its own notification (a store delivers its
-        notifications in order). ``TimeoutError`` after ``within`` seconds."""
-        event = self._barriers[path] = asyncio.Event()
+    async def barrier(self, path: str, value: bytes, within: float) -> None:
+        """Make every change written before now reach the tracker: write ``value`` at ``path``, a
+        node of the protocol subtree, and wait for its own notification; on a store with several
+        notification streams (Oxia's shards: ``barrier_paths``), at a sibling on each stream too,
+        and wait for every one. ``TimeoutError`` after ``within`` seconds."""
+        nodes = self.source.barrier_paths(path)
+        heard = {node: asyncio.Event() for node in nodes}
+        self._barriers.update(heard)
         try:
-            result = write()
-            if asyncio.iscoroutine(result):
-                await result
-            await asyncio.wait_for(event.wait(), within)
+            await asyncio.gather(*(self.source.put(node, value) for node in nodes))
+            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in heard.values())), within)
         finally:
-            self._barriers.pop(path, None)
+            for node in nodes:
+                self._barriers.pop(node, None)
 
     async def violation(self, target: MetadataStore | None = None) -> str | None:
         """Why the frozen source cannot be trusted, or ``None``: a break, or a change still

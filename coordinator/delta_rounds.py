@@ -5,7 +5,6 @@ the store layer, while writes flow; standbys learn what each round carried from 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import logging
 import time
@@ -74,9 +73,7 @@ class DeltaRounds:
         # standbys forget what this round carries (``ChangeTracker``): mark where it begins
         marker = json.dumps({"epoch": flag.epoch, "pass": self.passes, "round": self._rounds}).encode()
         try:
-            await self.tracker.barrier(
-                paths.CARRYING, functools.partial(self.source.put, paths.CARRYING, marker), BARRIER_SECONDS
-            )
+            await self.tracker.barrier(paths.CARRYING, marker, BARRIER_SECONDS)
         except TimeoutError:
             return None, None  # the stream broke: the caller sees it and runs another full pass
         changed = self.tracker.take()

@@ -34,9 +34,7 @@ class FreezePasses(DeltaRounds):
     async def _barrier(self) -> None:
         """Every change written to the source before now has reached the tracker
         (``ChangeTracker.barrier`` on the protocol's barrier node); ``TimeoutError`` otherwise."""
-        await self.tracker.barrier(
-            paths.BARRIER, lambda: self.source.put(paths.BARRIER, str(now_ms()).encode()), BARRIER_SECONDS
-        )
+        await self.tracker.barrier(paths.BARRIER, str(now_ms()).encode(), BARRIER_SECONDS)
 
     async def final(self, flag: MigrationFlag) -> PassResult:
         """The freeze's last delta: barrier, carry, check, and the source still frozen."""

@@ -249,3 +249,17 @@ async def test_every_stream_knows_grpcs_status_task_and_close_waits_for_it(oxia_
     finally:
         await store.close()
     assert all(t.done() for t in tasks)
+
+
+async def test_barrier_paths_land_one_on_each_shard(oxia_url: str) -> None:
+    """Oxia orders notifications per shard only: the barrier's nodes are the path and a sibling
+    on each other shard, the same names every time."""
+    async with await open_store(oxia_url + "/barriers") as store:
+        assert isinstance(store, OxiaStore)
+        nodes = store.barrier_paths("/metashift/barrier")
+        assert nodes[0] == "/metashift/barrier"
+        assert all(n.startswith("/metashift/barrier-") for n in nodes[1:])
+        shards = [store._conn.shard_for(_key(store, n)).id for n in nodes]
+        assert sorted(shards) == sorted(s.id for s in store._conn.shards) and len(shards) == 4
+        assert store.barrier_paths("/metashift/barrier") == nodes
+        assert not store.notifications_in_order

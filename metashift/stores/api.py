@@ -221,6 +221,18 @@ class MetadataStore(ABC):
         store that is not connected: its session events tell the listeners to read again)."""
         return None
 
+    def barrier_paths(self, path: str) -> list[str]:
+        """``path`` and, when the store sends its notifications on several streams, each in write
+        order but not with one another (Oxia: one per shard), a sibling of ``path`` on each other
+        stream: once a write to every one of them was heard, every change written before them was
+        heard. ZooKeeper and etcd send one stream: ``[path]``."""
+        return [path]
+
+    @property
+    def notifications_in_order(self) -> bool:
+        """Every notification comes in the order of the writes, across the whole tree (one stream)."""
+        return len(self.barrier_paths(paths.SEPARATOR)) == 1
+
     def _watch_scope_changed(self, added: frozenset[str], removed: frozenset[str]) -> None:
         """Start watching the subtrees ``added``, stop watching those ``removed`` (a store without
         notifications does nothing)."""

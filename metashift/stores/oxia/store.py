@@ -28,6 +28,9 @@ from .watches import Notifications
 
 log = logging.getLogger(__name__)
 
+#: Sibling names tried for a shard's barrier (a hash lands on each of N shards within a few N).
+_BARRIER_NAMES = 100_000
+
 
 # The base class is the interfaces and their template methods, shared by every backend
 # (``MetadataStore`` checks arguments and calls ``_get``, ``_put``...; ``BulkStore`` checks and
@@ -141,6 +144,27 @@ class OxiaStore(Store):
             close = self._notifications.detach()
             self._tasks = [t for t in self._tasks if not t.done()]
             self._tasks.append(asyncio.get_running_loop().create_task(close()))
+
+    def barrier_paths(self, path: str) -> list[str]:
+        """Oxia orders notifications per shard only: ``path``, and for each other shard the first
+        of ``path-1``, ``path-2``, ... whose key lands on it (the same names every time)."""
+        conn = self._conn
+        wanted = {s.id for s in conn.shards}
+        covered = {conn.shard_for(self._keys.key(path)).id}
+        found = [path]
+        n = 0
+        while not wanted <= covered and n < _BARRIER_NAMES:
+            n += 1
+            sibling = f"{path}-{n}"
+            shard = conn.shard_for(self._keys.key(sibling)).id
+            if shard not in covered:
+                covered.add(shard)
+                found.append(sibling)
+        return found
+
+    @property
+    def notifications_in_order(self) -> bool:
+        return len(self._conn.shards) <= 1
 
     async def watch_ready(self) -> None:
         await self._notifications.wait_ready(self._conn.timeout)
