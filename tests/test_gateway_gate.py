@@ -20,7 +20,7 @@ from metashift.proto.v1 import gateway_pb2_grpc as pb_grpc
 from metashift.stores import GetOp
 from metashift.stores.errors import MetadataStoreError
 from tests.gateway_support import SlowStore
-from tests.harness import Gateways
+from tests.harness import Gateways, eventually
 
 
 async def _until(predicate: Callable[[], bool], within: float = 10.0) -> None:
@@ -111,9 +111,8 @@ async def test_reads_held_in_the_freeze_are_answered_from_the_store_the_gate_ope
                                    asyncio.create_task(client.get_children("/r", timeout=30)),
                                    asyncio.create_task(client.exists("/r/child-t", timeout=30)),
                                    asyncio.create_task(client.batch([GetOp("/r")])))
-    await asyncio.sleep(0.3)
+    await eventually(lambda: agent.gate.reads_held_total == 4, within=30, what="the four reads held at the gate")
     assert not any(r.done() for r in (get, children, exists, many))
-    assert agent.gate.reads_held_total == 4
     await agent.gate.open(towards=target)
     got = await get
     assert got is not None and got[0] == b"target"
@@ -222,8 +221,9 @@ async def test_no_write_lost_or_applied_twice_across_gate_close_and_switch(
     await asyncio.sleep(0.6)
     await agent.gate.close()
     frozen = {i: await direct.get(f"/counters/w{i}") for i in range(workers)}
-    await asyncio.sleep(0.2)  # writes pile up at the gate
-    assert agent.gate.held > 0
+    # writes pile up at the gate (bounded: a worker that failed never gets there)
+    await eventually(lambda: agent.gate.held > 0 or bool(errors), within=30, what="writes held at the gate")
+    assert agent.gate.held > 0, errors
     # the copy: every node with its value and version
     await target.put("/counters", b"")
     for i, got in frozen.items():
