@@ -25,6 +25,7 @@ from metashift.migration.participants import ParticipantRecord
 from metashift.migration.phase import Phase
 from metashift.proto.errors import WriteOutcomeUnknown
 from metashift.stores import MetadataStore, Notification, NotificationType
+from tests.harness import eventually
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -188,7 +189,7 @@ async def test_the_write_gate_acknowledges_writes_only_under_its_lease(zk_url: s
     assert lapses
     # while it is out, a new write waits (its owner closes the gate, and opens it once it may)
     held = asyncio.ensure_future(gate.run(lambda s: s.put("/leased", b"3")))
-    await asyncio.sleep(0.3)
+    await eventually(lambda: gate.held == 1 or held.done(), within=30, what="the write held at the gate")
     assert not held.done() and gate.held == 1
     await gate.close(1.0)
     lease["ok"] = True
