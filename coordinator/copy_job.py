@@ -55,8 +55,6 @@ def _emit(event: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-
-
 #: How often the job looks at its lease.
 LEASE_POLL_SECONDS = 0.05
 #: A second look before the job ends itself: lines that waited in the pipe while the job itself was

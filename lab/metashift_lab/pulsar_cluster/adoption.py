@@ -31,7 +31,7 @@ from typing import Any
 
 from metashift.migration.flag import read_flag
 from metashift.stores import open_store
-from metashift_lab.cli_runner import run_cli
+from metashift_lab.cli_runner import run_cli, run_cli_json
 
 from . import guide
 from .admin import AdminError, PulsarAdmin
@@ -194,11 +194,10 @@ class Adoption:
         if code != 0:
             return {"exit": code, "error": err.strip()[-300:]}
         abort_code, _out, abort_err = await run_cli("migrate", "abort", "--source", c.source_url, within=FORCED_S)
-        _code, out, status_err = await run_cli("migrate", "status", "--source", c.source_url, "--json", within=300)
         try:
-            status = dict(json.loads(out))
-        except ValueError:
-            return {"exit": code, "abort_exit": abort_code, "error": (abort_err + status_err).strip()[-300:]}
+            status, _code = await run_cli_json(["migrate", "status", "--source", c.source_url, "--json"], within=300)
+        except RuntimeError as e:
+            return {"exit": code, "abort_exit": abort_code, "error": f"{abort_err.strip()[-300:]} {e}".strip()}
         return {"exit": code, "abort_exit": abort_code, "phase": status.get("phase"), "reason": status.get("reason"),
                 "forced": status.get("forced")}
 
