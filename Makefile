@@ -24,8 +24,10 @@ MVN := mvn -B -q -s packaging/pulsar/settings.xml -Dmaven.repo.local=$(CURDIR)/$
 setup: .stamp-debs .stamp-venv $(PULSAR_CACHE)/.stamp oxia
 
 # The Oxia server of the tests (no registry carries it): unpacked from the project's shared tools,
-# beside the repository, into .cache/oxia; METASHIFT_OXIA names another binary instead.
-OXIA_INSTALL := ../shared/tools/oxia/install.sh
+# beside the repository (or, for a clone made elsewhere, beside the local repository it was cloned
+# from), into .cache/oxia; METASHIFT_OXIA names another binary instead.
+ORIGIN := $(shell git remote get-url origin 2>/dev/null)
+OXIA_INSTALL := $(firstword $(wildcard ../shared/tools/oxia/install.sh $(if $(filter /%,$(ORIGIN)),$(ORIGIN)/../shared/tools/oxia/install.sh)) ../shared/tools/oxia/install.sh)
 oxia: .stamp-debs
 	@if [ -n "$$METASHIFT_OXIA" ]; then \
 		test -x "$$METASHIFT_OXIA" || { echo "METASHIFT_OXIA=$$METASHIFT_OXIA is not an executable file"; exit 1; }; \
