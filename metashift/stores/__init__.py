@@ -18,6 +18,7 @@ from .errors import (
     StoreUnavailable,
     ValueTooLarge,
 )
+from .handover import SessionHandle
 from .notifications import Notification, NotificationType, SessionEvent
 from .ops import DeleteOp, ExistsOp, GetChildrenOp, GetOp, Op, OpResult, PutOp
 from .stat import Stat
@@ -26,7 +27,9 @@ from .urls import StoreURL
 from .urls import parse as parse_url
 
 
-async def open_store(url: str | StoreURL, *, watch: bool = True, create_root: bool = True) -> Store:
+async def open_store(
+    url: str | StoreURL, *, watch: bool = True, create_root: bool = True, resume: SessionHandle | None = None
+) -> Store:
     """Connect to the store named by ``url`` (``zk://...``, ``etcd://...`` or ``oxia://...``) and open
     a session.
 
@@ -35,19 +38,21 @@ async def open_store(url: str | StoreURL, *, watch: bool = True, create_root: bo
     notifications (bulk jobs, which do not want every write they make streamed back to them).
     ``create_root=False``: a ZooKeeper chroot that does not exist is ``NotFound`` instead of
     being created (a store that must only be read: the copy's source, both sides of a verify).
+    ``resume``: a session a predecessor process handed over (``Store.session_handle()``), taken
+    back where the store still has it (``Store.resumed``); else a new session.
     """
     parsed = parse_url(url) if isinstance(url, str) else url
     if parsed.scheme == "zk":
         from .zookeeper import ZooKeeperStore
 
-        return await ZooKeeperStore.connect(parsed, watch=watch, create_root=create_root)
+        return await ZooKeeperStore.connect(parsed, watch=watch, create_root=create_root, resume=resume)
     if parsed.scheme == "oxia":
         from .oxia import OxiaStore
 
-        return await OxiaStore.connect(parsed, watch=watch)
+        return await OxiaStore.connect(parsed, watch=watch, resume=resume)
     from .etcd import EtcdStore
 
-    return await EtcdStore.connect(parsed, watch=watch)
+    return await EtcdStore.connect(parsed, watch=watch, resume=resume)
 
 
 __all__ = [
@@ -74,6 +79,7 @@ __all__ = [
     "PutOp",
     "Restore",
     "SessionEvent",
+    "SessionHandle",
     "Stat",
     "Store",
     "StoreFull",

@@ -19,6 +19,7 @@ from typing import Any
 
 from . import paths
 from .errors import BadVersion, InvalidPath, MetadataStoreError, NotFound, ValueTooLarge
+from .handover import SessionHandle
 from .listeners import Listeners
 from .notifications import Notification, NotificationListener, SessionEvent, SessionListener
 from .ops import DeleteOp, ExistsOp, GetChildrenOp, GetOp, GetResult, Op, OpResult, PutOp
@@ -260,6 +261,22 @@ class MetadataStore(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Close the session (its ephemerals go) and the connection. Idempotent."""
+
+    # ---- a session handed to the next process (``handover``) ------------------------------------
+
+    #: True when ``open_store(resume=...)`` got the handed session back (its ephemerals are ours).
+    resumed: bool = False
+
+    def session_handle(self) -> SessionHandle | None:
+        """What a successor process needs to resume this store's session (``None``: nothing to
+        resume, e.g. no session yet). The handle is a secret: keep it out of logs."""
+        return None
+
+    async def detach(self) -> None:
+        """Close the connection but leave the session to live out its timeout on the server, so
+        that a successor can resume it with ``session_handle()``. Idempotent; stores that cannot
+        hand a session over close it."""
+        await self.close()
 
     async def __aenter__(self) -> MetadataStore:
         return self

@@ -51,6 +51,22 @@ class SessionLease:
             raise MetadataStoreError(f"etcd refused a lease: {resp.error}")
         self.id = resp.ID
 
+    async def adopt(self, lease_id: int) -> bool:
+        """Take over ``lease_id`` (a predecessor's) if etcd still has it: refreshed at once, so its
+        keys get a whole TTL again. False when it is gone (expired or revoked)."""
+        conn = self._conn
+        request = rpc.LeaseTimeToLiveRequest(ID=lease_id)
+        resp = await conn.call(None, lambda md: conn.lease.LeaseTimeToLive(request, timeout=conn.timeout, metadata=md))
+        if int(resp.TTL) <= 0:
+            log.info("%s: the lease handed over has expired; granting a new one", conn.url)
+            return False
+        self.id = lease_id
+        self.ttl = max(MIN_LEASE_TTL, int(resp.grantedTTL) or self.ttl)
+        if await self._keepalive_once() <= 0:
+            self.id = 0
+            return False
+        return True
+
     async def revoke_on_close(self) -> None:
         """Revoke the lease (our ephemerals vanish at once); called when the store closes."""
         conn = self._conn

@@ -12,6 +12,7 @@ from ..aio import cancel_and_wait
 from ..batching import BatchedStore
 from ..bulk import NodeInfo, NodeRead, Restore
 from ..errors import InvalidStoreURL, MetadataStoreError, StoreFull
+from ..handover import SessionHandle
 from ..ops import GetResult, Op, OpResult
 from ..stat import Stat
 from ..store import Store
@@ -73,27 +74,35 @@ class EtcdStore(BatchedStore, Store):
         self._tasks: list[asyncio.Task[None]] = []
 
     @classmethod
-    async def connect(cls, url: StoreURL, *, watch: bool = True) -> EtcdStore:
+    async def connect(cls, url: StoreURL, *, watch: bool = True, resume: SessionHandle | None = None) -> EtcdStore:
         """Connect to the first host of ``url`` that answers, grant the session lease and start
         the keep-alive (a watch starts with the first listener of its subtree). ``StoreUnavailable``
         at once when every host refuses the connection, within about ``url.call_timeout`` when
         none answers; ``AuthFailed`` when the credentials are refused. ``watch=False``: no watch
-        ever (no notifications), for bulk jobs that do not want every write streamed back."""
+        ever (no notifications), for bulk jobs that do not want every write streamed back.
+
+        ``resume``: the handle of a lease a predecessor left (``session_handle``): when etcd
+        still has it (time to live above 0), the store keeps it alive and puts its ephemerals
+        under it (``resumed``); otherwise it grants a new one."""
         if url.scheme != "etcd":
             raise InvalidStoreURL(f"not an etcd URL: {url}")
         store = cls(url)
         store._watches.enabled = watch
         try:
-            await store._start()
+            await store._start(resume)
         except BaseException:
             await store._shutdown(revoke=False)
             raise
         return store
 
-    async def _start(self) -> None:
+    async def _start(self, resume: SessionHandle | None) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._conn.timeout
         await self._conn.open(deadline)
+        if resume is not None and resume.kind == "etcd" and resume.id and await self._lease.adopt(resume.id):
+            self.resumed = True
+            self._tasks.append(asyncio.create_task(self._lease.keepalive_loop(), name=f"etcd-keepalive {self.url}"))
+            return
         try:
             await self._lease.grant()
         except StoreFull:
@@ -186,6 +195,15 @@ class EtcdStore(BatchedStore, Store):
         """Stop the tasks, revoke the session lease (our ephemerals vanish at once), close the
         channel. Idempotent."""
         await self._shutdown(revoke=True)
+
+    def session_handle(self) -> SessionHandle | None:
+        if not self._lease.id:
+            return None
+        return SessionHandle("etcd", id=self._lease.id, timeout=float(self._lease.ttl))
+
+    async def detach(self) -> None:
+        """The lease is not revoked: it (and the keys under it) lives out its TTL in etcd."""
+        await self._shutdown(revoke=False)
 
     async def _shutdown(self, revoke: bool) -> None:
         if self._conn.closed:

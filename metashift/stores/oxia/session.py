@@ -64,6 +64,25 @@ class Sessions:
         """Shards whose session was lost and is to be taken again (SessionReestablished then)."""
         self._wake = asyncio.Event()
 
+    async def adopt(self, handed: tuple[tuple[int, int], ...]) -> bool:
+        """Take over the sessions a predecessor with this identity left (shard id, session id):
+        each one that still answers a heartbeat is this store's from now on. True when every
+        one did (the predecessor's ephemerals are all ours); the others are gone with theirs."""
+        shards = {s.id: s for s in self._conn.shards}
+        kept = 0
+        for shard_id, session_id in handed:
+            shard = shards.get(shard_id)
+            if shard is None:
+                continue
+            try:
+                await self._beat(shard, session_id)
+            except SessionNotFound:
+                log.info("%s: the session handed over on shard %d has expired", self._conn.url, shard_id)
+                continue
+            self.ids[shard_id] = session_id
+            kept += 1
+        return bool(handed) and kept == len(handed)
+
     async def id_for(self, shard: Shard, path: str) -> int:
         """The session id of ``shard``, created if there is none (one creation at a time)."""
         got = self.ids.get(shard.id)

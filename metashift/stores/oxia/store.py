@@ -12,6 +12,7 @@ from .. import paths
 from ..aio import cancel_and_wait
 from ..bulk import NodeInfo, NodeRead, Restore
 from ..errors import InvalidStoreURL, MetadataStoreError
+from ..handover import SessionHandle
 from ..ops import GetResult
 from ..stat import Stat
 from ..store import Store
@@ -71,12 +72,16 @@ class OxiaStore(Store):
         self._watch_enabled = True
 
     @classmethod
-    async def connect(cls, url: StoreURL, *, watch: bool = True) -> OxiaStore:
+    async def connect(cls, url: StoreURL, *, watch: bool = True, resume: SessionHandle | None = None) -> OxiaStore:
         """Take the shard assignments from the first host of ``url`` that answers and start the
         keep-alive (sessions are made by the first ephemeral put on each shard; notification
         streams by the first listener). ``StoreUnavailable`` at once when every host refuses the
         connection, within about ``url.call_timeout`` when none answers; a ``MetadataStoreError``
-        when the server has no such namespace. ``watch=False``: no notifications ever."""
+        when the server has no such namespace. ``watch=False``: no notifications ever.
+
+        ``resume``: the handle a predecessor left (``session_handle``): the store takes its
+        client identity (so its records read as ``created_by_self``) and keeps alive every one of
+        its sessions the server still has (``resumed`` when all of them were)."""
         if url.scheme != "oxia":
             raise InvalidStoreURL(f"not an oxia URL: {url}")
         store = cls(url)
@@ -84,6 +89,9 @@ class OxiaStore(Store):
         try:
             loop = asyncio.get_running_loop()
             await store._conn.open(loop.time() + store._conn.timeout)
+            if resume is not None and resume.kind == "oxia" and resume.identity:
+                store._sessions.identity = resume.identity
+                store.resumed = await store._sessions.adopt(resume.shards)
             store._tasks.append(loop.create_task(store._sessions.keepalive_loop(), name=f"oxia-keepalive {url}"))
         except BaseException:
             await store._shutdown()
@@ -176,7 +184,16 @@ class OxiaStore(Store):
         the channels. Idempotent."""
         await self._shutdown()
 
-    async def _shutdown(self) -> None:
+    def session_handle(self) -> SessionHandle | None:
+        sessions = self._sessions
+        return SessionHandle("oxia", identity=sessions.identity, shards=tuple(sorted(sessions.ids.items())),
+                             timeout=sessions.timeout)
+
+    async def detach(self) -> None:
+        """The sessions are not closed: they (and their records) live out their timeout."""
+        await self._shutdown(end_sessions=False)
+
+    async def _shutdown(self, end_sessions: bool = True) -> None:
         if self._conn.closed:
             return
         await self._notifications.stop()
@@ -184,5 +201,6 @@ class OxiaStore(Store):
         await cancel_and_wait(self._tasks, str(self.url))
         self._tasks.clear()
         self._records.batcher.cancel()
-        await self._sessions.close()
+        if end_sessions:
+            await self._sessions.close()
         await self._conn.close()

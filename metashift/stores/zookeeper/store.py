@@ -15,6 +15,7 @@ from aiozk import protocol
 from .. import errors, paths
 from ..batching import BatchedStore, is_write, op_size
 from ..bulk import NodeInfo, NodeRead, Restore
+from ..handover import SessionHandle
 from ..ops import GetOp, GetResult, Op, OpResult
 from ..stat import Stat
 from ..store import Store
@@ -100,6 +101,7 @@ class ZooKeeperStore(BatchedStore, Store):
         max_value_size: int = DEFAULT_MAX_VALUE_SIZE,
         watch: bool = True,
         create_root: bool = True,
+        resume: SessionHandle | None = None,
     ) -> ZooKeeperStore:
         """Open a session on one of ``url``'s servers, create the chroot if it is missing (with
         ``create_root=False``: raise ``NotFound`` naming it, and write nothing).
@@ -109,8 +111,17 @@ class ZooKeeperStore(BatchedStore, Store):
         bulk jobs that do not want the server to stream an event per write back to them.
         Raises ``StoreUnavailable`` when no server answers within the URL's ``timeout``,
         ``AuthFailed`` when the credentials are refused.
+
+        ``resume``: the handle of a session a predecessor left (``session_handle``): the handshake
+        asks for that session id with its password, and ZooKeeper gives it back with its
+        ephemerals if it has not expired (``resumed``); otherwise the store has a new session.
+        A start that fails leaves a resumed session alive (a next attempt may still resume it).
         """
         store = cls(url, max_value_size=max_value_size, watch=watch)
+        if resume is not None and resume.kind == "zk" and resume.id:
+            store._session.session_id = resume.id
+            store._session.password = resume.secret
+            store._session.last_zxid = resume.last_zxid or None
         try:
             await asyncio.wait_for(store._start(create_root), url.call_timeout)
         except TimeoutError:
@@ -119,8 +130,9 @@ class ZooKeeperStore(BatchedStore, Store):
                 f"no ZooKeeper server answered within {url.call_timeout:g}s at {url}"
             ) from None
         except BaseException:
-            await store._shutdown(send_close=True)
+            await store._shutdown(send_close=resume is None)
             raise
+        store.resumed = resume is not None and store.session_id == resume.id
         return store
 
     async def _start(self, create_root: bool) -> None:
@@ -247,6 +259,19 @@ class ZooKeeperStore(BatchedStore, Store):
         if self._session.ended:
             return
         await self._shutdown(send_close=True)
+
+    def session_handle(self) -> SessionHandle | None:
+        session = self._session
+        if not session.session_id:
+            return None
+        return SessionHandle("zk", id=int(session.session_id), secret=bytes(session.password or b""),
+                             timeout=float(session.timeout), last_zxid=int(session.last_zxid or 0))
+
+    async def detach(self) -> None:
+        """No closeSession: the session (and its ephemerals) lives out its timeout on the server."""
+        if self._session.ended:
+            return
+        await self._shutdown(send_close=False)
 
     async def _shutdown(self, send_close: bool) -> None:
         self._events.close()
