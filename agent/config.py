@@ -105,6 +105,10 @@ class AgentConfig:
     migration_root: str = reserved.DEFAULT_ROOT
     """Where the migration keeps its nodes in every store (``metashift.stores.reserved``): the
     same for every agent and command of a cluster."""
+    session_state_dir: Path | None = Path("/run/metashift")
+    """Where the agent keeps what its members' sessions need to survive its restart (a tmpfs;
+    ``agent.core.handover``). ``None`` (the setting empty): no state kept, a restart or a stop
+    ends every session."""
 
 
 #: Every key -> its kind (``config_values``), which reads it from the environment and the command line.
@@ -128,6 +132,7 @@ SCHEMA: dict[str, str] = {
     "gate.drain_timeout": "float",
     "session.timeout": "float",
     "session.max_timeout": "float",
+    "session.state_dir": "str",
     "target.username": "str",
     "target.password": "str",
     "target.password_file": "str",
@@ -272,6 +277,11 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
     ):
         if key in values:
             kwargs[attr] = values[key]
+    if "session.state_dir" in values:
+        text = values["session.state_dir"].strip()
+        if text and not text.startswith("/"):
+            raise ConfigError("session.state_dir", f"must be an absolute path (or empty: keep no state), not {text!r}")
+        kwargs["session_state_dir"] = Path(text) if text else None
     kwargs["target_username"], kwargs["target_password"] = _credentials(values, "target", None, None)
     coordinator = CoordinatorSettings()
     for attr in ("enabled", "prepare_timeout", "participant_timeout", "outage_timeout", "spark_master",
@@ -396,6 +406,7 @@ def summary(config: AgentConfig) -> str:
         f"  coordinator     {'a candidate' if c.enabled else 'never (coordinator.enabled = false)'}"
         + (f", Spark {c.spark_master}" if c.enabled else ""),
         f"  migration root  {config.migration_root}",
+        f"  session state   {config.session_state_dir or 'none (a restart ends every session)'}",
         f"  target creds    {'set' if config.target_username else 'none (the source credentials for a way back)'}",
     ]
     return "\n".join(lines)

@@ -28,6 +28,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from metashift import __version__
 from metashift.agent.config import AgentConfig, ConfigError
 from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.handover import TICK, CarriedSession, HandedState, StateFile, boot_id
 from metashift.agent.core.home import Home
 from metashift.agent.core.participant import Participant
 from metashift.agent.core.router import Router
@@ -35,14 +36,15 @@ from metashift.agent.core.sessions import SessionRegistry
 from metashift.agent.gateway.auth import TokenAuth, read_token
 from metashift.agent.gateway.service import SESSION_SERVICE, STORE_SERVICE, Gateway
 from metashift.agent.metrics import AgentMetrics
+from metashift.agent.zookeeper.carry_over import carry_over
 from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.server import ZooKeeperServer
 from metashift.copy.rules import configured_rules
 from metashift.migration import paths
 from metashift.migration.phase import Phase
 from metashift.proto import wire
-from metashift.stores import MetadataStore, Store, StoreURL, open_store, parse_url
-from metashift.stores.aio import run_loop
+from metashift.stores import MetadataStore, SessionHandle, Store, StoreURL, open_store, parse_url
+from metashift.stores.aio import cancel_and_wait, run_loop
 
 log = logging.getLogger(__name__)
 
@@ -73,13 +75,21 @@ class Agent:
         self.address = ""
         self._stopped = asyncio.Event()
         self._gate_seen: dict[str, int] = {}
+        self.state_file: StateFile | None = None
+        """What the members' sessions need to survive this process (``handover``); ``None``: no state dir."""
+        self._handed: HandedState | None = None
+        """What the predecessor process left in the state file (``None``: nothing, or not usable)."""
+        self._ticker: asyncio.Task[None] | None = None
 
     # ---- start ----------------------------------------------------------------------------------
 
     async def start(self) -> None:
         config = self.config
+        if config.session_state_dir is not None:
+            self.state_file = StateFile(config.session_state_dir, config.node_id)
+            self._handed = self.state_file.load()
         if self.source is None:
-            self.source = await open_store(config.source)
+            self.source = await open_store(config.source, resume=self._handle_for(config.source))
         try:
             await self._start()
         except BaseException:
@@ -102,12 +112,13 @@ class Agent:
     async def _start(self) -> None:
         config = self.config
         assert self.source is not None
+        self._watch_handle(self.source)
         self.router = Router(self.source)
         self.gate = WriteGate(
             self.router, hold_timeout=config.hold_timeout, on_change=self._gate_changed,
             on_released=self.metrics.write_hold.observe,
         )
-        self.registry = SessionRegistry(self.gate, on_change=self.metrics.sessions.set)
+        self.registry = SessionRegistry(self.gate, on_change=self.metrics.sessions.set, journal=self.state_file)
         self.metrics.ephemerals.set_function(lambda: self.registry.ephemeral_count)
         self.gateway = Gateway(
             self.router, self.gate, self.registry, self.metrics,
@@ -138,6 +149,7 @@ class Agent:
         await self.participant.start()
         participant = self.participant
         self.metrics.heartbeat_age.set_function(lambda: participant.heartbeat_age)
+        await self._take_over()  # before anyone is served: what the predecessor left
         await server.start()
         if self.zookeeper is not None:
             await self.zookeeper.serve()
@@ -157,6 +169,78 @@ class Agent:
                               "source": config.source.redacted(), "metrics": config.metrics or None,
                               "zookeeper": self.zookeeper.address if self.zookeeper else None}},
         )
+
+    # ---- the hand-over from one process to the next (``handover``) -------------------------------
+
+    def _handle_for(self, url: StoreURL) -> SessionHandle | None:
+        handed = self._handed
+        return handed.stores.get(url.public()) if handed is not None else None
+
+    def _note_handles(self) -> None:
+        """The store sessions' handles into the state file, those that changed."""
+        if self.state_file is not None:
+            for url, handle in self._store_handles().items():
+                self.state_file.store(url, handle)
+
+    def _watch_handle(self, store: MetadataStore) -> None:
+        """Keep ``store``'s session handle in the state file as it changes (``on_handle_change``)."""
+        store.on_handle_change = self._note_handles
+
+    def _store_handles(self) -> dict[str, SessionHandle]:
+        """The session of every store this agent holds ephemerals in, by public URL."""
+        stores = [self.source, self.router.target, self.router.active]
+        if self.participant is not None:
+            stores += [self.participant.target, self.participant.home.store]
+        handles = {}
+        for store in stores:
+            handle = store.session_handle() if store is not None else None
+            if store is not None and handle is not None:
+                handles[store.url.public()] = handle
+        return handles
+
+    async def _take_over(self) -> None:
+        """Carry over the predecessor's ZooKeeper sessions (``carry_over``), then start this
+        process's state file with what was carried."""
+        handed, state_file = self._handed, self.state_file
+        if handed is not None and self.zookeeper is not None:
+            outcome = await carry_over(handed, self.zookeeper.sessions, self.router.active)
+            if outcome.left:
+                deleting = self.registry.delete_left(outcome.left)
+                if self.gate.is_open:  # before any member is served (a freeze holds them: they wait)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(deleting), self.config.drain_timeout)
+            log.info("took over from the previous agent process: %d session(s) carried with %d ephemeral(s), "
+                     "%d expired, %d not carried; %d ephemeral(s) of ended sessions to delete",
+                     outcome.carried, outcome.ephemerals, outcome.expired, outcome.broken, len(outcome.left),
+                     extra={"fields": {"sessions_carried": outcome.carried, "sessions_expired": outcome.expired,
+                                       "sessions_not_carried": outcome.broken,
+                                       "previous_agent_age": round(handed.age(), 3)}})
+        if state_file is None:
+            return
+        sessions: dict[str, CarriedSession] = {}
+        if self.zookeeper is not None:
+            for zk in self.zookeeper.sessions.by_id.values():
+                client = zk.client
+                sessions[client.id] = CarriedSession(client.id, client.name, client.timeout, zk.id, zk.passwd,
+                                                     set(client.ephemerals))
+        try:
+            state_file.open(HandedState(self.config.node_id, boot_id(), time.monotonic(),
+                                        stores=self._store_handles(), sessions=sessions))
+        except OSError as e:
+            log.warning("cannot keep session state in %s (%s): a restart of this agent ends its members' sessions",
+                        state_file.directory, e.strerror or e, extra={"fields": {"key": "session.state_dir"}})
+            self.state_file = None
+            self.registry.journal = None
+            return
+        self._ticker = asyncio.get_running_loop().create_task(self._tick(state_file), name="state-file")
+
+    async def _tick(self, state_file: StateFile) -> None:
+        """The beat file every ``TICK``, and the store sessions' handles as they change (a new
+        target, a new Oxia shard session, a store session lost and made again)."""
+        while True:
+            self._note_handles()
+            state_file.tick()
+            await asyncio.sleep(TICK)
 
     async def _start_zookeeper(self) -> None:
         config = self.config
@@ -266,8 +350,14 @@ class Agent:
         return parsed
 
     async def open_target(self, url: str) -> Store:
-        """Open a migration's target (named by the flag) with this agent's own credentials."""
-        return await open_store(self.url_with_credentials(url))
+        """Open a migration's target (named by the flag) with this agent's own credentials (and
+        the session the predecessor process held there, if any)."""
+        parsed = self.url_with_credentials(url)
+        store = await open_store(parsed, resume=self._handle_for(parsed))
+        self._watch_handle(store)
+        if self.state_file is not None and (handle := store.session_handle()) is not None:
+            self.state_file.store(store.url.public(), handle)  # before anything is re-created there
+        return store
 
     def _phase_changed(self, phase: Phase) -> None:
         self.metrics.phase.state(phase.value)
@@ -286,14 +376,23 @@ class Agent:
 
     # ---- stop -----------------------------------------------------------------------------------
 
-    async def stop(self, grace: float | None = None) -> None:
+    async def stop(self, grace: float | None = None, *, hand_over: bool = False) -> None:
         """Drain: refuse new calls, let the calls in flight finish (up to ``grace`` seconds, default
-        the config's drain_timeout), end the sessions (their ephemerals are deleted), close stores."""
+        the config's drain_timeout), end the sessions (their ephemerals are deleted), close stores.
+
+        ``hand_over`` (SIGTERM, with a state dir): the ZooKeeper sessions and the store sessions
+        that hold their ephemerals are left for the next process (``handover``): connections are
+        closed, nothing is ended, and the state file says what to take over."""
         if self._stopped.is_set():
             return
         self._stopped.set()
+        hand_over = hand_over and self.state_file is not None
         grace = self.config.drain_timeout if grace is None else grace
-        log.info("agent stopping; draining calls in flight (up to %.1fs)", grace)
+        log.info("agent stopping; draining calls in flight (up to %.1fs)%s", grace,
+                 "; its members' sessions are left for the next agent process" if hand_over else "")
+        if self._ticker is not None:
+            await cancel_and_wait([self._ticker], "state file")
+            self._ticker = None
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         for task in self._companions:
@@ -302,9 +401,10 @@ class Agent:
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(task, 5.0)
         if self.participant is not None:
-            await self.participant.stop()
+            await self.participant.stop(detach=hand_over)
         if self.zookeeper is not None:
-            await self.zookeeper.stop()  # its sessions end: their ephemerals are deleted below
+            # its sessions end (their ephemerals are deleted below), or stay for the next process
+            await self.zookeeper.stop(hand_over=hand_over)
         if self._server is not None:
             self.gateway.shutdown()
             await self._server.stop(grace)
@@ -312,11 +412,19 @@ class Agent:
                 await asyncio.wait_for(self.registry.wait_cleanups(), max(grace, 1.0))
             except TimeoutError:
                 log.warning("stopped deleting client ephemerals: they go with the store session")
+        if hand_over and self.state_file is not None:
+            for url, handle in self._store_handles().items():
+                self.state_file.store(url, handle)
         for store in {id(s): s for s in (self.router.target, self.source) if s is not None}.values():
             if store is self._given_source:
                 continue
             with contextlib.suppress(Exception):
-                await store.close()
+                await (store.detach() if hand_over else store.close())
+        if self.state_file is not None:
+            if hand_over:
+                self.state_file.close()
+            else:  # every session ended: nothing for a successor
+                self.state_file.discard()
         if self.config.listen.kind == "unix":
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.config.listen.address)
@@ -392,7 +500,9 @@ async def serve(config: AgentConfig, companion: Companion | None = None) -> int:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("signal received")
-    await agent.stop()
+    # a restart (an upgrade, systemd's restart) must cost the members nothing: their sessions
+    # stay for the next process, which takes them over within their timeouts
+    await agent.stop(hand_over=True)
     return 0
 
 

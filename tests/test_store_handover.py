@@ -59,7 +59,7 @@ async def test_a_detached_session_is_resumed_with_its_ephemerals(backend: str, r
 
 
 async def _absent(store: object, path: str) -> bool:
-    return await store.get(path) is None  # type: ignore[attr-defined, no-any-return]
+    return await store.get(path) is None  # type: ignore[attr-defined]
 
 
 async def test_an_expired_session_is_not_resumed(backend: str, request: pytest.FixtureRequest) -> None:

@@ -174,7 +174,9 @@ class Participant:
                        loop.create_task(self._beat(), name="heartbeat")]
         self.checks.start()
 
-    async def stop(self) -> None:
+    async def stop(self, *, detach: bool = False) -> None:
+        """Stop following the flag and beating; close the targets this agent opened (``detach``:
+        leave their sessions for the next agent process, ``handover``)."""
         self._unlisten()
         await self.checks.stop()
         if self._lease_timer is not None:
@@ -183,7 +185,7 @@ class Participant:
         for store in {id(s): s for s in (self._target, self._arrived) if s is not None}.values():
             if store is not self.router.active and store is not self.source:
                 with contextlib.suppress(Exception):
-                    await store.close()
+                    await (store.detach() if detach else store.close())
         self._target = None
 
     @property
@@ -393,6 +395,9 @@ class Participant:
                 await old.leave()
             except MetadataStoreError as e:  # it goes with our session there anyway
                 log.warning("could not remove participant record %s from %s: %s", old.record.path, old.store.url, e)
+        else:  # starting: a record an earlier process of this agent left there, on a resumed session
+            with contextlib.suppress(MetadataStoreError):
+                await old.sweep()
 
     async def _roll_back(self, reason: str) -> None:
         log.info("migration rolled back (%s): serving from %s", reason, self.home.store.url)

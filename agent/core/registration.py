@@ -14,6 +14,7 @@ the agent sent that write), so the agent acknowledges writes to its home only un
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -63,12 +64,55 @@ class Registration:
             await self._create()
 
     async def _create(self) -> None:
+        if await self._adopt():
+            return
         fresh = dataclasses.replace(self.record.beating(), acknowledged=None, path="", version=-1)
         sent = time.monotonic()
         stat = await self.store.put(paths.PARTICIPANT_PREFIX, fresh.to_json(), ephemeral=True, sequential=True)
         self.record = dataclasses.replace(fresh, path=stat.path, version=stat.version, owner=stat.owner)
         self._renewed(sent)
         log.info("registered as participant %s in %s", stat.path, self.store.url)
+
+    async def _adopt(self) -> bool:
+        """Take back this agent's own record when the store session it lives on is ours (an
+        earlier process of this agent, whose session was resumed: ``handover``), so that a restart
+        is the same participant to the coordinator; delete any other such record (the newest is
+        kept). False when there is none."""
+        mine: list[tuple[str, ParticipantRecord]] = []
+        names = await self.store.get_children(paths.PARTICIPANTS)  # etcd's names are unpadded: by number
+        for name in sorted(names, key=lambda n: int(n.rpartition("-")[2]) if n.rpartition("-")[2].isdigit() else -1):
+            path = f"{paths.PARTICIPANTS}/{name}"
+            got = await self.store.get(path)
+            if got is None or not got[1].ephemeral or not got[1].created_by_self:
+                continue
+            try:
+                record = ParticipantRecord.from_json(got[0], path, got[1].version, got[1].owner)
+            except ValueError:
+                continue
+            if record.node_id == self.record.node_id:
+                mine.append((path, record))
+        if not mine:
+            return False
+        *stale, (path, found) = mine
+        for old, record in stale:
+            with contextlib.suppress(NotFound, BadVersion):
+                await self.store.delete(old, expected_version=record.version)
+        # its acknowledgement stands: the gate was closed before this process served anyone, and
+        # what the freeze re-created in the target is on the target's session, resumed as well
+        self.record = dataclasses.replace(self.record, path=path, version=found.version, owner=found.owner,
+                                          acknowledged=found.acknowledged, heartbeat=found.heartbeat)
+        log.info("took back participant record %s in %s (the same store session)", path, self.store.url)
+        await self._rewrite(lambda r: r.beating())
+        return True
+
+    async def sweep(self) -> None:
+        """Delete every record of this agent's own store session in this store (a home it left)."""
+        for name in await self.store.get_children(paths.PARTICIPANTS):
+            path = f"{paths.PARTICIPANTS}/{name}"
+            got = await self.store.get(path)
+            if got is not None and got[1].ephemeral and got[1].created_by_self:
+                with contextlib.suppress(NotFound, BadVersion):
+                    await self.store.delete(path, expected_version=got[1].version)
 
     async def _rewrite(self, change: Callable[[ParticipantRecord], ParticipantRecord]) -> None:
         """Compare-and-set of ``change(record)``. A version we did not expect means a write of ours

@@ -15,6 +15,7 @@ the ephemerals it created and their latest value, so that it can:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from metashift.agent.core.gate import WriteGate
+from metashift.agent.core.handover import CarriedSession, StateFile
 from metashift.proto.errors import HeldForMigration
 from metashift.stores import MetadataStore, SessionEvent, Stat
 from metashift.stores.errors import (
@@ -60,8 +62,12 @@ class ClientSession:
 class SessionRegistry:
     """Every open client session, who owns which ephemeral, and the deletion of a session's ephemerals."""
 
-    def __init__(self, gate: WriteGate, *, on_change: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self, gate: WriteGate, *, on_change: Callable[[int], None] | None = None, journal: StateFile | None = None
+    ) -> None:
         self.gate = gate
+        self.journal = journal
+        """The state file that carries the ZooKeeper sessions to the next process (``handover``)."""
         self.sessions: dict[str, ClientSession] = {}
         self._owner: dict[str, ClientSession] = {}
         self._ids = itertools.count(1)
@@ -85,8 +91,23 @@ class SessionRegistry:
     def open(self, name: str, timeout: float, sink: EventSink) -> ClientSession:
         session = ClientSession(f"{self._prefix}-{next(self._ids)}", name, timeout, sink)
         self.sessions[session.id] = session
+        if self.journal is not None:  # a successor deletes its ephemerals if it cannot carry it
+            self.journal.opened(CarriedSession(session.id, name, timeout))
         self._changed()
         log.info("session %s opened (%s, timeout %.1fs)", session.id, name or "-", timeout)
+        return session
+
+    def restore(self, session_id: str, name: str, timeout: float, sink: EventSink, ephemerals: dict[str, bytes],
+                last_seen: float) -> ClientSession:
+        """A session a predecessor process served, carried over with the ephemerals it owns
+        (checked by the caller to be ephemerals of the agent's store session)."""
+        session = ClientSession(session_id, name, timeout, sink, dict(ephemerals), last_seen)
+        self.sessions[session.id] = session
+        for path in ephemerals:
+            self._owner[path] = session
+        self._changed()
+        log.info("session %s carried over (%s, timeout %.1fs, %d ephemeral(s))", session.id, name or "-",
+                 timeout, len(ephemerals))
         return session
 
     def get(self, session_id: str) -> ClientSession | None:
@@ -106,10 +127,16 @@ class SessionRegistry:
             if self._owner.get(path) is session:
                 del self._owner[path]
         deleted = 0
+        left: list[str] = []
         for path in paths:
-            if await self._delete_ephemeral(path):
+            outcome = await self._delete_ephemeral(path)
+            if outcome is True:
                 deleted += 1
+            elif outcome is None:
+                left.append(path)
         session.ephemerals.clear()
+        if self.journal is not None:  # after the deletes: a successor deletes what a kill or a stop left
+            self.journal.ended(session.id, left)
         log.info("session %s ended (%s); %d ephemeral(s) deleted", session.id, reason, deleted)
         return deleted
 
@@ -125,7 +152,9 @@ class SessionRegistry:
         if not task.cancelled() and task.exception() is not None:
             log.error("ending a session failed", exc_info=task.exception())
 
-    async def _delete_ephemeral(self, path: str) -> bool:
+    async def _delete_ephemeral(self, path: str) -> bool | None:
+        """True: deleted; False: gone already or no longer ours; None: left in the store (the
+        agent stops, or the store would not answer)."""
         for attempt in range(20):
             try:
                 async with self.gate.write(wait=None) as store:
@@ -141,16 +170,27 @@ class SessionRegistry:
             except HeldForMigration:
                 if self.gate.shutting_down:  # the gate stays closed: the store session takes it
                     log.info("not deleting ephemeral %s: the write gate is closed and the agent stops", path)
-                    return False
+                    return None
                 log.info("deleting ephemeral %s waits for the write gate", path)
             except StoreUnavailable as e:
                 log.warning("cannot delete ephemeral %s yet (%s); retrying", path, e)
                 await asyncio.sleep(min(0.1 * 2**attempt, 2.0))
             except MetadataStoreError:
                 log.exception("cannot delete ephemeral %s", path)
-                return False
+                return None
         log.error("gave up deleting ephemeral %s; it goes with the agent's store session", path)
-        return False
+        return None
+
+    def delete_left(self, paths: list[str] | tuple[str, ...]) -> asyncio.Task[int]:
+        """Delete ephemerals of the agent's store session that no session owns (left by a
+        predecessor process), through the write gate, in a task."""
+        async def delete_all() -> int:
+            return sum([await self._delete_ephemeral(path) is True for path in paths])
+
+        task = asyncio.get_running_loop().create_task(delete_all())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanup_done)
+        return task
 
     async def wait_cleanups(self) -> None:
         if self._cleanups:
@@ -164,8 +204,12 @@ class SessionRegistry:
         if ephemeral and stat.ephemeral and session is not None and (owner is None or stat.version == 0):
             if owner is not None and owner is not session:
                 owner.ephemerals.pop(path, None)
+                if self.journal is not None:
+                    self.journal.dropped(owner.id, path)
             self._owner[path] = session
             session.ephemerals[path] = value
+            if self.journal is not None:  # before the answer: a kill now leaves it to the successor
+                self.journal.owned(session.id, path)
         elif owner is not None and not stat.ephemeral:
             self.record_delete(path)  # deleted behind our back and made persistent: no one's ephemeral
         elif owner is not None:
@@ -175,6 +219,8 @@ class SessionRegistry:
         owner = self._owner.pop(path, None)
         if owner is not None:
             owner.ephemerals.pop(path, None)
+            if self.journal is not None:
+                self.journal.dropped(owner.id, path)
 
     def owner_of(self, path: str) -> ClientSession | None:
         """The client session that owns the ephemeral ``path`` (None: not one this agent tracks)."""
@@ -206,6 +252,16 @@ class SessionRegistry:
                     self.record_delete(path)
                     continue
                 value, version = got[0], got[1].version
+            there = await store.get(path) if active is not store else None
+            if there is not None and there[1].ephemeral:
+                if there[1].created_by_self and there[0] == value and there[1].version == version:
+                    made += 1  # this agent's before a restart (the same session, resumed): once is enough
+                    continue
+                if not there[1].created_by_self:
+                    # a copy made before a restart on a session that was not resumed: it would go
+                    # when that session expires, so it is replaced by one of this session's
+                    with contextlib.suppress(NotFound, BadVersion):
+                        await store.delete(path, expected_version=there[1].version)
             # Keep its version too: a broker's compare-and-set on its own ephemeral (Pulsar's
             # ResourceLock) uses the version it read before the switch. Every put names the node
             # ephemeral: on etcd a put without the lease would make it persistent.

@@ -104,11 +104,12 @@ class ZooKeeperServer:
         await self._server.start_serving()
         log.info("zookeeper protocol served on %s", self.address)
 
-    async def stop(self) -> None:
-        """Stop listening, end every session (their ephemerals go) and every connection."""
+    async def stop(self, *, hand_over: bool = False) -> None:
+        """Stop listening, end every session (their ephemerals go) and every connection; with
+        ``hand_over`` the sessions stay for the next process (``handover``)."""
         if self._server is not None:
             self._server.close()
-        await self.sessions.shutdown()
+        await self.sessions.shutdown(hand_over=hand_over)
         for task in list(self._conns):
             task.cancel()
         for task in list(self._conns):

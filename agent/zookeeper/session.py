@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from metashift.agent.core.handover import CarriedSession
 from metashift.agent.core.sessions import ClientSession, SessionRegistry
 from metashift.stores import SessionEvent
 from metashift.stores.zookeeper.wire import ChildInfo
@@ -50,6 +51,9 @@ class ZkSession:
     pending: list[bytes] = field(default_factory=list)
     auth: list[ChildInfo] = field(default_factory=list)
     closing: bool = False
+    carried: bool = False
+    """Carried over from a predecessor process: the watches its client sets again may have missed
+    events while no agent served it (``set_watches`` fires them)."""
 
     @property
     def alive(self) -> bool:
@@ -90,11 +94,30 @@ class ZkSessions:
         timeout_ms = self.negotiate(requested_ms)
         sid = self._id_base | self._next
         self._next += 1
+        while sid in self.by_id:  # one carried over from a predecessor
+            sid = self._id_base | self._next
+            self._next += 1
         holder: list[ZkSession] = []
         client = self.registry.open(f"zk:{name}:{sid:#x}", timeout_ms / 1000, lambda ev: self._store_event(holder, ev))
         session = ZkSession(sid, secrets.token_bytes(16), timeout_ms, client)
         holder.append(session)
         self.by_id[sid] = session
+        self._by_client[client.id] = session
+        journal = self.registry.journal
+        if journal is not None:  # before the client hears of it
+            journal.opened(CarriedSession(client.id, client.name, client.timeout, sid, session.passwd))
+        return session
+
+    def restore(self, carried: CarriedSession, ephemerals: dict[str, bytes], last_seen: float) -> ZkSession:
+        """A session a predecessor process served (``handover``), with the ephemerals it owns:
+        its client may re-attach with its id and password, as to a ZooKeeper server; it expires
+        ``timeout`` after ``last_seen`` if the client does not come back."""
+        holder: list[ZkSession] = []
+        client = self.registry.restore(carried.id, carried.name, carried.timeout,
+                                       lambda ev: self._store_event(holder, ev), ephemerals, last_seen)
+        session = ZkSession(carried.zk_id, carried.zk_passwd, int(carried.timeout * 1000), client, carried=True)
+        holder.append(session)
+        self.by_id[session.id] = session
         self._by_client[client.id] = session
         return session
 
@@ -161,8 +184,10 @@ class ZkSessions:
         if holder:
             log.debug("zookeeper session %#x: store event %s", holder[0].id, event.value)
 
-    async def shutdown(self) -> None:
-        """The agent stops: close every connection and end every session (their ephemerals go)."""
+    async def shutdown(self, *, hand_over: bool = False) -> None:
+        """The agent stops: close every connection and end every session (their ephemerals go);
+        with ``hand_over``, the sessions stay (in the state file and on the store) for the next
+        process, which the clients reconnect to."""
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(BaseException):
@@ -171,6 +196,8 @@ class ZkSessions:
             if session.conn is not None:
                 session.conn.close()
                 session.conn = None
+            if hand_over:
+                continue
             session.closing = True
             self._forget(session)
             self.registry.end_soon(session.client, "agent stopping")

@@ -62,22 +62,26 @@ class RawZk:
         self.writer = writer
         self.prefix = prefix
         self.session_id = 0
+        self.passwd = bytes(16)
         self.events: asyncio.Queue[Event] = asyncio.Queue()
         self._pending: deque[tuple[int, asyncio.Future[Reply]]] = deque()
         self._xid = 0
         self._task: asyncio.Task[None] | None = None
 
     @classmethod
-    async def connect(cls, host: str, port: int, prefix: str = "", *, session_timeout_ms: int = 10_000) -> RawZk:
-        """A new session (``ConnectionError`` when the server grants none)."""
+    async def connect(cls, host: str, port: int, prefix: str = "", *, session_timeout_ms: int = 10_000,
+                      session_id: int = 0, passwd: bytes = bytes(16)) -> RawZk:
+        """A new session, or the re-attach of ``session_id`` with its ``passwd`` (``ConnectionError``
+        when the server grants none: for a re-attach, the session expired)."""
         reader, writer = await asyncio.open_connection(host, port)
         zk = cls(reader, writer, prefix)
-        writer.write(wire.frame(wire.ConnectRequest(0, 0, session_timeout_ms, 0, bytes(16), False).encode()))
+        writer.write(wire.frame(wire.ConnectRequest(0, 0, session_timeout_ms, session_id, passwd, False).encode()))
         response = wire.ConnectResponse.decode(await asyncio.wait_for(zk._packet(), WAIT))
         if response.timeout <= 0 or response.session_id == 0:
             writer.close()
             raise ConnectionError(f"no session from {host}:{port}: {response}")
         zk.session_id = response.session_id
+        zk.passwd = response.passwd
         zk._task = asyncio.get_running_loop().create_task(zk._read())
         return zk
 
@@ -85,6 +89,14 @@ class RawZk:
         if self.connected:
             with contextlib.suppress(Exception):
                 await self.call(Op.CLOSE_SESSION, b"")
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+        self.writer.close()
+
+    async def close_connection(self) -> None:
+        """Drop the connection without ending the session (as a client whose server went away)."""
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(BaseException):
@@ -192,6 +204,13 @@ class RawZk:
     async def watches_op(self, op: int, path: str, watcher_type: int) -> int:
         """removeWatches / checkWatches: the error code."""
         return (await self.call(op, Writer().string(self.path(path)).int(watcher_type).bytes())).err
+
+    async def set_watches(self, relative_zxid: int, data: list[str], exist: list[str], child: list[str]) -> int:
+        """setWatches, as a client re-attached to its session sends it first."""
+        body = Writer().long(relative_zxid)
+        for paths in (data, exist, child):
+            body.strings([self.path(p) for p in paths])
+        return (await self.call(Op.SET_WATCHES, body.bytes(), xid=wire.XID_SET_WATCHES)).err
 
     async def add_auth(self, scheme: str, auth: bytes) -> int:
         body = Writer().int(0).string(scheme).buffer(auth).bytes()

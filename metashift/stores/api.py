@@ -266,6 +266,10 @@ class MetadataStore(ABC):
 
     #: True when ``open_store(resume=...)`` got the handed session back (its ephemerals are ours).
     resumed: bool = False
+    #: Called (synchronously) when ``session_handle()`` changes before an ephemeral is put on the
+    #: new session (Oxia: a session made on another shard), so that a process keeping the handle
+    #: for its successor has it before any ephemeral lives on that session.
+    on_handle_change: Callable[[], None] | None = None
 
     def session_handle(self) -> SessionHandle | None:
         """What a successor process needs to resume this store's session (``None``: nothing to

@@ -26,6 +26,11 @@ class WatchRequests:
         if any(wanted for _, wanted in groups):
             self.watches.want()
             await self.watches.ready()
+        # A session carried over from the agent's predecessor: nobody heard the store for it
+        # while no agent ran, so what changed then is unknown. Every data and child watch fires
+        # (a client re-reads and finds what it had, at worst): a missed one would leave its
+        # cache stale for good.
+        missed, session.carried = session.carried, False
         for kind, wanted in groups:
             for path in wanted:
                 if kind in (DATA, EXIST, CHILD):
@@ -37,6 +42,11 @@ class WatchRequests:
                     if kind in (DATA, CHILD) and not exists:
                         self.watches.add(kind, path, session)
                         self.watches.fire(EventType.NODE_DELETED, path, (kind,), {session})
+                        continue
+                    if missed and kind in (DATA, CHILD):
+                        self.watches.add(kind, path, session)
+                        event = EventType.NODE_DATA_CHANGED if kind == DATA else EventType.NODE_CHILDREN_CHANGED
+                        self.watches.fire(event, path, (kind,), {session})
                         continue
                 self.watches.add(kind, path, session)
         return b""

@@ -63,6 +63,7 @@ class Sessions:
         self._lost: set[int] = set()
         """Shards whose session was lost and is to be taken again (SessionReestablished then)."""
         self._wake = asyncio.Event()
+        self.on_new_session: Callable[[], None] | None = None
 
     async def adopt(self, handed: tuple[tuple[int, int], ...]) -> bool:
         """Take over the sessions a predecessor with this identity left (shard id, session id):
@@ -103,6 +104,8 @@ class Sessions:
             resp = await conn.unary(path, "CreateSession", shard, request)
             if resp.session_id != 0:
                 self.ids[shard.id] = resp.session_id
+                if self.on_new_session is not None:  # before any ephemeral is put on it
+                    self.on_new_session()
                 return int(resp.session_id)
             # session 0 would read as "no owner": give it back, take the next one
             with contextlib.suppress(MetadataStoreError):

@@ -6,11 +6,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from .. import paths
 from ..aio import cancel_and_wait
-from ..bulk import NodeInfo, NodeRead, Restore
+from ..bulk import NodeInfo, NodeRead, Restore, SessionLife
 from ..errors import InvalidStoreURL, MetadataStoreError
 from ..handover import SessionHandle
 from ..ops import GetResult
@@ -24,6 +24,7 @@ from .records import Records
 from .restores import Restores
 from .sequence_counters import SequenceCounters
 from .session import Sessions
+from .session_lives import session_lives
 from .tree_reads import TreeReads
 from .watches import Notifications
 
@@ -62,6 +63,7 @@ class OxiaStore(Store):
         self._conn = OxiaConnection(url, Liveness(self._session_event))
         # Pulsar's store takes a random identity: the client identity of its ephemeral records
         self._sessions = Sessions(self._conn, str(uuid.uuid4()), self._session_event)
+        self._sessions.on_new_session = self._new_session
         self._records = Records(self._conn, self._keys, self._sessions)
         self._operations = Operations(self._conn, self._keys, self._records)
         self._tree_reads = TreeReads(self._conn, self._keys, self._records, self._operations)
@@ -140,6 +142,11 @@ class OxiaStore(Store):
     async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
         return await self._counters.advance_sequence_counter(parent, at_least)
 
+    async def session_lives(self, sessions: Mapping[int, Sequence[str]]) -> dict[int, SessionLife]:
+        """Each owner's sessions, as their records tell (``session_lives``)."""
+        return await session_lives(
+            self._conn, self._keys, lambda path: self._records.get(path, value=False), sessions)
+
     # ---- watches (``watches``) ------------------------------------------------------------------
 
     def _watch_scope_changed(self, added: frozenset[str], removed: frozenset[str]) -> None:
@@ -183,6 +190,10 @@ class OxiaStore(Store):
         """Close the notification streams and the sessions (our ephemerals vanish at once), then
         the channels. Idempotent."""
         await self._shutdown()
+
+    def _new_session(self) -> None:
+        if self.on_handle_change is not None:
+            self.on_handle_change()
 
     def session_handle(self) -> SessionHandle | None:
         sessions = self._sessions
