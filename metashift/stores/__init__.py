@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from .api import MetadataStore
-from .bulk import BulkStore, NodeInfo, NodeRead, Restore
+from .bulk import BulkStore, NodeInfo, NodeRead, Restore, SessionLife
 from .errors import (
     AlreadyExists,
     AuthFailed,
@@ -80,6 +80,7 @@ __all__ = [
     "Restore",
     "SessionEvent",
     "SessionHandle",
+    "SessionLife",
     "Stat",
     "Store",
     "StoreFull",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Collection, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from . import paths
@@ -56,6 +56,36 @@ class Restore:
     version: int
     current: int = -1
     """The version the node has in this store now, as read just before (-1: it does not exist)."""
+
+
+@dataclass(frozen=True)
+class SessionLife:
+    """What a store tells of one session (``BulkStore.session_lives``): whether it still holds
+    it, how long it still has unless it is renewed, and whether a client renews it. ``None``
+    wherever the store does not tell; ``unknown`` says plainly what it cannot."""
+
+    owner: int
+    """The session as ``NodeInfo.owner`` names it."""
+    name: str
+    """How the store calls it: ``lease 0x1a2b`` (etcd), ``session 0x1a2b`` (ZooKeeper), ``session
+    0x1a2b (2 on shard 0)`` (Oxia)."""
+    alive: bool | None = None
+    """The store still holds it (False: it lapsed, its ephemerals are gone or going)."""
+    expires_in: float | None = None
+    """Seconds until the store expires it unless it is renewed meanwhile."""
+    timeout: float | None = None
+    """Its time to live as granted or negotiated, in seconds."""
+    expires_within: float | None = None
+    """A bound on ``expires_in`` when that is not told: it lapses within this many seconds of its
+    client's last contact (ZooKeeper: the server's ``maxSessionTimeout``; Oxia: its timeout)."""
+    renewed: bool | None = None
+    """True: a client keeps it alive now (ZooKeeper: a connection carries it); False: nobody can
+    until a client resumes it (ZooKeeper: no connection to any server asked); ``None``: the store
+    does not tell (etcd, Oxia: only watching it over time does)."""
+    within: str = ""
+    """What ``expires_within`` is, in words: ``its timeout``, ``the server's maxSessionTimeout``."""
+    unknown: str = ""
+    """What the store cannot tell of it, in words (empty when it tells everything above)."""
 
 
 class BulkStore(ABC):
@@ -170,6 +200,14 @@ class BulkStore(ABC):
         in use, what counts against its quota), so that a bulk writer can compact its history
         when its writes have made it grow; ``None`` for stores without history."""
         return None
+
+    async def session_lives(self, sessions: Mapping[int, Sequence[str]]) -> dict[int, SessionLife]:
+        """What the store tells of each session of ``sessions`` (``NodeInfo.owner`` -> the paths
+        of some of its ephemerals, which a store whose owner is not the session itself reads: Oxia)
+        and its time left: etcd's lease time-to-live, what ZooKeeper's four-letter commands show,
+        Oxia's session record. Nothing is renewed, changed or written. Here: nothing is told."""
+        return {owner: SessionLife(owner, f"session 0x{owner:x}", unknown="this store does not tell")
+                for owner in sessions}
 
     # ---- what each backend implements -----------------------------------------------------------
 

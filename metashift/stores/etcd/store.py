@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 
 from .. import paths
 from ..aio import cancel_and_wait
 from ..batching import BatchedStore
-from ..bulk import NodeInfo, NodeRead, Restore
+from ..bulk import NodeInfo, NodeRead, Restore, SessionLife
 from ..errors import InvalidStoreURL, MetadataStoreError, StoreFull
 from ..handover import SessionHandle
 from ..ops import GetResult, Op, OpResult
@@ -22,6 +22,7 @@ from .connection import EtcdConnection
 from .history import History
 from .keys import Keys
 from .lease import SessionLease
+from .lease_lives import lease_lives
 from .operations import MAX_VALUE_SIZE, TXN_MAX_BYTES, TXN_MAX_OPS, Operations
 from .restores import Restores
 from .sequence_counters import SequenceCounters
@@ -180,6 +181,10 @@ class EtcdStore(BatchedStore, Store):
 
     async def history_bytes(self) -> int | None:
         return await self._history.history_bytes()
+
+    async def session_lives(self, sessions: Mapping[int, Sequence[str]]) -> dict[int, SessionLife]:
+        """Each lease's time to live, as etcd tells it (``lease_lives``)."""
+        return await lease_lives(self._conn, sessions)
 
     # ---- watches (``watches``) ------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from aiozk import exc as zk_exc
@@ -14,7 +14,7 @@ from aiozk import protocol
 
 from .. import errors, paths
 from ..batching import BatchedStore, is_write, op_size
-from ..bulk import NodeInfo, NodeRead, Restore
+from ..bulk import NodeInfo, NodeRead, Restore, SessionLife
 from ..handover import SessionHandle
 from ..ops import GetOp, GetResult, Op, OpResult
 from ..stat import Stat
@@ -28,6 +28,7 @@ from .restores import Restores
 from .sequence_counters import SequenceCounters
 from .session import ZKSession
 from .session_events import SessionEvents
+from .session_lives import session_lives
 from .tree_reads import TreeReads
 from .watches import Watches
 from .wire.constants import MAX_VERSION
@@ -217,6 +218,11 @@ class ZooKeeperStore(BatchedStore, Store):
 
     async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
         return await self._counters.advance_sequence_counter(parent, at_least)
+
+    async def session_lives(self, sessions: Mapping[int, Sequence[str]]) -> dict[int, SessionLife]:
+        """Each session, as the four-letter commands of the URL's servers tell (``session_lives``)."""
+        return await session_lives(self.url.hosts, sessions, own=self.session_id,
+                                   own_timeout=float(self._session.timeout or 0), touch=lambda: self.exists("/"))
 
     # ---- requests forwarded in wire form (``forward``), for the agent's ZooKeeper front ----------
 
