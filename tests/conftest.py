@@ -5,7 +5,15 @@ from metashift import grpc_env
 
 grpc_env.configure()
 
+import os  # noqa: E402
+import tempfile  # noqa: E402
+
 import pytest  # noqa: E402  (after the gRPC environment)
+
+# The agent processes a test starts keep their members' sessions in a state dir (default
+# /run/metashift, the machine's): this test process's own, so that agents of concurrent tests
+# with one node id never share a state file.
+os.environ.setdefault("METASHIFT_SESSION_STATE_DIR", tempfile.mkdtemp(prefix="ms-state-"))
 
 pytest_plugins = ["tests.harness", "tests.zkfront", "tests.zkjava", "tests.agent_processes", "tests.copy_support"]
 

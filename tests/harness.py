@@ -211,8 +211,11 @@ class Gateways:
         from metashift.agent.config import build
         from metashift.agent.server import Agent
 
+        socket = self.socket_path()
         flat: dict[str, Any] = {
-            "source.url": source_url, "listen": f"unix:{self.socket_path()}", "node_id": "test-agent",
+            "source.url": source_url, "listen": f"unix:{socket}", "node_id": "test-agent",
+            # its own state dir: the default (/run/metashift) is the machine's, shared by every agent
+            "session.state_dir": socket.rpartition("/")[0],
             "gate.drain_timeout": 2.0,
             # the agent's migration heartbeat (its lease on writing): 10 s rides out this test
             # process's event loop stalling a few seconds on a loaded machine (the default is 5)

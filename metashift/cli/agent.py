@@ -91,7 +91,7 @@ def _agent(args: argparse.Namespace) -> int:
             overrides={
                 "source.url": args.source, "listen": args.listen, "node_id": args.node_id,
                 "role": args.role, "metrics": args.metrics, "log_level": args.log_level,
-                "zookeeper.listen": args.zk_listen,
+                "zookeeper.listen": args.zk_listen, "session.state_dir": args.state_dir,
             },
         )
     except config.ConfigError as e:
@@ -119,6 +119,9 @@ def add_agent(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--zk-listen", metavar="HOST:PORT",
                    help="also serve ZooKeeper's client protocol there (e.g. 127.0.0.1:2181)")
     p.add_argument("--role", choices=["broker", "bookie"], help="what runs next to this agent")
+    p.add_argument("--state-dir", metavar="DIR",
+                   help="where the members' sessions are kept across a restart of the agent (a tmpfs; "
+                        "default /run/metashift; '' keeps none)")
     p.add_argument("--metrics", metavar="HOST:PORT", help="serve Prometheus metrics there")
     p.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     p.add_argument("--check-config", action="store_true",
