@@ -8,7 +8,11 @@ What it looks at, each a line of its report:
 - ``agents``: who is registered (a participant record each), alive or not.
 - ``members``: every live ephemeral of the source (broker and bookie registrations, and any
   other) held by an agent's store session. A member whose session no agent holds reaches the
-  store directly: a migration would split it off from the cluster (``members``).
+  store directly: a migration would split it off from the cluster (``members``). Or its process
+  is gone and its session outlives it (a member restarted onto its agent, whose old session was
+  not closed: Pulsar on etcd does not revoke its lease): each such session is said with the time
+  it still has, as far as the store tells (``BulkStore.session_lives``), and ``check_waiting``
+  (``migrate check --wait``) waits for those to lapse.
 - ``target access``: every live agent opened the target with its own credentials (a dry open
   asked through the source: ``agent.dry_open``).
 - ``versions``: every agent runs the same metashift version.
@@ -22,8 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
+import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +38,16 @@ from metashift.migration import paths
 from metashift.migration.members import Census, census, session_name
 from metashift.migration.origin import read_state
 from metashift.migration.participants import ParticipantRecord, list_participants
-from metashift.stores import MetadataStore, MetadataStoreError, NotFound, StoreURL, open_store
+from metashift.stores import (
+    BulkStore,
+    GetOp,
+    MetadataStore,
+    MetadataStoreError,
+    NotFound,
+    SessionLife,
+    StoreURL,
+    open_store,
+)
 
 from .cleanup import first_path
 
@@ -40,6 +56,18 @@ DRY_OPEN_WAIT = 20.0
 #: How often the participant records are read while waiting.
 _POLL = 0.2
 
+
+#: ``check_waiting``: how often the sessions waited for are looked at, and how often it says so.
+LAPSE_POLL = 1.0
+PROGRESS_SECONDS = 5.0
+#: ``check_waiting``: how much later than the store said a session may lapse before it counts as
+#: renewed (ZooKeeper expires sessions on its tick, 2 s by default; etcd and Oxia check about
+#: twice a second), and how much an etcd lease's time to live may read above what it had, less
+#: the time since (its whole seconds, rounded up).
+LAPSE_SLACK = 3.0
+TTL_SLACK = 1.5
+#: ``--wait``: the most seconds it accepts.
+MAX_WAIT = 3600.0
 
 #: A line's outcome: passed, failed (``start`` refuses), or said and let pass.
 OK, FAILED, WARNING = "ok", "failed", "warning"
@@ -67,7 +95,12 @@ class Preflight:
     agents: list[dict[str, Any]] = field(default_factory=list)
     members: list[dict[str, Any]] = field(default_factory=list)
     bypassing: list[dict[str, Any]] = field(default_factory=list)
-    """Sessions no agent holds: ``session``, ``owner`` (the number), ``paths``, ``members``."""
+    """Sessions no agent holds: ``session``, ``owner`` (the number), ``paths``, ``members``, what
+    the store tells of its time left (``SessionLife``'s fields: ``name``, ``alive``,
+    ``expires_in``, ``timeout``, ``expires_within``, ``renewed``, ``unknown``), ``said`` (the same
+    in words) and ``problem`` (its line among ``problems``)."""
+    waited: dict[str, Any] | None = None
+    """``check_waiting``: what ``--wait`` waited for and how it ended; ``None`` without it."""
 
     @property
     def ready(self) -> bool:
@@ -89,7 +122,8 @@ class Preflight:
                        for x in self.lines],
             "refusals": self.refusals, "problems": self.problems, "warnings": self.warnings,
             "agents": self.agents, "members": self.members,
-            "bypassing": [{k: v for k, v in b.items() if k != "owner"} for b in self.bypassing],
+            "bypassing": [{k: v for k, v in b.items() if k not in ("owner", "problem")} for b in self.bypassing],
+            "waited": self.waited,
         }
 
     def text(self) -> str:
@@ -107,18 +141,22 @@ class Preflight:
             if items:
                 out.append(title)
                 out.extend(f"  {item}" for item in items)
+        if self.waited is not None:
+            w = self.waited
+            out.append(f"waited {w['waited_s']:.0f} s of --wait {w['seconds']:g}: {w['outcome']} ({w['detail']})")
         out.append(f"ready: {'yes' if self.ready else 'no'}")
         return "\n".join(out)
 
 
 async def check(
     source: MetadataStore, target: StoreURL, *, wait: float = DRY_OPEN_WAIT, clean_target: bool = False,
-    startable: bool = True,
+    startable: bool = True, watched: Watch | None = None,
 ) -> Preflight:
     """Every check of the module, reported; nothing of the cluster's is written (the dry-open
     request is an ephemeral of this command's session, removed at the end). ``clean_target``:
     a target that is not empty is a warning (``start --clean-target`` would empty it), not a
-    refusal. ``startable=False``: the source's flag was already judged by the caller."""
+    refusal. ``startable=False``: the source's flag was already judged by the caller.
+    ``watched``: what ``check_waiting`` saw of the sessions no agent holds (renewed ones)."""
     report = Preflight(source.url.public(), target.public())
     if startable:
         await _source_state(source, report)
@@ -128,7 +166,8 @@ async def check(
     records = await list_participants(source)
     alive = _agents(records, report)
     found = await census(source, records)
-    _members(found, records, report)
+    lives = await session_lives(source, {h.owner: sorted(h.paths) for h in found.bypassing})
+    _members(found, records, report, lives, watched or Watch())
     # an agent that does not say its version predates the dry opens: it cannot be asked
     askable = [r for r in alive if r.agent_version]
     for r in alive:
@@ -210,13 +249,40 @@ def _agents(records: list[ParticipantRecord], report: Preflight) -> list[Partici
     return alive
 
 
-def _members(found: Census, records: list[ParticipantRecord], report: Preflight) -> None:
+async def session_lives(source: MetadataStore, wanted: dict[int, list[str]]) -> dict[int, SessionLife]:
+    """What the store tells of each session of ``wanted`` (owner -> the paths of its ephemerals);
+    a store that cannot be asked, or fails to answer, tells nothing (said so, not a failure of the
+    check)."""
+    if not wanted:
+        return {}
+    if isinstance(source, BulkStore):
+        try:
+            return await source.session_lives(wanted)
+        except MetadataStoreError as e:
+            why = f"the store did not tell ({e})"
+    else:
+        why = "the store cannot be asked"
+    return {owner: SessionLife(owner, f"session 0x{owner:x}", unknown=why) for owner in wanted}
+
+
+def _members(
+    found: Census, records: list[ParticipantRecord], report: Preflight, lives: dict[int, SessionLife], watched: Watch,
+) -> None:
     report.members = found.members()
     for holder in found.bypassing:
-        report.problems.append(holder.problem())
+        life = lives.get(holder.owner) or SessionLife(holder.owner, holder.session, unknown="the store did not tell")
+        renewal = watched.renewed.get(holder.owner)
+        if renewal is not None:
+            life = dataclasses.replace(life, renewed=True)
+        said = life_text(life, renewal)
+        problem = f"{holder.problem()}; {said}"
+        report.problems.append(problem)
         report.bypassing.append({
             "session": holder.session, "owner": holder.owner, "paths": sorted(holder.paths),
             "members": [{"kind": k, "name": n, "path": p} for k, n, p in holder.members],
+            "name": life.name, "alive": life.alive, "expires_in": life.expires_in, "timeout": life.timeout,
+            "expires_within": life.expires_within, "renewed": life.renewed, "unknown": life.unknown or None,
+            "said": said, "problem": problem,
         })
     kinds: dict[str, int] = {}
     for m in report.members:
@@ -300,3 +366,211 @@ def _versions(records: list[ParticipantRecord], report: Preflight) -> None:
     report.add("versions", WARNING, f"agents of different versions ({shown})")
     report.warnings.append(f"agents run different metashift versions ({shown}): upgrade them to one version "
                            "before migrating")
+
+
+# ---- the time a session no agent holds still has, and ``--wait`` ---------------------------------
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s"
+
+
+def wait_hint(life: SessionLife) -> int | None:
+    """A ``--wait`` that outlasts ``life`` as the store tells it; ``None`` when it tells no bound."""
+    span = life.expires_in if life.expires_in is not None else life.expires_within
+    return None if span is None else max(10, 5 * math.ceil((span + LAPSE_SLACK) / 5))
+
+
+def life_text(life: SessionLife, renewal: str | None = None) -> str:
+    """The store's word on a session no agent holds, in a line: how long it still has, whether a
+    client renews it, what the store does not tell, and what to do. ``renewal``: how
+    ``check_waiting`` saw it renewed."""
+    name = life.name
+    if renewal is not None:
+        return f"{name} is renewed ({renewal}): a live client keeps it, it will not lapse"
+    if life.alive is False:
+        return f"{name} lapsed just now (its ephemerals go with it): check again"
+    if life.renewed:
+        timeout = f", timeout {_seconds(life.timeout)}" if life.timeout is not None else ""
+        return f"{name} is connected (a live client renews it{timeout}): it will not lapse until that client stops"
+    aside = [life.unknown] if life.unknown else []
+    if life.expires_in is not None:
+        if life.renewed is False:
+            said = f"{name} has no connection and expires in {_seconds(life.expires_in)} unless a client resumes it"
+        else:
+            said = f"{name} expires in {_seconds(life.expires_in)} unless renewed"
+        if life.timeout is not None:
+            aside.insert(0, f"granted {_seconds(life.timeout)}")
+    elif life.expires_within is not None:
+        said = f"{name} lapses at most {_seconds(life.expires_within)} after its client's last contact"
+        aside.insert(0, life.within or "a bound")
+    else:
+        said = f"{name}: how long it still has is not told"
+    if aside:
+        said += f" ({'; '.join(aside)})"
+    hint = wait_hint(life)
+    wait = f"metashift migrate check --wait {hint}" if hint is not None else "metashift migrate check --wait SECONDS"
+    return (f"{said}; if its process is gone (a member restarted onto its agent without closing it), it lapses by "
+            f"itself: check again then, or {wait}")
+
+
+def _short(life: SessionLife) -> str:
+    """A session's time left in a few words, for the progress lines of ``--wait``."""
+    if life.alive is False:
+        return f"{life.name} (lapsed)"
+    if life.expires_in is not None:
+        return f"{life.name} (expires in {_seconds(life.expires_in)} unless renewed)"
+    if life.expires_within is not None:
+        return f"{life.name} (lapses within {_seconds(life.expires_within)} of its client's last contact)"
+    return f"{life.name} (time left not told)"
+
+
+@dataclass
+class Watch:
+    """What ``check_waiting`` saw of the sessions no agent holds over its looks: a session seen
+    renewed (its time to live went up, or it outlived what it had when first seen) is named so
+    instead of being waited out."""
+
+    first: dict[int, tuple[float, float | None]] = field(default_factory=dict)
+    """owner -> (when it was first seen, monotonic; the seconds it had then, as far as told)."""
+    last: dict[int, tuple[float, float]] = field(default_factory=dict)
+    """owner -> (when, the ``expires_in`` read then)."""
+    renewed: dict[int, str] = field(default_factory=dict)
+    """owner -> how it was seen renewed."""
+
+    def see(self, life: SessionLife, now: float) -> None:
+        owner = life.owner
+        if life.alive is False:
+            return
+        if life.renewed:
+            self.renewed[owner] = "a client's connection carries it"
+            return
+        if owner not in self.first:
+            span = life.expires_in if life.expires_in is not None else life.expires_within
+            self.first[owner] = (now, span)
+        else:
+            since, span = self.first[owner]
+            if span is not None and now - since > span + LAPSE_SLACK:
+                self.renewed[owner] = (f"still there {_seconds(now - since)} after it was first seen, past the "
+                                       f"{_seconds(span)} the store gave it")
+        if life.expires_in is not None:
+            before = self.last.get(owner)
+            # a store that says whether a client is connected (ZooKeeper) is believed on that; its
+            # expiry, read to within a tick, is not compared
+            if (before is not None and life.renewed is None
+                    and life.expires_in > before[1] - (now - before[0]) + TTL_SLACK):
+                self.renewed[owner] = (f"its time to live went up from {_seconds(before[1])} to "
+                                       f"{_seconds(life.expires_in)} while watched")
+            self.last[owner] = (now, life.expires_in)
+
+
+async def check_waiting(
+    source: MetadataStore, target: StoreURL, seconds: float, *, wait: float = DRY_OPEN_WAIT,
+    say: Callable[[str], None] = lambda line: None,
+) -> Preflight:
+    """``check``, and when its only problems are sessions no agent holds that nobody is known to
+    renew, wait up to ``seconds`` for them to lapse (saying what it waits for through ``say``),
+    then check again: the answer is the last check's, with ``waited`` saying how the wait went. A
+    session seen renewed meanwhile ends the wait, and the answer names it so."""
+    if not 0 <= seconds <= MAX_WAIT:
+        raise ValueError(f"--wait must be 0 to {MAX_WAIT:g} seconds")
+    started = time.monotonic()
+    deadline = started + seconds
+    watched = Watch()
+    names: dict[int, str] = {}
+    lapsed: list[str] = []
+    report = await check(source, target, wait=wait, watched=watched)
+    outcome, detail = "timed out", "the wait ran out"
+    for round_ in range(_MAX_CHECKS):
+        stop = _why_not_wait(report, deadline - time.monotonic(), first=round_ == 0)
+        if stop is not None:
+            outcome, detail = stop
+            break
+        for b in report.bypassing:
+            names[int(b["owner"])] = str(b["name"])
+        outcome, detail = await _wait_lapse(source, report, watched, deadline, say, lapsed)
+        report = await check(source, target, wait=wait, watched=watched)
+        if outcome != "lapsed":
+            break
+    else:
+        outcome, detail = "timed out", "new sessions no agent holds kept coming"
+    report.waited = {
+        "seconds": seconds, "outcome": outcome, "detail": detail, "waited_s": round(time.monotonic() - started, 1),
+        "sessions": sorted(names.values()), "lapsed": lapsed,
+        "renewed": sorted(str(b["name"]) for b in report.bypassing if b["renewed"]),
+    }
+    return report
+
+
+#: ``check_waiting``: the most checks it runs (a session that lapses may be followed by another).
+_MAX_CHECKS = 10
+
+
+def _why_not_wait(report: Preflight, left: float, *, first: bool) -> tuple[str, str] | None:
+    """Why ``report`` is not waited on (outcome, in words), ``None`` when it is."""
+    if report.ready:
+        return ("not needed", "ready at once") if first else ("lapsed", "every session waited for lapsed")
+    if report.refusals:
+        return "not waited", "the check refuses, which no wait changes"
+    sessions = {b["problem"] for b in report.bypassing}
+    others = [p for p in report.problems if p not in sessions]
+    if others:
+        return "not waited", f"a problem that is not a session to wait for: {others[0]}"
+    renewed = [b["name"] for b in report.bypassing if b["renewed"]]
+    if renewed:
+        return "renewed", f"renewed, it will not lapse: {', '.join(renewed)}"
+    if left <= 0:
+        return ("not waited", "no time to wait") if first else ("timed out", "the wait ran out")
+    beyond = [b for b in report.bypassing if b["expires_in"] is not None and b["expires_in"] > left + LAPSE_SLACK]
+    if beyond:
+        b = beyond[0]
+        return "not waited", (f"{b['name']} has {_seconds(b['expires_in'])} left, more than the {_seconds(left)} the "
+                              "wait has")
+    return None
+
+
+async def _wait_lapse(
+    source: MetadataStore, report: Preflight, watched: Watch, deadline: float, say: Callable[[str], None],
+    lapsed: list[str],
+) -> tuple[str, str]:
+    """Look at the sessions of ``report.bypassing`` until every one lapsed (its ephemerals gone),
+    one is seen renewed, or ``deadline``: the outcome, in words."""
+    pending = {int(b["owner"]): list(b["paths"]) for b in report.bypassing}
+    names = {int(b["owner"]): str(b["name"]) for b in report.bypassing}
+    said_at = -math.inf
+    for _ in range(int(max(deadline - time.monotonic(), 0) / LAPSE_POLL) + 2):
+        still = await _still_there(source, pending)
+        for owner in sorted(set(pending) - still):
+            lapsed.append(names[owner])
+            say(f"{names[owner]} lapsed: its ephemerals are gone")
+        pending = {o: p for o, p in pending.items() if o in still}
+        if not pending:
+            return "lapsed", "every session waited for lapsed"
+        now = time.monotonic()
+        if now >= deadline:
+            return "timed out", f"still there when the wait ran out: {', '.join(names[o] for o in sorted(pending))}"
+        lives = await session_lives(source, pending)
+        for life in lives.values():
+            watched.see(life, now)
+        renewed = [names[o] for o in sorted(pending) if o in watched.renewed]
+        if renewed:
+            return "renewed", f"renewed, it will not lapse: {', '.join(renewed)}"
+        if now - said_at >= PROGRESS_SECONDS:
+            said_at = now
+            shown = ", ".join(_short(lives[o]) if o in lives else names[o] for o in sorted(pending))
+            say(f"waiting up to {_seconds(deadline - now)} more for {len(pending)} session(s) no agent holds to "
+                f"lapse: {shown}")
+        await asyncio.sleep(min(LAPSE_POLL, max(deadline - now, 0.05)))
+    return "timed out", f"still there when the wait ran out: {', '.join(names[o] for o in sorted(pending))}"
+
+
+async def _still_there(source: MetadataStore, pending: dict[int, list[str]]) -> set[int]:
+    """The owners of ``pending`` that still hold one of their ephemerals (a read that fails counts
+    as held)."""
+    order = [(owner, path) for owner, paths_ in pending.items() for path in paths_]
+    answers = await source.batch([GetOp(path) for _, path in order])
+    still: set[int] = set()
+    for (owner, _), got in zip(order, answers, strict=True):
+        if isinstance(got, MetadataStoreError) or (isinstance(got, tuple) and got[1].owner == owner):
+            still.add(owner)
+    return still

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -40,6 +41,9 @@ def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser], runner
     c.add_argument("--source", required=True, metavar="URL", help="the store the cluster uses now")
     c.add_argument("--target", required=True, metavar="URL", help="the store to move to")
     c.add_argument("--json", action="store_true", help="print the report as JSON")
+    c.add_argument("--wait", metavar="SECONDS", default=None,
+                   help="when the only problems are sessions no agent holds that nobody is known to renew (a member's "
+                        "old session its process left), wait up to SECONDS for them to lapse, then answer")
     _agent_timeout(c)
     _migration_root(c)
     c.set_defaults(handler=lambda a: runner(_check(_rooted(a))))
@@ -112,11 +116,34 @@ def _seconds(text: str) -> float:
 
 
 async def _check(args: argparse.Namespace) -> int:
+    wait = _check_wait(args.wait)
+    if wait is None and args.wait is not None:
+        return EXIT_USER_ERROR
     target = parse_url(args.target)  # a malformed URL: exit 2 before anything is contacted
     async with await open_store(args.source, create_root=False) as source:
-        report = await preflight.check(source, target, wait=args.agent_timeout)
+        if wait is None:
+            report = await preflight.check(source, target, wait=args.agent_timeout)
+        else:
+            report = await preflight.check_waiting(
+                source, target, wait, wait=args.agent_timeout,
+                say=lambda line: print(f"migrate check: {line}", file=sys.stderr, flush=True))
     print(json.dumps(report.to_dict(), indent=2) if args.json else report.text(), flush=True)
     return 0 if report.ready else EXIT_NOT_READY
+
+
+def _check_wait(text: str | None) -> float | None:
+    """``check --wait``'s seconds; ``None`` without it, or after saying in one line why not."""
+    if text is None:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 <= value <= preflight.MAX_WAIT:  # NaN and infinities too
+        print(f"metashift: error: --wait takes a number of seconds from 0 to {preflight.MAX_WAIT:g}, not {text!r}",
+              file=sys.stderr)
+        return None
+    return value
 
 
 #: Said by ``migrate start`` into etcd, which then goes on: the cluster can live there on Pulsar 3.x
