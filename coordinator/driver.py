@@ -19,6 +19,9 @@ Each phase is resumed from the flag, so a new leader picks up where a dead one s
   does not answer is waited for.
 - FAILED: remove what the migration put into the target, then mark the flag ``targetCleaned``.
 
+While leading in a store a migration brought the cluster into, it also follows the store the
+cluster came from, for what a member still writes there (``after_switch.Follower``).
+
 Every move is a compare-and-set on the flag as read; a leader that finds the flag moved under it
 reads it again, and one that lost its leader node (its heartbeat stopped, another took over)
 stops acting.
@@ -39,9 +42,10 @@ from metashift.migration.flag import FlagChanged, MigrationFlag, move, read_flag
 from metashift.migration.liveness import BEATS_PER_TIMEOUT
 from metashift.migration.origin import read_state, write_origin
 from metashift.migration.phase import Phase
-from metashift.stores import MetadataStoreError, Notification, Store, StoreUnavailable, StoreURL
+from metashift.stores import MetadataStoreError, Notification, Store, StoreUnavailable, StoreURL, open_store
 from metashift.stores.aio import wait_event
 
+from .after_switch import Follower
 from .change_tracker import ChangeTracker
 from .cleanup import empty_target
 from .election import LeaderElection
@@ -96,6 +100,8 @@ class Coordinator:
             outage_timeout=outage_timeout, freeze_outage_timeout=participant_timeout,
             rules=rules or Rules(),
         )
+        self.after_switch = Follower(source, lambda url: open_store(url_for(url), create_root=False), node_id)
+        """The store the cluster came from, followed while leading."""
         self.leading = False
         self._deposed = False
         self._changed = asyncio.Event()
@@ -115,6 +121,7 @@ class Coordinator:
                 await self.election.campaign()
                 self.leading, self._deposed = True, False
                 beating = asyncio.get_running_loop().create_task(self._beat(), name="leader-heartbeat")
+                following = asyncio.get_running_loop().create_task(self.after_switch.run(), name="after-switch")
                 try:
                     await self._lead()
                 except Deposed:
@@ -126,6 +133,7 @@ class Coordinator:
                 finally:
                     self.leading = False
                     beating.cancel()
+                    following.cancel()
                     self.tracker.follow()  # a standby again: ready to take over inside a freeze
         finally:
             remove()

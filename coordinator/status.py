@@ -3,10 +3,11 @@ a cluster lived on).
 
 Read from a store the cluster left (``lives_on``), it says where the agents are now and how many
 (``agents_now``, read there) and what was written in this store since the switch
-(``writes_after_switch``); read from the store the cluster arrived in, it says the cluster lives
-there (``lives_here``, with the ``origin``: from which store, in which epoch). The copy's lines of
-a migration that completed describe the whole of it (``copy.summary``: the full passes, the delta
-rounds, the final check), not only its last step.
+(``writes_after_switch``: what the coordinator following that store keeps there, one read; a
+walk of the whole store only when asked: ``after_switch``); read from the store the cluster
+arrived in, it says the cluster lives there (``lives_here``, with the ``origin``: from which
+store, in which epoch). The copy's lines of a migration that completed describe the whole of it
+(``copy.summary``: the full passes, the delta rounds, the final check), not only its last step.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from metashift.migration.participants import list_participants
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, open_store, parse_url
 
-from .after_switch import AfterSwitch, writes_after
+from .after_switch import AfterSwitch, kept_writes, writes_after
 from .election import LeaderElection
 from .progress import migration_text
 
@@ -67,10 +68,11 @@ class Status:
         }
 
 
-async def status(source: MetadataStore, *, after_switch: bool = False) -> Status:
-    """Where the migration stands, read from ``source``. ``after_switch``: read from a store the
-    cluster left, also walk it for what was written there since the switch (``after_switch``)
-    and read where the agents are now (the store it went to)."""
+async def status(source: MetadataStore, *, after_switch: bool = False, scan: bool = False) -> Status:
+    """Where the migration stands, read from ``source``: a few reads, whatever the tree's size.
+    ``after_switch``: read from a store the cluster left, also what was written there since the
+    switch, as its follower keeps it (``after_switch``; ``scan``: by a walk of the whole store
+    instead), and where the agents are now (the store it went to)."""
     state = await read_state(source)
     flag = state.current_flag
     epoch = flag.epoch if flag else 0
@@ -108,7 +110,10 @@ async def status(source: MetadataStore, *, after_switch: bool = False) -> Status
     written = agents_now = None
     if after_switch and state.left_for is not None and flag is not None:
         if flag.switch_position is not None:
-            written = await writes_after(source, flag.switch_position)
+            if scan:
+                written = await writes_after(source, flag.switch_position)
+            else:
+                written = await kept_writes(source, flag.epoch, flag.switch_position)
         agents_now = await _agents_in(state.left_for)
     return Status(flag, participants, copy, leader, state, written, agents_now)
 

@@ -120,10 +120,15 @@ async def test_status_of_the_store_left_names_what_was_written_there_after_the_s
     flag = await _wait_phase(source, Phase.COMPLETED, Phase.FAILED)
     assert flag.phase is Phase.COMPLETED, flag
     assert flag.switch_position is not None
-    # nothing of the cluster's is written into the old store after the switch: none named
+    # nothing of the cluster's is written into the old store after the switch: none named, once
+    # the coordinator elected where the cluster lives follows the old store (its first walk done)
     await eventually(lambda: _agents_left(source), within=60, what="the agents left the old store")
-    quiet = json.loads(cli("migrate", "status", "--source", source_url, "--json").stdout)
-    assert quiet["writes_after_switch"] == {"position": flag.switch_position, "count": 0, "paths": []}, quiet
+    quiet = await _followed(source_url)
+    assert quiet["writes_after_switch"] == {
+        "position": flag.switch_position, "count": 0, "paths": [], "at_least": False,
+        "followed_by": quiet["writes_after_switch"]["followed_by"], "complete": True, "scanned": False,
+    }, quiet
+    assert quiet["writes_after_switch"]["followed_by"] in ("bookie-1", "broker-1"), quiet
     # read from the store left: where the agents are now, and the copy of the whole migration
     assert quiet["agents_now"] == {"store": target_url, "count": 2, "node_ids": ["bookie-1", "broker-1"]}, quiet
     assert quiet["participants"] == [] and quiet["copy"]["summary"].startswith("1 full pass(es), the last "), quiet
@@ -143,10 +148,12 @@ async def test_status_of_the_store_left_names_what_was_written_there_after_the_s
     else:
         await writer.put("/admin/policies/public/default", b'{"ttl":2}')
         await writer.put("/admin/policies/public/late", b"{}")
-    status = json.loads(cli("migrate", "status", "--source", source_url, "--json").stdout)
+    status = await _followed(source_url, lambda written: written["count"] == 2)
     written = status["writes_after_switch"]
-    assert written["count"] == 2, status
-    assert written["paths"] == ["/admin/policies/public/default", "/admin/policies/public/late"]
+    assert written["paths"] == ["/admin/policies/public/default", "/admin/policies/public/late"], status
+    scanned = json.loads(cli("migrate", "status", "--source", source_url, "--scan", "--json").stdout)
+    assert {k: scanned["writes_after_switch"][k] for k in ("count", "paths", "scanned")} == {
+        "count": 2, "paths": written["paths"], "scanned": True}, scanned
     text = cli("migrate", "status", "--source", source_url).stdout
     print(text)
     assert "2 node(s) written in this store after the cluster left it" in text, text
@@ -155,6 +162,20 @@ async def test_status_of_the_store_left_names_what_was_written_there_after_the_s
     target: MetadataStore = await open_stores(target_url)
     got = await target.get("/admin/policies/public/default")
     assert got is not None and got[0] == b'{"ttl":1}'
+
+
+async def _followed(source_url: str, holds: Any = lambda written: True) -> dict[str, Any]:
+    """``migrate status --json`` read from the store the cluster left, once its follower's first
+    walk is done and ``holds(writes_after_switch)``."""
+    found: dict[str, Any] = {}
+
+    async def followed() -> bool:
+        found.update(json.loads(cli("migrate", "status", "--source", source_url, "--json").stdout))
+        written = found["writes_after_switch"] or {}
+        return bool(written.get("complete") and written.get("followed_by") and holds(written))
+
+    await eventually(followed, within=120, what="the old store followed")
+    return found
 
 
 async def _agents_left(store: MetadataStore) -> bool:

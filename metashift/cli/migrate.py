@@ -28,7 +28,7 @@ EXIT_USER_ERROR = 2
 EXIT_NOT_READY = 1
 #: ``--wait``: how often the flag is read while following a migration.
 FOLLOW_SECONDS = 0.5
-#: ``status --watch``: how often a store the cluster left is walked for writes since the switch.
+#: ``status --watch --scan``: how often a store the cluster left is walked for writes since the switch.
 AFTER_SWITCH_SECONDS = 10.0
 
 
@@ -67,6 +67,10 @@ def add_migrate(sub: argparse._SubParsersAction[argparse.ArgumentParser], runner
     t.add_argument("--source", required=True, metavar="URL")
     t.add_argument("--json", action="store_true", help="print the status as JSON")
     t.add_argument("--watch", action="store_true", help="print again at every change until Ctrl-C")
+    t.add_argument("--scan", action="store_true",
+                   help="read from a store the cluster left: walk the whole store for what was written there since "
+                        "the switch, instead of reading what the coordinator following it keeps (for a store nobody "
+                        "follows any more; it takes a while on a large tree)")
     _migration_root(t)
     t.set_defaults(handler=lambda a: runner(_status(_rooted(a))))
     a = verbs.add_parser("abort", help="fail the running migration: every agent goes back to the source")
@@ -191,7 +195,8 @@ async def _start(args: argparse.Namespace) -> int:
             return 0
         final = await _follow(source, flag.epoch, show=not args.json)
         if final["phase"] == Phase.COMPLETED.value and final.get("lives_on"):
-            # the end of the story: where the agents are now, and nothing written here since
+            # the end of the story: where the agents are now, and what the follower of this store
+            # keeps of what was written here since (a read, never a walk of the tree)
             final = (await control.status(source, after_switch=True)).to_dict()
         if args.json:
             print(json.dumps(final, indent=2), flush=True)
@@ -265,9 +270,9 @@ async def _status(args: argparse.Namespace) -> int:
         walked = 0.0
         written = None
         while True:
-            # what the old store got after the switch takes a walk of it: not at every look
-            walk = time.monotonic() - walked >= AFTER_SWITCH_SECONDS
-            now = (await control.status(source, after_switch=walk)).to_dict()
+            # a scan of the old store walks it: not at every look (what its follower keeps is one read)
+            walk = not args.scan or time.monotonic() - walked >= AFTER_SWITCH_SECONDS
+            now = (await control.status(source, after_switch=walk, scan=args.scan)).to_dict()
             if walk:
                 walked, written = time.monotonic(), now["writes_after_switch"]
             now["writes_after_switch"] = written
@@ -320,7 +325,7 @@ def _text(status: dict[str, Any]) -> str:
         for problem in forced.get("problems") or []:
             lines.append(f"  overridden {problem}")
     if status.get("writes_after_switch") is not None:
-        lines.append(f"written here after the switch: {AfterSwitch(**status['writes_after_switch']).text()}")
+        lines.append(f"written here after the switch: {AfterSwitch.from_dict(status['writes_after_switch']).text()}")
     if status["coordinator"]:
         lines.append(f"coordinator  {status['coordinator']}")
     if status["copy"]:
