@@ -1,6 +1,8 @@
 """``metashift agent`` processes, as the sandbox, the Pulsar cluster harness and the tests run them:
-one per broker and bookie, each with its own config file, unix socket and log file in a work
-directory; and what their logs say of a migration (``freeze_window``)."""
+one per broker and bookie, each with its own config file, unix socket, log file and state
+directory in a work directory; restarted as systemd restarts a unit (``AgentProcess.restart``:
+SIGTERM then start again, or SIGKILL and a start ``down`` seconds later, with the same config and
+state directory); and what their logs say of a migration (``freeze_window``)."""
 
 from __future__ import annotations
 
@@ -16,11 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from metashift import processes
+from metashift.agent.config import SCHEMA
 from metashift.stores import MetadataStoreError
 from metashift_lab.cli_runner import cli_command
 
 #: Seconds an agent gets after SIGTERM to drain and exit before it gets SIGKILL.
 STOP_GRACE = 10.0
+#: How an agent is restarted: ``sigterm`` (``systemctl restart``: stopped in order, started again at
+#: once) or ``sigkill`` (a crash, and systemd's ``Restart=`` starting it ``down`` seconds later).
+RESTART_KINDS = ("sigterm", "sigkill")
+#: Seconds between a SIGKILL and the start again (systemd's ``RestartSec``, as the issue measured).
+RESTART_DOWN_S = 2.0
+#: Whether this installation's agent has a state directory (``[session] state_dir``): what must
+#: survive its process (its store session, its clients' sessions). Until it does, the agent refuses
+#: the key, so the config names it only then.
+HAS_STATE_DIR = "session.state_dir" in SCHEMA
 
 
 class AgentStartError(RuntimeError):
@@ -53,8 +65,12 @@ class AgentProcess:
     """(user, password) of the ``[target]`` section: how this agent opens a migration's target."""
     migration_root: str | None = None
     """The ``[migration] root`` (``None``: the default)."""
+    coordinator_enabled: bool = True
+    """``[coordinator] enabled``: whether this agent stands for election."""
     process: asyncio.subprocess.Process | None = None
     killed: bool = False
+    restarts: list[AgentRestart] = field(default_factory=list)
+    """Every ``restart`` of this agent, in order."""
 
     @property
     def socket_path(self) -> Path:
@@ -71,6 +87,12 @@ class AgentProcess:
     @property
     def log_path(self) -> Path:
         return self.work_dir / f"{self.node_id}.log"
+
+    @property
+    def state_dir(self) -> Path:
+        """This agent's own state directory (``[session] state_dir``; the default, ``/run/metashift``,
+        would be shared by every agent of the machine)."""
+        return self.work_dir / "state" / self.node_id
 
     @property
     def pid(self) -> int | None:
@@ -96,7 +118,7 @@ class AgentProcess:
             "drain_timeout = 5",
             "",
             "[coordinator]",
-            "enabled = true",
+            f"enabled = {str(self.coordinator_enabled).lower()}",
             f"prepare_timeout = {self.prepare_timeout:g}",
         ]
         if self.spark_master:
@@ -110,11 +132,15 @@ class AgentProcess:
         if self.target_credentials:
             user, password = self.target_credentials
             lines += ["", "[target]", f"username = {_toml(user)}", f"password = {_toml(password)}"]
+        if HAS_STATE_DIR:
+            lines += ["", "[session]", f"state_dir = {_toml(str(self.state_dir))}"]
         return "\n".join(lines) + "\n"
 
     async def start(self) -> None:
         """Start the process (it does not wait for it to serve: ``wait_serving``)."""
         self.config_path.write_text(self.config_text())
+        if HAS_STATE_DIR:
+            self.state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         env = dict(os.environ)
         env.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         with open(self.log_path, "ab") as log:  # noqa: ASYNC230 - a local file, opened once
@@ -165,6 +191,82 @@ class AgentProcess:
         """SIGTERM (the agent drains and exits), then SIGKILL after ``grace`` seconds."""
         if self.process is not None:
             await processes.stop_async(self.process, grace)
+
+    async def restart(self, kind: str, down: float = RESTART_DOWN_S, within: float = 60.0) -> AgentRestart:
+        """Restart the agent as systemd would, with the same config file and state directory:
+        ``sigterm`` (stopped in order, SIGKILL only after ``STOP_GRACE``; started again at once) or
+        ``sigkill`` (started again ``down`` seconds after it died); returns once it serves again,
+        its gRPC socket and its ZooKeeper front (``AgentStartError`` when it does not within
+        ``within`` seconds)."""
+        if kind not in RESTART_KINDS:
+            raise ValueError(f"restart kind must be one of {RESTART_KINDS}, not {kind!r}")
+        if not self.running:
+            raise AgentStartError(f"agent {self.node_id} is not running: nothing to restart")
+        old_pid = self.pid
+        signalled = time.time()
+        if kind == "sigterm":
+            assert self.process is not None
+            code = await processes.stop_async(self.process, STOP_GRACE)
+        else:
+            assert self.process is not None
+            code = await processes.kill_async(self.process)
+        exited = time.time()
+        if kind == "sigkill":
+            await asyncio.sleep(max(0.0, signalled + down - time.time()))
+        self.killed = False
+        await self.start()
+        started = time.time()
+        await self.wait_serving(within)
+        if self.zk_listen:
+            await _wait_tcp(self.zk_listen, max(1.0, started + within - time.time()), self.node_id)
+        done = AgentRestart(self.node_id, kind, old_pid, self.pid, code, signalled, exited, started, time.time())
+        self.restarts.append(done)
+        return done
+
+
+@dataclass(frozen=True)
+class AgentRestart:
+    """One restart of an agent (wall clock, seconds)."""
+
+    node_id: str
+    kind: str
+    old_pid: int | None
+    new_pid: int | None
+    exit_code: int | None
+    """What the old process exited with (``-9`` after a SIGKILL)."""
+    signalled_at: float
+    exited_at: float
+    started_at: float
+    serving_at: float
+    """When the new process served again (its gRPC socket, and its ZooKeeper front if it has one)."""
+
+    @property
+    def away_s(self) -> float:
+        """From the signal to serving again."""
+        return self.serving_at - self.signalled_at
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"agent": self.node_id, "kind": self.kind, "exit_code": self.exit_code,
+                "exit_s": round(self.exited_at - self.signalled_at, 2),
+                "away_s": round(self.away_s, 2)}  # fmt: skip
+
+
+async def _wait_tcp(address: str, within: float, name: str) -> None:
+    """Until something accepts a connection at ``host:port``."""
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            _reader, writer = await asyncio.wait_for(asyncio.open_connection(host.strip("[]"), int(port)), 1.0)
+        except (OSError, TimeoutError):
+            if time.monotonic() > deadline:
+                raise AgentStartError(f"agent {name}: nothing listens on {address} after {within:g}s") from None
+            await asyncio.sleep(0.05)
+            continue
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return
 
 
 def _toml(text: str) -> str:

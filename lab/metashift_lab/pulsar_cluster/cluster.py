@@ -11,10 +11,12 @@ import contextlib
 import shutil
 import socket
 import time
-from collections.abc import Callable
+import tomllib
+from collections.abc import Callable, Collection
 from pathlib import Path
 
-from metashift_lab.agents import AgentProcess, start_agents, stop_agents
+from metashift.stores import parse_url
+from metashift_lab.agents import RESTART_DOWN_S, AgentProcess, AgentRestart, start_agents, stop_agents
 from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper, free_port
 
 from . import configs
@@ -71,13 +73,15 @@ class PulsarCluster:
     ``source`` store to be migrated into ``target``. ``born_direct``: the processes start on the
     source store's own URL (as a cluster that never had agents), to adopt them later
     (``restart_member``); with ``agents=False`` as well, no agent process is started at all (a
-    cluster that only Pulsar's own migration moves)."""
+    cluster that only Pulsar's own migration moves). ``broker_settings``: more keys of every
+    broker.conf; ``candidates``: the members whose agents stand for coordinator (all by default)."""
 
     def __init__(
         self, work_dir: Path, release: PulsarRelease, *, brokers: int = 2, hold_timeout: float = 300.0,
         prepare_timeout: float = 60.0, spark_master: str | None = None, say: Callable[[str], None] = print,
         bookie_driver: str = "metadata-store", source: str = "zk", target: str = "etcd", born_direct: bool = False,
-        agents: bool = True,
+        agents: bool = True, broker_settings: dict[str, object] | None = None,
+        candidates: Collection[str] | None = None,
     ) -> None:  # fmt: skip
         if not agents and not born_direct:
             raise ValueError("a cluster without agents must be born on its source store (born_direct)")
@@ -109,9 +113,11 @@ class PulsarCluster:
                 name, "bookie" if name.startswith("bookie") else "broker", work_dir / "agents", "",
                 hold_timeout=hold_timeout, prepare_timeout=prepare_timeout, spark_master=spark_master,
                 zk_listen=f"127.0.0.1:{free_port()}",
+                coordinator_enabled=candidates is None or name in candidates,
             )
             for name in self.names
         ]  # fmt: skip
+        self.broker_settings = dict(broker_settings or {})
         self.with_agents = agents
         self.where = {name: source if born_direct else AGENT for name in self.names}
         """Where each Pulsar process reaches its metadata now (``AGENT`` or a store kind)."""
@@ -119,6 +125,8 @@ class PulsarCluster:
         """The running incarnation of each Pulsar process."""
         self.history: list[JavaProcess] = []
         """Every incarnation started, in order (their logs hold the ledger ids they handed out)."""
+        self.confs: dict[str, Path] = {}
+        """The config file of each Pulsar process's running incarnation."""
 
     # ---- addresses ------------------------------------------------------------------------------
 
@@ -246,10 +254,11 @@ class PulsarCluster:
                                           log_config=self.log4j), "--conf", str(conf)]  # fmt: skip
         else:
             ports = self.broker_ports[int(name.rsplit("-", 1)[1]) - 1]
-            conf.write_text(configs.broker_conf(self.metadata_url(name), ports, home))
+            conf.write_text(configs.broker_conf(self.metadata_url(name), ports, home, self.broker_settings))
             command = [*self.release.java("org.apache.pulsar.PulsarBrokerStarter", heap_mb=256, direct_mb=192,
                                           log_config=self.log4j), "--broker-conf", str(conf)]  # fmt: skip
         process = JavaProcess(name, command, self.work_dir / f"{name}-{tag}.log", home)
+        self.confs[name] = conf
         self.history.append(process)
         self.processes[name] = process
         return process
@@ -297,6 +306,32 @@ class PulsarCluster:
                                                                                              BROKER_READY_S)
         await self._ready(process, marker, within)
         self.say(f"{name} restarted on {self._where_text(name)} (pid {process.pid})")
+
+    async def restart_agent(self, name: str, kind: str, down: float = RESTART_DOWN_S) -> AgentRestart:
+        """Restart the agent beside ``name`` as systemd would (``AgentProcess.restart``: ``sigterm``,
+        or ``sigkill`` and a start ``down`` seconds later), with the same config and state
+        directory; the Pulsar process is left alone."""
+        agent = self.agent(name)
+        done = await agent.restart(kind, down)
+        self.say(f"agent of {name} restarted ({kind}): pid {done.old_pid} -> {done.new_pid}, serving again "
+                 f"{done.away_s:.1f} s after the signal")  # fmt: skip
+        return done
+
+    def member_session_timeout(self, name: str) -> float:
+        """Seconds: the ZooKeeper session timeout the Pulsar process ``name`` asks of its metadata
+        store, read from the config file its running incarnation was started with (a broker's
+        ``metadataStoreSessionTimeoutMillis``, the bookie's ``zkTimeout``)."""
+        values = dict(line.split("=", 1) for line in self.confs[name].read_text().splitlines() if "=" in line)
+        key = "zkTimeout" if name.startswith("bookie") else "metadataStoreSessionTimeoutMillis"
+        return int(values[key]) / 1000.0
+
+    def agent_store_session_timeout(self, name: str) -> float:
+        """Seconds: the session timeout of the agent beside ``name`` on its store (its store session,
+        etcd lease or Oxia session holds its members' ephemerals), read from the config file it runs
+        with (its ``[source] url``'s ``session_timeout``), and of the migration's target."""
+        with self.agent(name).config_path.open("rb") as f:
+            url = tomllib.load(f)["source"]["url"]
+        return max(parse_url(url).session_timeout, parse_url(self.target_url).session_timeout)
 
     def rolling_order(self) -> list[str]:
         """The order of a rolling restart: the bookie first, then the brokers one by one."""

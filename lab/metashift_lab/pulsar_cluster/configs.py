@@ -10,6 +10,11 @@ from pathlib import Path
 CLUSTER_NAME = "metashift"
 #: Entries per ledger before a managed ledger rolls over to a new one (a new ledger id).
 ENTRIES_PER_LEDGER = 20
+#: The ZooKeeper session timeout the brokers (``metadataStoreSessionTimeoutMillis``) and the bookie
+#: (``zkTimeout``) ask of their metadata store: Pulsar's and BookKeeper's default, written out so
+#: that a test reads it from the configs (the agent's front grants it: between 4 s and its
+#: ``session.max_timeout``).
+SESSION_TIMEOUT_MS = 30000
 #: log4j2 for every JVM: milliseconds since the epoch first, so that log lines are placed exactly
 #: against the migration's phases.
 LOG4J2 = """\
@@ -49,14 +54,17 @@ def properties(values: dict[str, object]) -> str:
     return "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n" for k, v in values.items())
 
 
-def broker_conf(metadata_url: str, ports: BrokerPorts, work_dir: Path) -> str:
+def broker_conf(metadata_url: str, ports: BrokerPorts, work_dir: Path,
+                extra: dict[str, object] | None = None) -> str:  # fmt: skip
     """broker.conf: ``metadata_url`` is Pulsar's own form (``zk:127.0.0.1:PORT`` for an agent's
     ZooKeeper port, ``etcd:http://127.0.0.1:PORT`` for etcd), for the cluster's metadata and the
-    configuration metadata alike; BookKeeper's follows it (``metadata-store:`` + it)."""
+    configuration metadata alike; BookKeeper's follows it (``metadata-store:`` + it). ``extra``:
+    more keys, or other values of these."""
     return properties({
         "clusterName": CLUSTER_NAME,
         "metadataStoreUrl": metadata_url,
         "configurationMetadataStoreUrl": metadata_url,
+        "metadataStoreSessionTimeoutMillis": SESSION_TIMEOUT_MS,
         "brokerServicePort": ports.service,
         "webServicePort": ports.web,
         "bindAddress": "127.0.0.1",
@@ -88,6 +96,7 @@ def broker_conf(metadata_url: str, ports: BrokerPorts, work_dir: Path) -> str:
         "managedLedgerCacheSizeMB": 16,
         "brokerShutdownTimeoutMs": 15000,
         "narExtractionDirectory": work_dir / "nar",
+        **(extra or {}),
     })
 
 
@@ -99,7 +108,7 @@ def bookie_conf(metadata_service_uri: str, port: int, data_dir: Path) -> str:
         "allowLoopback": True,
         "httpServerEnabled": False,
         "metadataServiceUri": metadata_service_uri,
-        "zkTimeout": 30000,
+        "zkTimeout": SESSION_TIMEOUT_MS,
         "journalDirectories": data_dir / "journal",
         "ledgerDirectories": data_dir / "ledgers",
         "ledgerStorageClass": "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage",

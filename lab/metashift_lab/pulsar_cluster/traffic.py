@@ -203,6 +203,20 @@ class Traffic:
             thread.join(30)
         self._client.close()
 
+    def abandon(self, within: float = 10.0) -> None:
+        """Stop everything at once, publishes in flight or not (a run that failed: a publish the
+        cluster cannot serve would hold ``stop`` for its send timeout)."""
+        self._stop_producing.set()
+        self._stop_consuming.set()
+        if self._client is not None:
+            try:
+                self._client.close()  # fails what is pending: the threads' calls return or raise
+            except Exception:
+                pass
+        deadline = time.monotonic() + within
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
     # ---- figures --------------------------------------------------------------------------------
 
     def counts(self) -> dict[str, int]:
@@ -233,6 +247,26 @@ class Traffic:
     def errors(self) -> list[str]:
         with self._lock:
             return [f"{t.topic}: {e}" for t in self.topics.values() for e in t.errors]
+
+    def acknowledged_now(self) -> dict[str, set[str]]:
+        """Per topic, every payload the broker acknowledged so far (for ``not_received``)."""
+        with self._lock:
+            return {t.topic: set(t.acknowledged) for t in self.topics.values()}
+
+    def not_received(self, acknowledged: dict[str, set[str]]) -> dict[str, set[str]]:
+        """Of ``acknowledged`` (``acknowledged_now``), per topic, the payloads ``sub`` has not
+        received yet (topics with none left out)."""
+        with self._lock:
+            missing = {topic: payloads - set(self.topics[topic].received) for topic, payloads in acknowledged.items()}
+        return {topic: payloads for topic, payloads in missing.items() if payloads}
+
+    def received_within(self, acknowledged: dict[str, set[str]], within: float) -> dict[str, set[str]]:
+        """Wait until ``sub`` received every payload of ``acknowledged``, or ``within`` seconds pass;
+        what it still has not received then (``not_received``)."""
+        deadline = time.monotonic() + within
+        while (missing := self.not_received(acknowledged)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return missing
 
 
 #: Seconds ``read_backlog`` waits for a topic's next message before it gives that topic up (a
