@@ -145,11 +145,13 @@ class Agent:
             drain_timeout=config.drain_timeout, participant_timeout=config.coordinator.participant_timeout,
             home=self.home, on_phase=self._phase_changed, agent_version=__version__,
             carried_counter=configured_rules(config.coordinator.ledgers_roots, config.coordinator.counters).is_counter,
+            hold_until_sessions=True,
         )
         await self.participant.start()
         participant = self.participant
         self.metrics.heartbeat_age.set_function(lambda: participant.heartbeat_age)
         await self._take_over()  # before anyone is served: what the predecessor left
+        self.participant.sessions_ready()
         await server.start()
         if self.zookeeper is not None:
             await self.zookeeper.serve()

@@ -80,6 +80,7 @@ class Participant:
         on_phase: PhaseListener | None = None,
         agent_version: str = "",
         carried_counter: Callable[[str], bool] | None = None,
+        hold_until_sessions: bool = False,
     ) -> None:
         self.gate = gate
         self.router = gate.router
@@ -118,6 +119,11 @@ class Participant:
         self._removers: list[Callable[[], None]] = []
         self._lease_timer: asyncio.TimerHandle | None = None
         self._started_at = time.monotonic()
+        self._sessions_ready = asyncio.Event()
+        """Set once the sessions a predecessor process left are taken over (``sessions_ready``):
+        until then a freeze re-creates nothing (it would miss them)."""
+        if not hold_until_sessions:
+            self._sessions_ready.set()
         self.state: StoreState | None = None
         """The home store's flag and origin as last read."""
         self.errors = 0
@@ -261,7 +267,12 @@ class Participant:
         if event in (SessionEvent.SESSION_REESTABLISHED, SessionEvent.RECONNECTED):
             self._wake.set()
 
+    def sessions_ready(self) -> None:
+        """The agent has taken over its predecessor's sessions: the flag may be acted on."""
+        self._sessions_ready.set()
+
     async def _follow(self) -> None:
+        await self._sessions_ready.wait()
         while True:
             await wait_event(self._wake, POLL_SECONDS)
             self._wake.clear()
