@@ -90,6 +90,17 @@ async def missing_registrations(cluster: PulsarCluster, via: str, within: float 
             await asyncio.sleep(0.5)
 
 
+async def publishes_flowing(run: MigrationRun, within: float = 300.0, oldest: float = 2.0) -> float:
+    """Wait until no publish has waited longer than ``oldest`` seconds (a cluster calm again after
+    an outage: what it held is answered); how long the oldest has waited then."""
+    deadline = time.monotonic() + within
+    while True:
+        waited = run.traffic.in_flight()[1]
+        if waited <= oldest or time.monotonic() > deadline:
+            return waited
+        await asyncio.sleep(0.5)
+
+
 async def coordinator(cluster: PulsarCluster) -> str | None:
     """The node id of the agent that leads (stands as coordinator) now."""
     store = await open_store(cluster.source_url, watch=False, create_root=False)
@@ -146,7 +157,7 @@ class RestartWindow:
                 view.members_restarted.append(name)
         view.publishes_failed = traffic.failures() - self._failures
         view.admin_failed = self.run.admin_loop.errors[self._admin_errors :]
-        view.longest_publish_ms = traffic.max_publish_latency_ms((self.since, end))
+        view.longest_publish_ms = traffic.longest_publish_sent_ms(self.since, end)
         acknowledged = traffic.acknowledged_now()
         view.acknowledged = sum(len(p) for p in acknowledged.values())
         missing = await asyncio.to_thread(traffic.received_within, acknowledged, RECEIVE_WITHIN_S)

@@ -58,6 +58,8 @@ class TopicTraffic:
     latencies: list[tuple[float, float]] = field(default_factory=list)
     """(wall clock at send, seconds to the broker's acknowledgement) per acknowledged publish."""
     received: Counter[str] = field(default_factory=Counter)
+    in_flight: dict[str, float] = field(default_factory=dict)
+    """Payload -> wall clock at send, of every publish not answered yet."""
     errors: list[str] = field(default_factory=list)
     failures: Counter[str] = field(default_factory=Counter)
     """Failed publishes by what the client answered (its result, or the exception it raised)."""
@@ -137,6 +139,7 @@ class Traffic:
                 import pulsar
 
                 with self._lock:
+                    t.in_flight.pop(payload, None)
                     if result == pulsar.Result.Ok:
                         t.acknowledged.add(payload)
                         t.latencies.append((sent_at, time.time() - sent_at))
@@ -149,10 +152,12 @@ class Traffic:
 
             with self._lock:
                 t.published += 1
+                t.in_flight[payload] = sent_at
             try:
                 producer.send_async(payload.encode(), done)
             except Exception as e:  # the client refused it at once: not published
                 with self._lock:
+                    t.in_flight.pop(payload, None)
                     t.failed += 1
                     t.failures[f"{type(e).__name__}: {e}"] += 1
                     t.errors.append(f"publish {payload}: {e}")
@@ -238,6 +243,22 @@ class Traffic:
             samples = [s for t in self.topics.values() for at, s in t.latencies
                        if between is None or (between[0] <= at + s and at <= between[1])]  # fmt: skip
         return round(max(samples, default=0.0) * 1000, 1)
+
+    def longest_publish_sent_ms(self, since: float, until: float) -> float:
+        """The longest publish of those sent between ``since`` and ``until`` (wall clock): answered
+        ones from send to acknowledgement, and one still unanswered at ``until`` counts as long as
+        it has waited by then (a stalled publish is the longest of all)."""
+        with self._lock:
+            answered = [s for t in self.topics.values() for at, s in t.latencies if since <= at <= until]
+            waiting = [until - at for t in self.topics.values() for at in t.in_flight.values() if since <= at <= until]
+        return round(max([*answered, *waiting], default=0.0) * 1000, 1)
+
+    def in_flight(self) -> tuple[int, float]:
+        """Publishes not answered yet, and how long the oldest has waited (s)."""
+        now = time.time()
+        with self._lock:
+            sent = [at for t in self.topics.values() for at in t.in_flight.values()]
+        return len(sent), max((now - at for at in sent), default=0.0)
 
     def failures(self) -> Counter[str]:
         """Failed publishes of every topic by what the client answered."""
