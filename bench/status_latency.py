@@ -8,6 +8,8 @@ process, then, as an operator runs them (each command its own process):
   ``--calls`` times each: wall time per call (p50, max), the interpreter's start included;
 - ``migrate start --wait`` (ZooKeeper -> etcd): the seconds from its ``COMPLETED`` line (stderr)
   to its exit, and from its summary (stdout) to its exit;
+- how long after that the coordinator elected in etcd has walked ZooKeeper once and follows it
+  (``writes_after_switch.complete``: what ``status`` then reads is complete);
 - ``migrate status --json`` again from the store the cluster left (``writes_after_switch``
   included) and from the one it lives on, ``--calls`` times each;
 - and, in this process, the status call alone (``control.status``, ``after_switch`` as the
@@ -85,6 +87,19 @@ async def call_latency(url: str, calls: int) -> dict[str, float]:
     return _spread(seconds)
 
 
+async def followed(url: str, within: float = MIGRATION_WITHIN) -> float | None:
+    """Seconds from here (``--wait``'s exit) until the coordinator where the cluster lives has
+    walked the store left once and follows it (``writes_after_switch.complete``)."""
+    began = time.monotonic()
+    async with await open_store(url, create_root=False) as store:
+        while time.monotonic() - began < within:
+            written = (await control.status(store, after_switch=True)).after_switch
+            if written is not None and written.complete and written.followed_by:
+                return round(time.monotonic() - began, 1)
+            await asyncio.sleep(0.5)
+    return None
+
+
 def floor(calls: int) -> dict[str, float]:
     """``metashift --help``: the interpreter's start and the CLI's imports, the same way."""
     seconds = []
@@ -160,6 +175,7 @@ async def run(topics: int, calls: int) -> dict[str, Any]:
         report["load"]["migration"] = round(_load(), 1)
         print("# migrate start --wait", file=sys.stderr, flush=True)
         report["wait"] = start_and_wait(source_url, target_url)
+        report["followed_s"] = await followed(source_url)
         after: dict[str, Any] = {}
         for name, url in (("source", source_url), ("target", target_url)):
             cli, last = cli_latency(url, calls)
@@ -203,8 +219,8 @@ def main() -> int:
                 print(f"{lead}  {moment:<7} {name:<22} {_pair(row['cli']):>13} {_pair(row['call']):>13}  "
                       f"{r['load']['start']}/{r['load']['migration']}/{r['load']['end']}")
                 lead = " " * len(lead)
-        print(f"{'':>8} floor (metashift --help): {_pair(r['floor'])}; followed: "
-              f"{r['after']['source'].get('writes_after_switch')}")
+        print(f"{'':>8} floor (metashift --help): {_pair(r['floor'])}; the store left followed (its one walk "
+              f"done) {r.get('followed_s')}s after --wait's exit: {r['after']['source'].get('writes_after_switch')}")
     return 0
 
 

@@ -64,6 +64,8 @@ RETRY_SECONDS = 10.0
 PUBLISH_SECONDS = 1.0
 #: During the walk, the record says how far it got at most this often.
 PROGRESS_SECONDS = 5.0
+#: A growing count of writes in the old store is logged (a warning) at most this often.
+TELL_SECONDS = 60.0
 
 
 def record_path() -> str:
@@ -180,6 +182,8 @@ class Follower:
         self._version: int | None = None
         self._published: tuple[Any, ...] | None = None
         self._failing: str | None = None
+        self._told = (0, -TELL_SECONDS)
+        """(count, when) of the last warning about writes in the old store."""
 
     async def run(self) -> None:
         while True:
@@ -278,8 +282,12 @@ class Follower:
                         raise _Broken(broken[0])
                     if time.monotonic() - shown > PROGRESS_SECONDS:
                         shown = time.monotonic()
+                        if await self._wanted() != (url, epoch):
+                            return  # a migration from the home began: not a walk beside its copy
                         await self._publish(store, epoch, position, since)
             self.complete = True
+            log.info("walked %s once: %d node(s) written there after the switch; following its changes", url,
+                     len(self.found))
             looked = time.monotonic()
             while True:
                 if broken:
@@ -315,6 +323,10 @@ class Follower:
         body = json.dumps({"epoch": epoch, "position": position, "count": count, "paths": shown, "atLeast": at_least,
                            "followedBy": self.node_id, "since": since, "complete": self.complete,
                            "updatedAt": now_ms()}, separators=(",", ":")).encode()
+        if self.complete and count > self._told[0] and time.monotonic() - self._told[1] >= TELL_SECONDS:
+            log.warning("%d node(s) written in the store the cluster left after the switch, not seen by the cluster "
+                        "(a member still writes there, bypassing the agents): %s", count, ", ".join(shown[:3]))
+            self._told = (count, time.monotonic())
         path = record_path()
         for _ in range(3):
             if self._version is not None:

@@ -22,7 +22,7 @@ STEPS: dict[str, list[str]] = {
     "migrate": ["migrate", "start", "--source", "$SOURCE", "--target", "$TARGET", "--wait"],
     "status": ["migrate", "status", "--source", "$SOURCE"],
     "after-switch-check": ["migrate", "status", "--source", "$TARGET"],
-    "retire-check": ["migrate", "status", "--source", "$SOURCE"],
+    "retire-check": ["migrate", "status", "--source", "$SOURCE", "--scan"],
 }
 
 
