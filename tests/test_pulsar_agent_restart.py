@@ -46,6 +46,7 @@ from metashift_lab.pulsar_cluster import PulsarCluster, PulsarNotInstalled, find
 from metashift_lab.pulsar_cluster.cluster import AGENT
 from metashift_lab.pulsar_cluster.member_view import MemberView
 from metashift_lab.pulsar_cluster.restarts import (
+    KEEP_ENV,
     RestartWindow,
     coordinator,
     missing_registrations,
@@ -72,7 +73,7 @@ SYNCING_DELAY_S = 1.0
 HEAL_AFTER_S = 60.0
 BROKERS = ("broker-1", "broker-2")
 #: Keep the cluster's work directory (every log and config) after the run.
-KEEP = os.environ.get("METASHIFT_KEEP_PULSAR", "") not in ("", "0")
+KEEP = os.environ.get(KEEP_ENV, "") not in ("", "0")
 
 
 def say(text: str) -> None:

@@ -42,6 +42,8 @@ MARGIN_S = 15.0
 RECEIVE_WITHIN_S = 120.0
 #: How often a phase hook looks at the flag besides its notifications.
 POLL_S = 0.25
+#: Set (to anything but ``0``) to keep a restart test's work directory, every log and config in it.
+KEEP_ENV = "METASHIFT_KEEP_PULSAR"
 
 
 def registrations(cluster: PulsarCluster) -> dict[str, str]:
