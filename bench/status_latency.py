@@ -94,6 +94,8 @@ async def followed(url: str, within: float = MIGRATION_WITHIN) -> float | None:
     async with await open_store(url, create_root=False) as store:
         while time.monotonic() - began < within:
             written = (await control.status(store, after_switch=True)).after_switch
+            if written is not None and not hasattr(written, "followed_by"):
+                return None  # a metashift that walked the store at every status: nobody follows it
             if written is not None and written.complete and written.followed_by:
                 return round(time.monotonic() - began, 1)
             await asyncio.sleep(0.5)

@@ -13,13 +13,16 @@ server) to show that no walk is made.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from metashift import processes
 from metashift.cli import build_parser
 from metashift.cli import migrate as migrate_cli
 from metashift.coordinator import control
@@ -189,3 +192,21 @@ async def test_status_read_from_the_store_left_says_so_when_no_follower_keeps_it
                                            "followed_by": None, "complete": False, "scanned": False}, left
     assert _status(zk_url, "--scan")["writes_after_switch"]["paths"] == [LATE]
 
+
+
+def test_the_status_benchmark_runs_and_reports_every_figure() -> None:
+    """``bench/status_latency.py`` at a tiny size (its own servers and agents): every figure is
+    there, and what it read after the switch is what the follower keeps. Figures are not judged."""
+    bench = Path(__file__).resolve().parent.parent / "bench" / "status_latency.py"
+    done = processes.run([sys.executable, str(bench), "--topics", "60", "--calls", "1", "--json"], timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = json.loads(done.stdout)["runs"]
+    assert run["wait"]["exit"] == 0 and run["wait"]["completed_to_exit_s"] >= 0, run["wait"]
+    assert run["followed_s"] is not None, run
+    for moment in ("before", "after"):
+        for store in ("source", "target"):
+            assert run[moment][store]["cli"]["calls"] == 1 and run[moment][store]["call"]["calls"] == 1, run
+    left = run["after"]["source"]
+    assert left["phase"] == "COMPLETED" and left["lives_here"] is False, left
+    assert left["writes_after_switch"]["count"] == 0 and left["writes_after_switch"]["followed_by"], left
+    assert run["after"]["target"]["lives_here"] is True, run["after"]["target"]
