@@ -21,7 +21,7 @@ From the logs (each line starts with milliseconds since the epoch, ``configs.LOG
 ``RegistrationWatch`` polls each member's registration node (``/ledgers/available/<bookie>``,
 ``/loadbalance/brokers/<broker>``) through an agent's gRPC socket, which answers from wherever the
 cluster lives (the source, or the target after a migration's switch): the stretches it was absent
-and every owner it had.
+(the agent's gRPC answers carry no ephemeral owner).
 """
 
 from __future__ import annotations
@@ -180,13 +180,11 @@ def last_session(text: str) -> str | None:
 
 @dataclass
 class Presence:
-    """One registration node over a watch: when it was absent, and every owner it had."""
+    """One registration node over a watch: when it was absent."""
 
     path: str
     absent: list[tuple[float, float | None]] = field(default_factory=list)
     """(from, to) of every stretch it was absent (``None``: still absent at the end)."""
-    owners: list[tuple[float, int]] = field(default_factory=list)
-    """(since, ephemeral owner as the agent answers it) each time the owner changed."""
     unknown: int = 0
     """Polls that got no answer."""
 
@@ -197,8 +195,7 @@ class Presence:
     def to_dict(self, since: float = 0.0) -> dict[str, Any]:
         """The figures; times are seconds after ``since`` (the window's start)."""
         return {"absent": [{"at_s": round(a - since, 1), "for_s": None if to is None else round(to - a, 1)}
-                           for a, to in self.absent],
-                "owners": len({o for _t, o in self.owners}), "unknown_polls": self.unknown}  # fmt: skip
+                           for a, to in self.absent], "unknown_polls": self.unknown}  # fmt: skip
 
 
 class RegistrationWatch:
@@ -228,19 +225,15 @@ class RegistrationWatch:
         now = time.time()
         for path, p in self.presence.items():
             try:
-                got = await self._client.get(path)
+                there = await self._client.exists(path)
             except (MetadataStoreError, OSError):
                 p.unknown += 1
                 continue
             gone = p.absent and p.absent[-1][1] is None
-            if got is None and not gone:
+            if not there and not gone:
                 p.absent.append((now, None))
-            elif got is not None:
-                if gone:
-                    p.absent[-1] = (p.absent[-1][0], now)
-                owner = got[1].owner
-                if not p.owners or p.owners[-1][1] != owner:
-                    p.owners.append((now, owner))
+            elif there and gone:
+                p.absent[-1] = (p.absent[-1][0], now)
 
     async def stop(self) -> dict[str, Presence]:
         if self._task is not None:
