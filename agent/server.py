@@ -179,10 +179,14 @@ class Agent:
         return handed.stores.get(url.public()) if handed is not None else None
 
     def _note_handles(self) -> None:
-        """The store sessions' handles into the state file, those that changed."""
+        """The store sessions' handles into the state file, those that changed; a store no longer
+        held (a target dropped, a dry open's store closed) leaves it."""
         if self.state_file is not None:
-            for url, handle in self._store_handles().items():
+            held = self._store_handles()
+            for url, handle in held.items():
                 self.state_file.store(url, handle)
+            for url in set(self.state_file.state.stores) - set(held):
+                self.state_file.store(url, None)
 
     def _watch_handle(self, store: MetadataStore) -> None:
         """Keep ``store``'s session handle in the state file as it changes (``on_handle_change``)."""

@@ -11,9 +11,11 @@ import tempfile  # noqa: E402
 import pytest  # noqa: E402  (after the gRPC environment)
 
 # The agent processes a test starts keep their members' sessions in a state dir (default
-# /run/metashift, the machine's): this test process's own, so that agents of concurrent tests
-# with one node id never share a state file.
-os.environ.setdefault("METASHIFT_SESSION_STATE_DIR", tempfile.mkdtemp(prefix="ms-state-"))
+# /run/metashift, the machine's): this test process's own (each xdist worker's: they inherit the
+# controller's environment), so that agents of concurrent tests with one node id never share a
+# state file. The lab's agents name a dir of their own on the command line, which wins.
+os.environ["METASHIFT_SESSION_STATE_DIR"] = tempfile.mkdtemp(
+    prefix=f"ms-state-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-")
 
 pytest_plugins = ["tests.harness", "tests.zkfront", "tests.zkjava", "tests.agent_processes", "tests.copy_support"]
 

@@ -24,10 +24,13 @@ from metashift_lab.zkraw import RawZk
 from tests.agent_processes import Agents
 from tests.harness import BACKENDS, eventually, store_kind
 
-#: The agent's store session (ZooKeeper session, etcd lease, Oxia sessions) and its members' timeout:
-#: short, so that a test waits past them.
-STORE_TIMEOUT = 5
-MEMBER_TIMEOUT = 6.0
+#: The agent's store session (ZooKeeper session, etcd lease, Oxia sessions): short, so that a test
+#: waits past it, yet longer than a new agent process takes to start on a loaded machine (seen: 5 s).
+STORE_TIMEOUT = 12
+#: The members' session timeout (Pulsar's default): the restart is well within it.
+MEMBER_TIMEOUT = 30.0
+#: A member whose session is to expire while no agent runs.
+SHORT_MEMBER_TIMEOUT = 6.0
 
 
 @pytest.fixture(params=BACKENDS)
@@ -39,8 +42,8 @@ class WatchedMember:
     """A kazoo client with an ephemeral registration, the session states it went through, and
     the watch events it got."""
 
-    def __init__(self, hosts: str) -> None:
-        self.client = KazooClient(hosts=hosts, timeout=MEMBER_TIMEOUT)
+    def __init__(self, hosts: str, timeout: float = MEMBER_TIMEOUT) -> None:
+        self.client = KazooClient(hosts=hosts, timeout=timeout)
         self.states: list[str] = []
         self.client.add_listener(lambda state: self.states.append(str(state)))
 
@@ -79,8 +82,9 @@ async def test_the_member_keeps_its_session_across_the_agents_restart(
         restart = await agent.restart(kind)
         await eventually(lambda: member.client.state == KazooState.CONNECTED, 30, "the member reconnected")
         assert member.client.client_id[0] == session_id, "the member got another session"
-        # past the old process's store session and the member's timeout
-        await asyncio.sleep(max(STORE_TIMEOUT, MEMBER_TIMEOUT) + 2)
+        # past the old process's store session's timeout (the member's is counted afresh from its
+        # reconnection, as a ZooKeeper server does)
+        await asyncio.sleep(STORE_TIMEOUT + 2)
         value, stat = await asyncio.to_thread(member.client.get, reg)
         assert value == b'{"v":2}' and stat.version == 1
         assert stat.ephemeralOwner == session_id
@@ -121,12 +125,12 @@ async def test_a_restart_after_the_members_timeout_fails_closed(
     agents = Agents(tmp_path / "agents")
     try:
         agent = await _agent(agents, url)
-        member = WatchedMember(agent.zk_listen or "")
+        member = WatchedMember(agent.zk_listen or "", SHORT_MEMBER_TIMEOUT)
         watched.append(member)
         await asyncio.to_thread(member.client.start, 30)
         reg = "/ledgers/available/127.0.0.1:3181"
         await asyncio.to_thread(member.client.create, reg, b"{}", ephemeral=True, makepath=True)
-        await agent.restart("sigkill", down=MEMBER_TIMEOUT + 2)
+        await agent.restart("sigkill", down=SHORT_MEMBER_TIMEOUT + 2)
         await eventually(lambda: "LOST" in member.states, 30, f"the member told of its expiry: {member.states}")
         direct = await open_store(url)
         try:

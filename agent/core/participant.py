@@ -44,7 +44,7 @@ from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag
 from metashift.migration.liveness import BEATS_PER_TIMEOUT
 from metashift.migration.origin import StoreState, read_state
-from metashift.migration.participants import ParticipantRecord
+from metashift.migration.participants import ParticipantRecord, list_participants
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, Notification, SessionEvent
 from metashift.stores.aio import cancel_and_wait, wait_event
@@ -60,6 +60,9 @@ PhaseListener = Callable[[Phase], None]
 POLL_SECONDS = 1.0
 #: COMPLETED flags followed at most from the configured source to the store the cluster lives on.
 MAX_HOPS = 16
+#: Longest wait (seconds; at least 6 participant timeouts) for the other agents to leave a home
+#: this agent left, before it deletes its members' ephemerals there.
+OLD_HOME_WAIT = 30.0
 
 
 class Participant:
@@ -119,6 +122,8 @@ class Participant:
         self._removers: list[Callable[[], None]] = []
         self._lease_timer: asyncio.TimerHandle | None = None
         self._started_at = time.monotonic()
+        self._clearing: set[asyncio.Task[None]] = set()
+        """The clean-ups of homes left behind (``_clear_old_home``)."""
         self._sessions_ready = asyncio.Event()
         """Set once the sessions a predecessor process left are taken over (``sessions_ready``):
         until then a freeze re-creates nothing (it would miss them)."""
@@ -187,7 +192,7 @@ class Participant:
         await self.checks.stop()
         if self._lease_timer is not None:
             self._lease_timer.cancel()
-        await cancel_and_wait(self._tasks, "participant")
+        await cancel_and_wait([*self._tasks, *self._clearing], "participant")
         for store in {id(s): s for s in (self._target, self._arrived) if s is not None}.values():
             if store is not self.router.active and store is not self.source:
                 with contextlib.suppress(Exception):
@@ -380,11 +385,33 @@ class Participant:
         await self.gate.open(towards=target)
         self._holding = self._fenced = False
         log.info("migration epoch %d completed: serving from %s, now this agent's home", flag.epoch, target.url)
-        # the copies in the old home are ours (our session's there); nobody reads it now
+        # the copies in the old home are ours (our session's there): deleted once the other agents
+        # left it too, not now: one still serving from it would show its members a bookie or a
+        # broker going away (Pulsar's "Bookie ... deleted" at every switch)
+        task = asyncio.get_running_loop().create_task(self._clear_old_home(old_home, left_behind),
+                                                      name="old home")
+        self._clearing.add(task)
+        task.add_done_callback(self._clearing.discard)
+
+    async def _clear_old_home(self, old_home: MetadataStore, left_behind: dict[str, bytes]) -> None:
+        """Wait (bounded) until no other agent is registered in ``old_home``, then delete this
+        agent's copies of its members' ephemerals there (at once when stopped meanwhile)."""
+        deadline = time.monotonic() + max(OLD_HOME_WAIT, 6 * self.participant_timeout)
+        try:
+            while time.monotonic() < deadline:
+                with contextlib.suppress(MetadataStoreError):
+                    others = [r for r in await list_participants(old_home) if r.node_id != self.record.node_id]
+                    if not others:
+                        break
+                await asyncio.sleep(0.5)
+        finally:
+            await asyncio.shield(self._delete_copies(old_home, left_behind))
+
+    async def _delete_copies(self, old_home: MetadataStore, left_behind: dict[str, bytes]) -> None:
         for path in left_behind:
             with contextlib.suppress(MetadataStoreError):
                 got = await old_home.get(path)
-                if got is not None and got[1].created_by_self:
+                if got is not None and got[1].ephemeral and got[1].created_by_self:
                     await old_home.delete(path, expected_version=got[1].version)
         if old_home is not self.source:  # an earlier target: nothing of this agent's left there
             with contextlib.suppress(Exception):

@@ -1,8 +1,9 @@
 """The ZooKeeper sessions a predecessor process left (``agent.core.handover``), taken over at start.
 
-A session is carried over, whole, when its timeout has not passed since the predecessor's last
-tick and every ephemeral it owned is still an ephemeral of the agent's store session (which the
-agent resumed): its client re-attaches with its id and password and finds everything as it was.
+A session is carried over when its timeout has not passed since the predecessor's last tick and
+every ephemeral it owned is still an ephemeral of the agent's store session (which the agent
+resumed), or gone from it (deleted: a delete in flight at a kill, as ZooKeeper would have applied
+it): its client re-attaches with its id and password and finds everything as it was.
 Anything less fails closed, as ZooKeeper does: the session is not carried (its client is told it
 expired when it reconnects) and what is left of its ephemerals is deleted before any client is
 served, so no member ever finds a registration of its own that is about to vanish.
@@ -52,13 +53,18 @@ async def carry_over(handed: HandedState, sessions: ZkSessions, store: MetadataS
             left.append(path)
     for session in handed.sessions.values():
         found: dict[str, bytes] = {}
-        whole = True
+        lost: list[str] = []
         for path in sorted(session.ephemerals):
             got = await store.get(path)
             if got is not None and got[1].ephemeral and got[1].created_by_self:
                 found[path] = got[0]
-            else:
-                whole = False
+            elif got is not None or not store.resumed:
+                # another session's node there now, or our store session was not resumed (its
+                # ephemerals went or go with it): the client would believe it holds what it does not
+                lost.append(path)
+            # else: gone from a session that lived on: deleted (the client's own delete in
+            # flight at the kill, or another client's), which the session may well outlive
+        whole = not lost
         if session.zk_id and age < session.timeout and whole:
             sessions.restore(session, found, last_seen=now - age)
             carried += 1
@@ -73,7 +79,7 @@ async def carry_over(handed: HandedState, sessions: ZkSessions, store: MetadataS
         else:
             broken += 1
             log.warning("zookeeper session %#x not carried over: %d of its %d ephemeral(s) are no longer "
-                        "this agent's; its client is told it expired", session.zk_id,
-                        len(session.ephemerals) - len(found), len(session.ephemerals))
+                        "this agent's (%s); its client is told it expired", session.zk_id, len(lost),
+                        len(session.ephemerals), ", ".join(lost[:5]) + (" ..." if len(lost) > 5 else ""))
         left += sorted(found)
     return CarryOver(carried, expired, broken, ephemerals, tuple(left))

@@ -148,7 +148,10 @@ class AgentProcess:
             # stops its agents in order (writers first, then SIGTERM, then SIGKILL); it dies with
             # the sandbox, even a SIGKILLed one
             self.process = await processes.start_async(
-                [*agent_command(), "--config", str(self.config_path)],
+                # the state dir on the command line too: it wins over a METASHIFT_SESSION_STATE_DIR
+                # the environment may carry
+                [*agent_command(), "--config", str(self.config_path),
+                 *(["--state-dir", str(self.state_dir)] if HAS_STATE_DIR else [])],
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT, env=env,
             )  # fmt: skip
 
