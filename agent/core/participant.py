@@ -379,11 +379,14 @@ class Participant:
             self._prepared = flag.epoch
         target, old_home = self._target, self.home.store
         left_behind = self.registry.ephemerals()
-        await self._move_home(target, leave=not starting)
+        old_registration = await self._move_home(target)
         # the counters are carried by now: what the freeze left to them is looked at again
         await floor_carried_sequentials(target, self.registry.ephemerals())
         await self.gate.open(towards=target)
         self._holding = self._fenced = False
+        # only now, serving from the target: an agent gone from the old home has switched (what
+        # ``_clear_old_home`` of the others waits for)
+        await self._leave(old_registration, leave=not starting)
         log.info("migration epoch %d completed: serving from %s, now this agent's home", flag.epoch, target.url)
         # the copies in the old home are ours (our session's there): deleted once the other agents
         # left it too, not now: one still serving from it would show its members a bookie or a
@@ -417,8 +420,9 @@ class Participant:
             with contextlib.suppress(Exception):
                 await old_home.close()
 
-    async def _move_home(self, store: MetadataStore, *, leave: bool) -> None:
-        """Register in ``store`` (a fresh lease there) and follow its flag; leave the old home."""
+    async def _move_home(self, store: MetadataStore) -> Registration:
+        """Register in ``store`` (a fresh lease there) and follow its flag; the registration in
+        the old home is returned, to ``_leave`` once this agent serves from ``store``."""
         old = self.registration
         fresh = Registration(store, old.record, self.participant_timeout)
         await fresh.ensure()
@@ -428,6 +432,11 @@ class Participant:
         self._listen()
         self._arrived, self._target, self._prepared = store, None, None
         self._arm_lease_timer()
+        return old
+
+    async def _leave(self, old: Registration, *, leave: bool) -> None:
+        """Remove this agent's record from the home it left (``leave``), or, starting, sweep the
+        records an earlier process of this agent left there."""
         if leave:
             try:
                 await old.leave()
