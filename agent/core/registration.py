@@ -22,8 +22,8 @@ from collections.abc import Callable
 
 from metashift.migration import paths
 from metashift.migration.liveness import LEASE_SHARE
-from metashift.migration.participants import DryOpen, ParticipantRecord
-from metashift.stores import BadVersion, MetadataStore, NotFound
+from metashift.migration.participants import DryOpen, ParticipantRecord, sequence_order
+from metashift.stores import BadVersion, MetadataStore, NotFound, Stat
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +79,9 @@ class Registration:
         is the same participant to the coordinator; delete any other such record (the newest is
         kept). False when there is none."""
         mine: list[tuple[str, ParticipantRecord]] = []
-        names = await self.store.get_children(paths.PARTICIPANTS)  # etcd's names are unpadded: by number
-        for name in sorted(names, key=lambda n: int(n.rpartition("-")[2]) if n.rpartition("-")[2].isdigit() else -1):
-            path = f"{paths.PARTICIPANTS}/{name}"
-            got = await self.store.get(path)
-            if got is None or not got[1].ephemeral or not got[1].created_by_self:
-                continue
+        for path, value, stat in await self._own_records():
             try:
-                record = ParticipantRecord.from_json(got[0], path, got[1].version, got[1].owner)
+                record = ParticipantRecord.from_json(value, path, stat.version, stat.owner)
             except ValueError:
                 continue
             if record.node_id == self.record.node_id:
@@ -107,12 +102,20 @@ class Registration:
 
     async def sweep(self) -> None:
         """Delete every record of this agent's own store session in this store (a home it left)."""
-        for name in await self.store.get_children(paths.PARTICIPANTS):
+        for path, _value, stat in await self._own_records():
+            with contextlib.suppress(NotFound, BadVersion):
+                await self.store.delete(path, expected_version=stat.version)
+
+    async def _own_records(self) -> list[tuple[str, bytes, Stat]]:
+        """The participant nodes that are ephemerals of this agent's own store session, in
+        registration order: (path, value, Stat)."""
+        own = []
+        for name in sorted(await self.store.get_children(paths.PARTICIPANTS), key=sequence_order):
             path = f"{paths.PARTICIPANTS}/{name}"
             got = await self.store.get(path)
             if got is not None and got[1].ephemeral and got[1].created_by_self:
-                with contextlib.suppress(NotFound, BadVersion):
-                    await self.store.delete(path, expected_version=got[1].version)
+                own.append((path, got[0], got[1]))
+        return own
 
     async def _rewrite(self, change: Callable[[ParticipantRecord], ParticipantRecord]) -> None:
         """Compare-and-set of ``change(record)``. A version we did not expect means a write of ours

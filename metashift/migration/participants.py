@@ -136,7 +136,7 @@ async def list_participants(store: MetadataStore) -> list[ParticipantRecord]:
     """Every registered participant, in registration order; records that cannot be read are
     logged and left out."""
     names = await store.get_children(paths.PARTICIPANTS)
-    names.sort(key=_sequence)
+    names.sort(key=sequence_order)
     full = [f"{paths.PARTICIPANTS}/{name}" for name in names]
     out: list[ParticipantRecord] = []
     for path, got in zip(full, await store.batch([GetOp(p) for p in full]), strict=True):
@@ -151,6 +151,7 @@ async def list_participants(store: MetadataStore) -> list[ParticipantRecord]:
     return out
 
 
-def _sequence(name: str) -> tuple[int, str]:
+def sequence_order(name: str) -> tuple[int, str]:
+    """Sort key of participant names in registration order (etcd's sequential names are unpadded)."""
     digits = name.rpartition("-")[2]
     return (int(digits), name) if digits.isdigit() else (-1, name)
