@@ -32,6 +32,7 @@ from metashift.agent.core.handover import TICK, CarriedSession, HandedState, Sta
 from metashift.agent.core.home import Home
 from metashift.agent.core.participant import Participant
 from metashift.agent.core.router import Router
+from metashift.agent.core.sequence_floors import floor_carried_sequentials
 from metashift.agent.core.sessions import SessionRegistry
 from metashift.agent.gateway.auth import TokenAuth, read_token
 from metashift.agent.gateway.service import SESSION_SERVICE, STORE_SERVICE, Gateway
@@ -209,7 +210,10 @@ class Agent:
         process's state file with what was carried."""
         handed, state_file = self._handed, self.state_file
         if handed is not None and self.zookeeper is not None:
-            outcome = await carry_over(handed, self.zookeeper.sessions, self.router.active)
+            served = self._served_from(handed)
+            outcome = await carry_over(handed, self.zookeeper.sessions, served)
+            if served is not self.router.active:
+                await self._carry_across(handed, served)
             if outcome.left:
                 deleting = self.registry.delete_left(outcome.left)
                 if self.gate.is_open:  # before any member is served (a freeze holds them: they wait)
@@ -223,6 +227,7 @@ class Agent:
                                        "previous_agent_age": round(handed.age(), 3)}})
         if state_file is None:
             return
+        self.router.on_switch(lambda _old, new: state_file.serving(new.url.public()))
         sessions: dict[str, CarriedSession] = {}
         if self.zookeeper is not None:
             for zk in self.zookeeper.sessions.by_id.values():
@@ -231,7 +236,8 @@ class Agent:
                                                      set(client.ephemerals))
         try:
             state_file.open(HandedState(self.config.node_id, boot_id(), time.monotonic(),
-                                        stores=self._store_handles(), sessions=sessions))
+                                        stores=self._store_handles(), sessions=sessions,
+                                        serving=self.router.active.url.public()))
         except OSError as e:
             log.warning("cannot keep session state in %s (%s): a restart of this agent ends its members' sessions",
                         state_file.directory, e.strerror or e, extra={"fields": {"key": "session.state_dir"}})
@@ -239,6 +245,32 @@ class Agent:
             self.registry.journal = None
             return
         self._ticker = asyncio.get_running_loop().create_task(self._tick(state_file), name="state-file")
+
+    def _served_from(self, handed: HandedState) -> MetadataStore:
+        """The store the predecessor served its members from, where their ephemerals are as they
+        last saw them: the active store, unless this process switched away from it at start (a
+        migration completed while no agent ran here) and still holds it (the source)."""
+        active = self.router.active
+        if handed.serving is None or handed.serving == active.url.public():
+            return active
+        if self.source is not None and handed.serving == self.source.url.public():
+            return self.source
+        log.warning("the previous agent process served from %s, which this one does not hold: its sessions "
+                    "are judged in %s", handed.serving, active.url.public())
+        return active
+
+    async def _carry_across(self, handed: HandedState, served: MetadataStore) -> None:
+        """The sessions carried from ``served`` (the predecessor's store, which a migration left
+        while no agent ran) get their ephemerals, value and version, in the active store before
+        any member is served; the copies in ``served`` go once every other agent left it."""
+        active = self.router.active
+        made = await self.registry.recreate_in(active, read_from=served)
+        await floor_carried_sequentials(active, self.registry.ephemerals())
+        paths = set(handed.orphans).union(*(s.ephemerals for s in handed.sessions.values()))
+        assert self.participant is not None
+        self.participant.clear_copies(served, sorted(paths))
+        log.info("the previous agent process served from %s, which the cluster left meanwhile: %d ephemeral(s) "
+                 "of the sessions carried re-created in %s", served.url.public(), made, active.url.public())
 
     async def _tick(self, state_file: StateFile) -> None:
         """The beat file every ``TICK``, and the store sessions' handles as they change (a new

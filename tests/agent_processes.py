@@ -35,11 +35,14 @@ class Agents:
         self.work_dir = work_dir
         self.started: list[AgentProcess] = []
 
-    async def start(self, source_url: str, node_id: str, role: str, **fields: Any) -> AgentProcess:
+    async def start(
+        self, source_url: str, node_id: str, role: str, participant_timeout: float = 10.0, **fields: Any
+    ) -> AgentProcess:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         agent = AgentProcess(
             node_id, role, self.work_dir, source_url, hold_timeout=60.0, prepare_timeout=60.0,
-            coordinator_settings={"participant_timeout": 10.0}, zk_listen=f"127.0.0.1:{free_port()}", **fields,
+            coordinator_settings={"participant_timeout": participant_timeout}, zk_listen=f"127.0.0.1:{free_port()}",
+            **fields,
         )  # fmt: skip
         await start_agents([agent])
         self.started.append(agent)

@@ -17,11 +17,13 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient, KazooState
 
-from metashift.stores import open_store
+from metashift.migration.flag import MigrationFlag, read_flag
+from metashift.migration.phase import Phase
+from metashift.stores import MetadataStore, open_store
 from metashift.stores.zookeeper.wire import EventType
 from metashift_lab.agents import AgentProcess, stop_agents
 from metashift_lab.zkraw import RawZk
-from tests.agent_processes import Agents
+from tests.agent_processes import Agents, cli
 from tests.harness import BACKENDS, eventually, store_kind
 
 #: The agent's store session (ZooKeeper session, etcd lease, Oxia sessions): short, so that a test
@@ -181,3 +183,84 @@ async def test_the_watches_set_again_hear_what_changed_while_no_agent_ran(
             await again.close()
     finally:
         await stop_agents(agents.started)
+
+
+async def test_a_migration_completed_while_the_agent_was_down_keeps_its_members_session(
+    zk_url: str,
+    etcd_url: str,
+    tmp_path: Path,
+    watched: list[WatchedMember],
+) -> None:
+    """Killed, and back only after the migration went on without it (dropped from the freeze) and
+    completed: the member's session is carried from the source, where the agent last served it,
+    and its registration is in the target before it is served, value and version kept; the copy
+    left in the source goes once no agent is registered there."""
+    source_url = f"{zk_url}?session_timeout=60"  # the agent's source session outlives its absence
+    agents = Agents(tmp_path / "agents")
+    try:
+        bookie = await agents.start(
+            source_url, "bookie-1", "bookie", participant_timeout=4.0, coordinator_enabled=False
+        )
+        await agents.start(source_url, "broker-1", "broker", participant_timeout=4.0)
+        member = WatchedMember(bookie.zk_listen or "", 60.0)
+        watched.append(member)
+        await asyncio.to_thread(member.client.start, 30)
+        reg = "/ledgers/available/127.0.0.1:3181"
+        await asyncio.to_thread(member.client.create, reg, b'{"v":1}', ephemeral=True, makepath=True)
+        await asyncio.to_thread(member.client.set, reg, b'{"v":2}')
+        session_id = member.client.client_id[0]
+        source = await open_store(zk_url)
+        target = await open_store(etcd_url)
+        try:
+
+            async def migrate() -> None:
+                started = await asyncio.to_thread(
+                    cli,
+                    "migrate",
+                    "start",
+                    "--source",
+                    zk_url,
+                    "--target",
+                    etcd_url,
+                    "--force",
+                    "--reason",
+                    "bookie-1's agent is restarting",
+                )
+                assert started.returncode == 0, started.stderr
+                flag = await _wait_flag(source, Phase.COMPLETED, Phase.FAILED)
+                assert flag.phase is Phase.COMPLETED and flag.dropped == ("bookie-1",), flag
+
+            await bookie.restart("sigkill", down=0, while_down=migrate)
+            await eventually(lambda: member.client.state == KazooState.CONNECTED, 60, "the member reconnected")
+            assert member.client.client_id[0] == session_id, "the member got another session"
+            value, stat = await asyncio.to_thread(member.client.get, reg)
+            assert value == b'{"v":2}' and stat.version == 1 and stat.ephemeralOwner == session_id
+            got = await target.get(reg)
+            assert got is not None and got[1].ephemeral and got[0] == b'{"v":2}' and got[1].version == 1, got
+            assert "LOST" not in member.states, f"the member saw its session lost: {member.states}"
+            log = bookie.log_path.read_text()
+            taken = [json.loads(line) for line in log.splitlines() if "took over from the previous agent" in line]
+            assert taken and taken[-1]["sessions_carried"] == 1, taken
+            # the copy in the source: the agent's own, deleted once no agent is registered there
+            await eventually(lambda: _absent(source, reg), 90, "the copy left in the source deleted")
+            assert await target.get(reg) is not None
+        finally:
+            await source.close()
+            await target.close()
+    finally:
+        await stop_agents(agents.started)
+
+
+async def _wait_flag(store: MetadataStore, *phases: Phase) -> MigrationFlag:
+    """The flag once in one of ``phases`` (COMPLETED: once released, the switch made)."""
+    found: list[MigrationFlag] = []
+
+    async def reached() -> bool:
+        flag = await read_flag(store)
+        if flag is not None and flag.phase in phases and (flag.phase is not Phase.COMPLETED or flag.released):
+            found.append(flag)
+            return True
+        return False
+
+    await eventually(reached, within=300, what=f"phase {[p.value for p in phases]}")
+    return found[-1]

@@ -81,3 +81,21 @@ def test_the_journal_is_compacted_without_losing_a_record(tmp_path: Path) -> Non
     assert state is not None
     assert state.sessions["s-1"].ephemerals == expected
     assert not (tmp_path / "broker-1.state.new").exists()
+
+
+def test_the_store_served_from_is_kept_and_a_format_1_file_still_read(tmp_path: Path) -> None:
+    journal = StateFile(tmp_path, "broker-1")
+    journal.open(HandedState("broker-1", boot_id(), 0.0, serving="zk://127.0.0.1:2181/pulsar"))
+    journal.serving("etcd://127.0.0.1:2379/pulsar")  # the switch
+    journal.close()
+    state = StateFile(tmp_path, "broker-1").load()
+    assert state is not None and state.serving == "etcd://127.0.0.1:2379/pulsar"
+    # a predecessor of format 1 (before ``serving``): read, its store served from unknown
+    header, *rest = journal.path.read_text().splitlines()
+    old = json.loads(header) | {"format": 1}
+    journal.path.write_text("\n".join([json.dumps(old), *(line for line in rest if '"serving"' not in line)]) + "\n")
+    state = StateFile(tmp_path, "broker-1").load()
+    assert state is not None and state.serving is None
+    # a format this agent does not know: nothing carried
+    journal.path.write_text(json.dumps(old | {"format": 99}) + "\n")
+    assert StateFile(tmp_path, "broker-1").load() is None

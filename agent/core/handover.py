@@ -41,8 +41,11 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two writes of the beat file.
 TICK = 0.5
-#: Format of the state file (a file of another format is ignored: its sessions fail closed).
-FORMAT = 1
+#: Format of the state file this agent writes: 2 added ``serving``, which an agent of format 1
+#: would read as a torn line (a downgrade then fails closed instead: it ignores the file).
+FORMAT = 2
+#: Formats it reads (a file of another is ignored: its sessions fail closed).
+READABLE_FORMATS = frozenset({1, 2})
 #: The journal is rewritten whole when it has this many more lines than live records.
 COMPACT_AFTER = 2000
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
@@ -88,6 +91,9 @@ class HandedState:
     orphans: set[str] = field(default_factory=set)
     """Ephemerals of sessions that ended without their deletion (the agent stopped meanwhile):
     the successor deletes those its resumed store session still holds."""
+    serving: str | None = None
+    """The public URL of the store the predecessor served its members from (where their
+    ephemerals are as they last saw them); ``None`` in a file that does not say."""
 
     def age(self) -> float:
         """Seconds since the predecessor's last tick."""
@@ -143,8 +149,9 @@ class StateFile:
         return state
 
     def _header(self, entry: dict[str, Any], beat: float) -> HandedState | None:
-        if entry.get("t") != "agent" or entry.get("format") != FORMAT:
-            log.warning("state file %s is not of format %d: no session is carried over", self.path, FORMAT)
+        if entry.get("t") != "agent" or entry.get("format") not in READABLE_FORMATS:
+            log.warning("state file %s is not of format %s: no session is carried over", self.path,
+                        " or ".join(str(f) for f in sorted(READABLE_FORMATS)))
             return None
         if entry.get("node_id") != self.node_id:
             log.warning("state file %s belongs to agent %r, not %r: no session is carried over",
@@ -172,6 +179,8 @@ class StateFile:
         lines = [{"t": "agent", "format": FORMAT, "node_id": state.node_id, "boot_id": boot_id(), "pid": os.getpid()}]
         lines += [{"t": "store", "url": url, "handle": h.to_json()} for url, h in state.stores.items()]
         lines += [{"t": "participant", "url": url, "path": p} for url, p in state.participants.items()]
+        if state.serving is not None:
+            lines.append({"t": "serving", "url": state.serving})
         lines += [{"t": "orphan", "path": p} for p in sorted(state.orphans)]
         for s in state.sessions.values():
             lines.append(_open_entry(s))
@@ -198,7 +207,7 @@ class StateFile:
             log.error("cannot write the state file %s (%s): sessions may not survive a restart", self.path, e.strerror)
             return
         self._lines += 1
-        live = 1 + len(self.state.stores) + len(self.state.participants) + len(self.state.orphans) + sum(
+        live = 2 + len(self.state.stores) + len(self.state.participants) + len(self.state.orphans) + sum(
             1 + len(s.ephemerals) for s in self.state.sessions.values())
         if self._lines > live + COMPACT_AFTER:
             self._rewrite()
@@ -236,6 +245,11 @@ class StateFile:
             self._append({"t": "unstore", "url": url})
         else:
             self._append({"t": "store", "url": url, "handle": handle.to_json()})
+
+    def serving(self, url: str) -> None:
+        """The members are served from the store ``url`` (public form) from now on."""
+        if self.state.serving != url:
+            self._append({"t": "serving", "url": url})
 
     def participant(self, url: str, path: str) -> None:
         if self.state.participants.get(url) != path:
@@ -279,6 +293,8 @@ def _apply(state: HandedState, entry: dict[str, Any]) -> None:
         state.stores.pop(str(entry["url"]), None)
     elif kind == "participant":
         state.participants[str(entry["url"])] = str(entry["path"])
+    elif kind == "serving":
+        state.serving = str(entry["url"])
     elif kind == "open":
         sid = str(entry["sid"])
         state.sessions[sid] = CarriedSession(

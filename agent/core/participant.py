@@ -32,7 +32,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from metashift.agent.core.dry_open import CheckAnswerer
 from metashift.agent.core.gate import WriteGate
@@ -391,12 +391,17 @@ class Participant:
         # the copies in the old home are ours (our session's there): deleted once the other agents
         # left it too, not now: one still serving from it would show its members a bookie or a
         # broker going away (Pulsar's "Bookie ... deleted" at every switch)
-        task = asyncio.get_running_loop().create_task(self._clear_old_home(old_home, left_behind),
-                                                      name="old home")
+        self.clear_copies(old_home, left_behind)
+
+    def clear_copies(self, old_home: MetadataStore, paths: Iterable[str]) -> None:
+        """Delete this agent's copies of ``paths`` in ``old_home`` once no other agent is
+        registered there (also what a predecessor process left in the store it served from, when
+        this process switched away from it at start)."""
+        task = asyncio.get_running_loop().create_task(self._clear_old_home(old_home, list(paths)), name="old home")
         self._clearing.add(task)
         task.add_done_callback(self._clearing.discard)
 
-    async def _clear_old_home(self, old_home: MetadataStore, left_behind: dict[str, bytes]) -> None:
+    async def _clear_old_home(self, old_home: MetadataStore, left_behind: Iterable[str]) -> None:
         """Wait (bounded) until no other agent is registered in ``old_home``, then delete this
         agent's copies of its members' ephemerals there (at once when stopped meanwhile)."""
         deadline = time.monotonic() + max(OLD_HOME_WAIT, 6 * self.participant_timeout)
@@ -410,7 +415,7 @@ class Participant:
         finally:
             await asyncio.shield(self._delete_copies(old_home, left_behind))
 
-    async def _delete_copies(self, old_home: MetadataStore, left_behind: dict[str, bytes]) -> None:
+    async def _delete_copies(self, old_home: MetadataStore, left_behind: Iterable[str]) -> None:
         for path in left_behind:
             with contextlib.suppress(MetadataStoreError):
                 got = await old_home.get(path)

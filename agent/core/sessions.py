@@ -233,16 +233,17 @@ class SessionRegistry:
         """Every tracked ephemeral (path -> value), all sessions together."""
         return {path: session.ephemerals[path] for path, session in self._owner.items()}
 
-    async def recreate_in(self, store: MetadataStore) -> int:
+    async def recreate_in(self, store: MetadataStore, *, read_from: MetadataStore | None = None) -> int:
         """Create every tracked ephemeral in ``store`` (ephemeral on ``store``'s session), with its
         latest value and version, at its real path. Returns how many were created.
 
-        Each one is read from the active store first (the gate is closed: nothing changes there
-        meanwhile): one that is gone, or is no longer an ephemeral of the agent's session there
-        (deleted behind the agent's back, replaced by a persistent node), is forgotten instead of
-        being re-created."""
+        Each one is read from the active store first (or ``read_from``: where a predecessor
+        process served them from; the gate is closed or no member served yet: nothing changes
+        there meanwhile): one that is gone, or is no longer an ephemeral of the agent's session
+        there (deleted behind the agent's back, replaced by a persistent node), is forgotten
+        instead of being re-created."""
         made = 0
-        active = self.gate.router.active
+        active = read_from if read_from is not None else self.gate.router.active
         for path, value in self.ephemerals().items():
             version = 0
             if active is not store:

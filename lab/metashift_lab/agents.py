@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,12 +196,16 @@ class AgentProcess:
         if self.process is not None:
             await processes.stop_async(self.process, grace)
 
-    async def restart(self, kind: str, down: float = RESTART_DOWN_S, within: float = 60.0) -> AgentRestart:
+    async def restart(
+        self, kind: str, down: float = RESTART_DOWN_S, within: float = 60.0,
+        while_down: Callable[[], Awaitable[None]] | None = None,
+    ) -> AgentRestart:
         """Restart the agent as systemd would, with the same config file and state directory:
         ``sigterm`` (stopped in order, SIGKILL only after ``STOP_GRACE``; started again at once) or
-        ``sigkill`` (started again ``down`` seconds after it died); returns once it serves again,
-        its gRPC socket and its ZooKeeper front (``AgentStartError`` when it does not within
-        ``within`` seconds)."""
+        ``sigkill`` (started again ``down`` seconds after it died, and once ``while_down`` returns:
+        what happens in the cluster while no agent runs here); returns once it serves again, its
+        gRPC socket and its ZooKeeper front (``AgentStartError`` when it does not within ``within``
+        seconds)."""
         if kind not in RESTART_KINDS:
             raise ValueError(f"restart kind must be one of {RESTART_KINDS}, not {kind!r}")
         if not self.running:
@@ -215,6 +220,8 @@ class AgentProcess:
             code = await processes.kill_async(self.process)
         exited = time.time()
         if kind == "sigkill":
+            if while_down is not None:
+                await while_down()
             await asyncio.sleep(max(0.0, signalled + down - time.time()))
         self.killed = False
         await self.start()
