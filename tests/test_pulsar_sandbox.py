@@ -111,7 +111,17 @@ def test_sandbox_pulsar_interrupted_leaves_no_process_nor_directory(release_vers
                 bookie = int(m.group(1))
         assert bookie is not None, f"the sandbox ended (exit {proc.wait()}) before the bookie:\n" + "".join(lines)
         seen = descendants(proc.pid)
-        assert bookie in seen and "bookkeeper.server.Main" in cmdline(bookie), {p: cmdline(p) for p in seen}
+        # the JVM's launcher may still be in its exec (an empty /proc/<pid>/cmdline): look again, bounded
+        deadline = time.monotonic() + 30
+        while "bookkeeper.server.Main" not in cmdline(bookie) and Path(f"/proc/{bookie}").exists():
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if "bookkeeper.server.Main" not in cmdline(bookie):
+            proc.kill()
+            _out, err = proc.communicate(timeout=60)
+            raise AssertionError(f"pid {bookie} is not a running bookie ({cmdline(bookie)!r}):\n{''.join(lines)}{err}")
+        assert bookie in seen, {p: cmdline(p) for p in seen}
         assert len([p for p in seen if "metashift.cli agent" in cmdline(p)]) == 3, {p: cmdline(p) for p in seen}
         assert work_dir is not None and work_dir.exists()
         proc.send_signal(signal.SIGINT)
