@@ -7,7 +7,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-DEBS := zookeeper etcd-server etcd-client default-jre-headless default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java openssl util-linux maven prometheus xz-utils systemd
+# krb5-*: the tests' Kerberos KDC (secured ZooKeeper); libkrb5-dev, gcc and python3-dev build the
+# gssapi package (PyPI serves it as source only)
+DEBS := zookeeper etcd-server etcd-client default-jre-headless default-jdk-headless libcurator-recipes-java libcurator-framework-java libcurator-client-java openssl util-linux maven prometheus xz-utils systemd \
+	krb5-kdc krb5-admin-server krb5-user libkrb5-dev gcc python3-dev
 # two test processes: most of a test's time is spent waiting on servers, sessions and Spark, so two
 # overlap well on two cores (`make pytest PYTEST_ARGS=` runs them in one process)
 PYTEST_ARGS ?= -n 2 --dist worksteal
@@ -36,7 +39,7 @@ oxia: .stamp-debs
 		sh $(OXIA_INSTALL) .cache/oxia >/dev/null || { echo "installing the Oxia server from $(OXIA_INSTALL) failed"; exit 1; }; \
 	fi
 
-.stamp-debs:
+.stamp-debs: Makefile
 	@if ! dpkg -s $(DEBS) >/dev/null 2>&1; then \
 		echo "installing Debian packages: $(DEBS)"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEBS) >/dev/null; \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -66,7 +67,8 @@ def test_oxia_namespace_prefix_and_token(tmp_path: Any) -> None:
 @pytest.mark.parametrize(
     "bad",
     ["oxia://alice:pw@h", "oxia://h/bad%ns", "oxia://h?token=a&token_file=/etc/hostname", "oxia://h?token=",
-     "oxia://h?token_file=/definitely/not/here", "oxia://h?tls=true", "oxia://h/default/a//b", "oxia://h:0"],
+     "oxia://h?token_file=/definitely/not/here", "oxia://h?tls=maybe", "oxia://h/default/a//b", "oxia://h:0",
+     "oxia://h?sasl=DIGEST-MD5", "oxia://h?cert=/etc/hostname"],
 )
 def test_bad_oxia_urls(bad: str) -> None:
     with pytest.raises(InvalidStoreURL):
@@ -77,3 +79,46 @@ def test_oxia_token_never_in_the_error() -> None:
     with pytest.raises(InvalidStoreURL) as err:
         parse_url("oxia://h:bad?token=hunter2")
     assert "hunter2" not in str(err.value)
+
+
+def test_secured_store_urls_as_the_issue_writes_them(tmp_path: Path) -> None:
+    """The forms of issue 39, accepted as written, and their meaning."""
+    ca = tmp_path / "ca.pem"
+    ca.write_text("x")
+    password = tmp_path / "password"
+    password.write_text("s3cret\n")
+    url = parse_url(f"zk://zk1:2281?tls=true&ca={ca}")
+    assert url.tls and url.tls_ca == str(ca) and url.sasl is None
+    digest = parse_url("zk://bob:pw@zk1:2281?sasl=DIGEST-MD5")
+    assert (digest.sasl, digest.username, digest.password) == ("DIGEST-MD5", "bob", "pw")
+    from_file = parse_url(f"zk://zk1:2281?sasl=DIGEST-MD5&username=bob&password_file={password}")
+    assert (from_file.username, from_file.password) == ("bob", "s3cret")
+    assert "s3cret" not in from_file.redacted() and "s3cret" not in str(from_file)
+    assert parse_url(from_file.unredacted()).password == "s3cret"  # handed whole to a child process
+    kerberos = parse_url(f"zk://zk1:2281?sasl=GSSAPI&principal=metashift/host@EXAMPLE.COM&keytab={password}")
+    assert (kerberos.sasl, kerberos.principal, kerberos.keytab, kerberos.sasl_service) == (
+        "GSSAPI", "metashift/host@EXAMPLE.COM", str(password), "zookeeper")
+    assert parse_url("zk://zk1?sasl=GSSAPI&service=zk").sasl_service == "zk"
+    assert parse_url("zk://u:p@zk1").sasl is None  # digest auth, as before
+    assert parse_url("oxia://oxia:6648?tls=true").tls
+    etcd = parse_url(f"etcd://h?username=root&password_file={password}&tls=true&ca={ca}")
+    assert (etcd.username, etcd.password, etcd.tls) == ("root", "s3cret", True)
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [("zk://h?sasl=PLAIN", "option sasl must be DIGEST-MD5 or GSSAPI, not 'PLAIN'"),
+     ("zk://h?sasl=DIGEST-MD5", "sasl=DIGEST-MD5 needs a user and password"),
+     ("zk://h?principal=a@B", "option principal goes with sasl=GSSAPI"),
+     ("zk://u:p@h?sasl=GSSAPI", "sasl=GSSAPI authenticates with Kerberos"),
+     ("zk://h?sasl=GSSAPI&keytab=/etc/hostname", "option keytab needs principal="),
+     ("zk://h?username=bob", "user 'bob' has no password"),
+     ("zk://h?username=bob&password_file=/definitely/not/here", "option password_file: no such file"),
+     ("zk://h?tls=sometimes", "option tls must be true or false"),
+     ("zk://h?cert=/etc/hostname", "options cert and key go together"),
+     ("zk://u:p@h?username=v", "the user name is given twice")],
+)
+def test_bad_secured_urls_say_what_is_wrong_in_one_line(bad: str, said: str) -> None:
+    with pytest.raises(InvalidStoreURL) as e:
+        parse_url(bad)
+    assert said in str(e.value) and "\n" not in str(e.value)

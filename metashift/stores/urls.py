@@ -4,14 +4,24 @@
 
 Parsing is strict and happens before any connection, so a typo never reaches a server.
 Options (query string):
-- both: ``session_timeout`` (seconds, default 30), ``timeout`` (per-call seconds, default 10)
+- every store: ``session_timeout`` (seconds, default 30), ``timeout`` (per-call seconds, default
+  10); ``tls=true``, ``ca=PATH`` (the CA that signed the servers' certificates; implies TLS),
+  ``cert=PATH`` and ``key=PATH`` (a client certificate: mutual TLS, ZooKeeper's x509 auth)
 - zk: ``multi_read=false``: bulk reads (the copy, its verification) one request per node instead
-  of ZooKeeper 3.6's multiRead (used by default when the server answers it)
-- etcd: ``tls=true``, ``ca=PATH``, ``cert=PATH``, ``key=PATH`` (mutual TLS when cert+key given)
+  of ZooKeeper 3.6's multiRead (used by default when the server answers it).
+  ``sasl=DIGEST-MD5`` with ``user:password@`` or ``username=`` and ``password_file=PATH``;
+  ``sasl=GSSAPI`` (Kerberos) with ``principal=NAME``, ``keytab=PATH`` (else the credential cache)
+  and ``service=NAME`` (the server principal's first part, default ``zookeeper``). SASL completes
+  before the session is used. ``user:password@`` without ``sasl``: ZooKeeper's digest auth.
+- etcd: ``user:password@`` or ``username=`` and ``password_file=PATH`` (etcd's auth)
 - oxia: ``token=TOKEN`` or ``token_file=PATH``: a bearer token sent with every call (never shown in
-  logs or errors). Pulsar's form is ``oxia://host:port[/namespace]``, the namespace ``default``
-  when absent; a path below the namespace is metashift's own key prefix (test isolation: Oxia's
-  namespaces are made by the server's operator, not by clients), like an etcd prefix.
+  logs or errors; the file is read again when it changes: OIDC tokens expire). Pulsar's form is
+  ``oxia://host:port[/namespace]``, the namespace ``default`` when absent; a path below the
+  namespace is metashift's own key prefix (test isolation: Oxia's namespaces are made by the
+  server's operator, not by clients), like an etcd prefix.
+
+``username`` and ``password_file`` are read at parsing into the URL's user name and password (a
+password file that cannot be read fails the parse, naming the file, never what it holds).
 """
 
 from __future__ import annotations
@@ -26,12 +36,24 @@ from . import paths
 from .errors import InvalidPath, InvalidStoreURL
 
 SCHEMES = {"zk": 2181, "etcd": 2379, "oxia": 6648}
-_COMMON_OPTIONS = {"session_timeout", "timeout"}
+_COMMON_OPTIONS = {"session_timeout", "timeout", "tls", "ca", "cert", "key"}
+#: Options that name a user and where the password is, folded into the URL's credentials.
+_CREDENTIAL_OPTIONS = {"username", "password_file"}
+#: ZooKeeper's SASL (``sasl`` names the mechanism).
+_SASL_OPTIONS = {"sasl", "principal", "keytab", "service"}
 _OPTIONS = {
-    "zk": _COMMON_OPTIONS | {"multi_read"},
-    "etcd": _COMMON_OPTIONS | {"tls", "ca", "cert", "key"},
+    "zk": _COMMON_OPTIONS | {"multi_read"} | _CREDENTIAL_OPTIONS | _SASL_OPTIONS,
+    "etcd": _COMMON_OPTIONS | _CREDENTIAL_OPTIONS,
     "oxia": _COMMON_OPTIONS | {"token", "token_file"},
 }
+#: The security options an agent's ``[source]`` / ``[target]`` settings may give (over the URL's).
+SECURITY_OPTIONS = ("tls", "ca", "cert", "key", "sasl", "principal", "keytab", "service", "token", "token_file")
+#: ZooKeeper SASL mechanisms (``sasl=``), as ZooKeeper names them.
+SASL_MECHANISMS = ("DIGEST-MD5", "GSSAPI")
+#: The first part of a ZooKeeper server's Kerberos principal (``zookeeper/host@REALM``).
+DEFAULT_SASL_SERVICE = "zookeeper"
+#: Options that name a file the client reads (checked to exist at parsing).
+_FILE_OPTIONS = ("ca", "cert", "key", "token_file", "keytab", "password_file")
 #: Options whose value is a secret: shown as ``***``.
 _SECRET_OPTIONS = {"token"}
 #: Oxia's namespace when the URL names none (Pulsar's default too).
@@ -71,7 +93,54 @@ class StoreURL:
 
     @property
     def tls(self) -> bool:
-        return self.options.get("tls", "false").lower() in _TRUE or "ca" in self.options
+        """The store is reached over TLS (``tls=true``, or a CA or client certificate named)."""
+        return self.options.get("tls", "false").lower() in _TRUE or "ca" in self.options or "cert" in self.options
+
+    @property
+    def tls_ca(self) -> str | None:
+        """The CA file to verify the servers with (``None``: the system's trusted CAs)."""
+        return self.options.get("ca")
+
+    @property
+    def tls_cert(self) -> str | None:
+        """The client certificate file (``key`` goes with it)."""
+        return self.options.get("cert")
+
+    @property
+    def tls_key(self) -> str | None:
+        return self.options.get("key")
+
+    def tls_files(self) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """(CA, client key, client certificate) as read now, for gRPC's channel credentials."""
+
+        def read(name: str | None) -> bytes | None:
+            if name is None:
+                return None
+            with open(name, "rb") as f:
+                return f.read()
+
+        return read(self.tls_ca), read(self.tls_key), read(self.tls_cert)
+
+    @property
+    def sasl(self) -> str | None:
+        """ZooKeeper: the SASL mechanism (``DIGEST-MD5`` or ``GSSAPI``), ``None`` for none."""
+        mechanism = self.options.get("sasl")
+        return mechanism.upper() if mechanism else None
+
+    @property
+    def principal(self) -> str | None:
+        """ZooKeeper GSSAPI: the client's Kerberos principal (``None``: the credential cache's)."""
+        return self.options.get("principal")
+
+    @property
+    def keytab(self) -> str | None:
+        """ZooKeeper GSSAPI: the keytab holding ``principal``'s key."""
+        return self.options.get("keytab")
+
+    @property
+    def sasl_service(self) -> str:
+        """ZooKeeper GSSAPI: the first part of the server's principal (``zookeeper/host@REALM``)."""
+        return self.options.get("service") or DEFAULT_SASL_SERVICE
 
     def token(self) -> str | None:
         """Oxia: the bearer token of the URL (``token``, or read from ``token_file`` now)."""
@@ -186,8 +255,78 @@ def parse(url: str) -> StoreURL:
                 f"unknown option {key!r} for {scheme} URL (known: {', '.join(sorted(_OPTIONS[scheme]))})"
             )
         options[key] = value
-    _check_options(scheme, options)
-    return StoreURL(scheme, hosts, root, username, password, options, namespace)
+    return _checked(StoreURL(scheme, hosts, root, username, password, options, namespace))
+
+
+def with_settings(url: StoreURL, settings: dict[str, str]) -> StoreURL:
+    """``url`` with ``settings`` (option name -> value, as in a query string; ``username`` and
+    ``password_file`` too) over its own options, checked as ``parse`` checks a URL: an agent's
+    ``[source]`` / ``[target]`` settings over the URL a flag or its config names."""
+    for key in settings:
+        if key not in _OPTIONS[url.scheme]:
+            raise InvalidStoreURL(
+                f"unknown option {key!r} for {url.scheme} URL (known: {', '.join(sorted(_OPTIONS[url.scheme]))})"
+            )
+    options = dict(url.options)
+    if "token" in settings or "token_file" in settings:  # one bearer token: the settings' wins
+        options.pop("token", None)
+        options.pop("token_file", None)
+    options.update(settings)
+    username, password = url.username, url.password
+    if "username" in settings:  # the settings name the user: the URL's credentials give way
+        username = password = None
+    return _checked(dataclasses.replace(url, username=username, password=password, options=options))
+
+
+def _checked(url: StoreURL) -> StoreURL:
+    """``url`` with its options checked and its credential options folded into its user name and
+    password (``InvalidStoreURL`` saying what is wrong)."""
+    options = dict(url.options)
+    _check_options(url.scheme, options)
+    username, password = url.username, url.password
+    if "username" in options:
+        if username is not None:
+            raise InvalidStoreURL("the user name is given twice (user:password@ and username=)")
+        username = options.pop("username")
+        if not username:
+            raise InvalidStoreURL("option username is empty")
+    if "password_file" in options:
+        name = options.pop("password_file")
+        if username is None:
+            raise InvalidStoreURL("option password_file needs a user name (username= or user@)")
+        if password is not None:
+            raise InvalidStoreURL("the password is given twice (user:password@ and password_file=)")
+        password = _read_password(name)
+    if username is not None and password is None:
+        raise InvalidStoreURL(f"user {username!r} has no password (user:password@ or password_file=)")
+    mechanism = url.options.get("sasl")
+    if mechanism is not None:
+        mechanism = mechanism.upper()
+        if mechanism not in SASL_MECHANISMS:
+            raise InvalidStoreURL(f"option sasl must be {' or '.join(SASL_MECHANISMS)}, not {url.options['sasl']!r}")
+        options["sasl"] = mechanism
+    kerberos = [k for k in ("principal", "keytab", "service") if k in options]
+    if kerberos and mechanism != "GSSAPI":
+        raise InvalidStoreURL(f"option {kerberos[0]} goes with sasl=GSSAPI (Kerberos)")
+    if mechanism == "GSSAPI" and username is not None:
+        raise InvalidStoreURL("sasl=GSSAPI authenticates with Kerberos (principal=, keytab=), not a user and password")
+    if mechanism == "DIGEST-MD5" and username is None:
+        raise InvalidStoreURL("sasl=DIGEST-MD5 needs a user and password (user:password@, or username= and "
+                              "password_file=)")
+    if "keytab" in options and not options.get("principal"):
+        raise InvalidStoreURL("option keytab needs principal= (the principal whose key it holds)")
+    for key in ("principal", "service"):
+        if key in options and not options[key]:
+            raise InvalidStoreURL(f"option {key} is empty")
+    return dataclasses.replace(url, username=username, password=password, options=options)
+
+
+def _read_password(name: str) -> str:
+    try:
+        with open(name, encoding="utf-8") as f:
+            return f.read().rstrip("\r\n")
+    except OSError as e:
+        raise InvalidStoreURL(f"option password_file: cannot read {name!r} ({e.strerror or e})") from None
 
 
 def _split_cred(rest: str) -> tuple[str, str]:
@@ -247,6 +386,6 @@ def _check_options(scheme: str, options: dict[str, str]) -> None:
         raise InvalidStoreURL("option token is empty")
     if ("cert" in options) != ("key" in options):
         raise InvalidStoreURL("options cert and key go together (client certificate and its key)")
-    for key in ("ca", "cert", "key", "token_file"):
+    for key in _FILE_OPTIONS:
         if key in options and not os.path.isfile(options[key]):
             raise InvalidStoreURL(f"option {key}: no such file {options[key]!r}")
