@@ -25,6 +25,7 @@ from metashift.agent.config_values import ConfigError, from_text, typed  # Confi
 from metashift.agent.requirements import missing_for_coordinator
 from metashift.stores import StoreURL, parse_url, reserved
 from metashift.stores.errors import InvalidPath, InvalidStoreURL
+from metashift.stores.urls import SECURITY_OPTIONS, with_settings
 
 ROLES = ("broker", "bookie")
 #: Longest unix socket path the OS takes (sun_path is 108 bytes with its terminating NUL).
@@ -78,6 +79,21 @@ class CoordinatorSettings:
 
 
 @dataclass(frozen=True)
+class StoreSecurity:
+    """A ``[source]`` or ``[target]`` section's security settings, as URL options
+    (``metashift.stores.urls.SECURITY_OPTIONS``): set ones only."""
+
+    options: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+
+    def settings(self) -> dict[str, str]:
+        return dict(self.options)
+
+    def names(self) -> list[str]:
+        """The settings given (never their values: ``token`` is a secret)."""
+        return [k for k, _ in self.options]
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """Every setting of one agent, checked."""
 
@@ -98,6 +114,9 @@ class AgentConfig:
     target_username: str | None = None
     """Credentials for the migration target (the flag names the target, never its secrets)."""
     target_password: str | None = field(default=None, repr=False)
+    target_security: StoreSecurity = field(default_factory=lambda: StoreSecurity())
+    """The ``[target]`` security settings (TLS files, SASL, Kerberos, Oxia token): applied to the
+    target a flag names, over the flag's own options."""
     coordinator: CoordinatorSettings = field(default_factory=lambda: CoordinatorSettings())
     zookeeper_listen: str = ""
     """host:port where ZooKeeper's client protocol is served ("" = not served). Loopback unless
@@ -123,6 +142,7 @@ SCHEMA: dict[str, str] = {
     "source.username": "str",
     "source.password": "str",
     "source.password_file": "str",
+    **{f"source.{k}": ("bool" if k == "tls" else "str") for k in SECURITY_OPTIONS},
     "tls.cert": "str",
     "tls.key": "str",
     "tls.client_ca": "str",
@@ -136,6 +156,7 @@ SCHEMA: dict[str, str] = {
     "target.username": "str",
     "target.password": "str",
     "target.password_file": "str",
+    **{f"target.{k}": ("bool" if k == "tls" else "str") for k in SECURITY_OPTIONS},
     "coordinator.enabled": "bool",
     "coordinator.prepare_timeout": "float",
     "coordinator.participant_timeout": "float",
@@ -283,6 +304,7 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
             raise ConfigError("session.state_dir", f"must be an absolute path (or empty: keep no state), not {text!r}")
         kwargs["session_state_dir"] = Path(text) if text else None
     kwargs["target_username"], kwargs["target_password"] = _credentials(values, "target", None, None)
+    kwargs["target_security"] = _security(values, "target")
     coordinator = CoordinatorSettings()
     for attr in ("enabled", "prepare_timeout", "participant_timeout", "outage_timeout", "spark_master",
                  "spark_delta_threshold", "ledgers_roots", "counters"):
@@ -312,7 +334,28 @@ def _source(values: dict[str, Any]) -> StoreURL:
     except InvalidStoreURL as e:
         raise ConfigError("source.url", str(e)) from None
     username, password = _credentials(values, "source", url.username, url.password)
-    return dataclasses.replace(url, username=username, password=password, options=dict(url.options))
+    url = dataclasses.replace(url, username=username, password=password, options=dict(url.options))
+    security = _security(values, "source")
+    if security.options:
+        try:
+            url = with_settings(url, security.settings())
+        except InvalidStoreURL as e:
+            raise ConfigError(f"source.{security.names()[0]}" if len(security.names()) == 1 else "source",
+                              str(e)) from None
+    return url
+
+
+def _security(values: dict[str, Any], section: str) -> StoreSecurity:
+    """``section``'s security settings as URL options (``tls`` as ``true``/``false``)."""
+    options: list[tuple[str, str]] = []
+    for key in SECURITY_OPTIONS:
+        value = values.get(f"{section}.{key}")
+        if value is None or value == "":
+            continue
+        if key == "tls":
+            value = "true" if value else "false"
+        options.append((key, str(value)))
+    return StoreSecurity(tuple(options))
 
 
 def _credentials(
@@ -408,6 +451,7 @@ def summary(config: AgentConfig) -> str:
         f"  migration root  {config.migration_root}",
         f"  session state   {config.session_state_dir or 'none (a restart ends every session)'}",
         f"  target creds    {'set' if config.target_username else 'none (the source credentials for a way back)'}",
+        f"  target security {', '.join(config.target_security.names()) or 'none (the options the flag names)'}",
     ]
     return "\n".join(lines)
 

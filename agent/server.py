@@ -46,6 +46,7 @@ from metashift.migration.phase import Phase
 from metashift.proto import wire
 from metashift.stores import MetadataStore, SessionHandle, Store, StoreURL, open_store, parse_url
 from metashift.stores.aio import cancel_and_wait, run_loop
+from metashift.stores.urls import with_settings
 
 log = logging.getLogger(__name__)
 
@@ -382,9 +383,13 @@ class Agent:
         parsed = parse_url(url)
         config = self.config
         if parsed.overlaps(config.source) and parsed.root == config.source.root:
-            return dataclasses.replace(parsed, username=config.source.username, password=config.source.password)
+            # the way back: the source's own credentials and security options
+            return dataclasses.replace(parsed, username=config.source.username, password=config.source.password,
+                                       options={**parsed.options, **config.source.options})
         if config.target_username is not None:
             parsed = dataclasses.replace(parsed, username=config.target_username, password=config.target_password)
+        if config.target_security.options:
+            parsed = with_settings(parsed, config.target_security.settings())
         return parsed
 
     async def open_target(self, url: str) -> Store:
