@@ -148,6 +148,14 @@ class Preflight:
         return "\n".join(out)
 
 
+def unreachable_source(source: StoreURL, target: StoreURL, error: MetadataStoreError) -> Preflight:
+    """The check of a source this command could not open (``error``: what failed, in one line)."""
+    report = Preflight(source.public(), target.public())
+    report.add("source", False, f"cannot be opened from here: {error}")
+    report.refusals.append(f"the source {source.public()} cannot be opened: {error}")
+    return report
+
+
 async def check(
     source: MetadataStore, target: StoreURL, *, wait: float = DRY_OPEN_WAIT, clean_target: bool = False,
     startable: bool = True, watched: Watch | None = None,
@@ -346,7 +354,9 @@ def _target_access(alive: list[ParticipantRecord], answers: dict[str, Any], repo
                 "[target] credentials, or let its node reach the target)"
             )
     if failed:
-        report.add("target access", False, f"{failed} of {len(alive)} live agent(s) could not open the target")
+        refused = [(r.node_id, a.error) for r in alive if (a := answers.get(r.node_id)) is not None and not a.ok]
+        why = f" ({refused[0][0]}: {refused[0][1]})" if refused else ""
+        report.add("target access", False, f"{failed} of {len(alive)} live agent(s) could not open the target{why}")
     elif not alive:
         report.add("target access", WARNING, "no live agent could be asked (agents older than this check)")
     else:

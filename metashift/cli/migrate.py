@@ -21,7 +21,7 @@ from metashift.coordinator.progress import timing_text
 from metashift.migration import paths
 from metashift.migration.phase import Phase
 from metashift.stores import open_store, parse_url, reserved
-from metashift.stores.errors import InvalidPath
+from metashift.stores.errors import InvalidPath, MetadataStoreError
 
 EXIT_USER_ERROR = 2
 #: ``migrate check``: the check ran and found something ``start`` refuses.
@@ -124,7 +124,14 @@ async def _check(args: argparse.Namespace) -> int:
     if wait is None and args.wait is not None:
         return EXIT_USER_ERROR
     target = parse_url(args.target)  # a malformed URL: exit 2 before anything is contacted
-    async with await open_store(args.source, create_root=False) as source:
+    source_url = parse_url(args.source)
+    try:
+        opened = await open_store(source_url, create_root=False)
+    except MetadataStoreError as e:  # the check's own source line says why, in one line
+        report = preflight.unreachable_source(source_url, target, e)
+        print(json.dumps(report.to_dict(), indent=2) if args.json else report.text(), flush=True)
+        return EXIT_NOT_READY
+    async with opened as source:
         if wait is None:
             report = await preflight.check(source, target, wait=args.agent_timeout)
         else:
