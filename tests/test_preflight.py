@@ -166,3 +166,18 @@ async def test_agents_that_predate_the_check_are_said_so(zk_url: str, etcd_url: 
 async def _no_requests(url: str) -> bool:
     async with await open_store(url) as store:
         return await store.get_children(paths.PREFLIGHT) == []
+
+
+def test_a_source_that_cannot_be_opened_is_the_source_line_in_one_line(etcd_url: str) -> None:
+    from metashift_lab.ports import free_port
+
+    source = f"zk://127.0.0.1:{free_port()}/pulsar?timeout=2"
+    text = cli("migrate", "check", "--source", source, "--target", etcd_url)
+    assert text.returncode == 1, text.stderr
+    line = next(x for x in text.stdout.splitlines() if " source " in x)
+    assert line.split()[:2] == ["FAILED", "source"] and "cannot be opened from here: no ZooKeeper server answered" in line
+    assert text.stdout.rstrip().endswith("ready: no")
+    report = json.loads(cli("migrate", "check", "--source", source, "--target", etcd_url, "--json").stdout)
+    assert report["ready"] is False
+    assert report["checks"][0]["name"] == "source" and report["checks"][0]["status"] == "failed"
+    assert "no ZooKeeper server answered" in report["checks"][0]["detail"]
