@@ -175,7 +175,8 @@ def test_a_source_that_cannot_be_opened_is_the_source_line_in_one_line(etcd_url:
     text = cli("migrate", "check", "--source", source, "--target", etcd_url)
     assert text.returncode == 1, text.stderr
     line = next(x for x in text.stdout.splitlines() if " source " in x)
-    assert line.split()[:2] == ["FAILED", "source"] and "cannot be opened from here: no ZooKeeper server answered" in line
+    assert line.split()[:2] == ["FAILED", "source"]
+    assert "cannot be opened from here: no ZooKeeper server answered" in line
     assert text.stdout.rstrip().endswith("ready: no")
     report = json.loads(cli("migrate", "check", "--source", source, "--target", etcd_url, "--json").stdout)
     assert report["ready"] is False
