@@ -23,6 +23,7 @@ from typing import Any
 
 from metashift.agent.config_values import ConfigError, from_text, typed  # ConfigError: raised from here too
 from metashift.agent.requirements import missing_for_coordinator
+from metashift.agent.zookeeper.sasl_users import UsersFileError, read_users
 from metashift.stores import StoreURL, parse_url, reserved
 from metashift.stores.errors import InvalidPath, InvalidStoreURL
 from metashift.stores.urls import SECURITY_OPTIONS, with_settings
@@ -121,6 +122,14 @@ class AgentConfig:
     zookeeper_listen: str = ""
     """host:port where ZooKeeper's client protocol is served ("" = not served). Loopback unless
     TLS is configured (tls.cert, tls.key: served with TLS) or tls.allow_insecure_tcp."""
+    zookeeper_sasl_users_file: Path | None = None
+    """The front's DIGEST-MD5 users (``user:password`` a line, mode 0600 or stricter): a member
+    whose JVM has a JAAS ``Client`` section completes SASL against them."""
+    zookeeper_sasl_users: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    """Those users and their passwords, read at start (never shown)."""
+    zookeeper_require_sasl: bool = False
+    """The front refuses every request of a connection that did not complete SASL (ZooKeeper's
+    ``sessionRequireClientSASLAuth``)."""
     migration_root: str = reserved.DEFAULT_ROOT
     """Where the migration keeps its nodes in every store (``metashift.stores.reserved``): the
     same for every agent and command of a cluster."""
@@ -166,6 +175,8 @@ SCHEMA: dict[str, str] = {
     "coordinator.ledgers_roots": "paths",
     "coordinator.counters": "paths",
     "zookeeper.listen": "str",
+    "zookeeper.sasl_users_file": "str",
+    "zookeeper.require_sasl": "bool",
     "migration.root": "str",
 }
 _LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -315,6 +326,7 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
     kwargs["coordinator"] = coordinator
     if values.get("zookeeper.listen"):
         kwargs["zookeeper_listen"] = _zookeeper_listen(values["zookeeper.listen"], tls)
+    kwargs.update(_zookeeper_sasl(values))
     if values.get("migration.root"):
         try:
             kwargs["migration_root"] = reserved.check_root(values["migration.root"])
@@ -436,6 +448,25 @@ def _zookeeper_listen(text: str, tls: TLSConfig) -> str:
     return text.strip()
 
 
+def _zookeeper_sasl(values: dict[str, Any]) -> dict[str, Any]:
+    """The front's SASL settings: its users file read and checked now (its mode too), so that a
+    bad one stops the agent before it serves."""
+    out: dict[str, Any] = {}
+    if values.get("zookeeper.sasl_users_file"):
+        path = Path(values["zookeeper.sasl_users_file"])
+        try:
+            users = read_users(path)
+        except UsersFileError as e:
+            raise ConfigError("zookeeper.sasl_users_file", str(e)) from None
+        out["zookeeper_sasl_users_file"] = path
+        out["zookeeper_sasl_users"] = tuple(sorted(users.items()))
+    if values.get("zookeeper.require_sasl"):
+        if "zookeeper_sasl_users_file" not in out:
+            raise ConfigError("zookeeper.require_sasl", "is true but no zookeeper.sasl_users_file names a user")
+        out["zookeeper_require_sasl"] = True
+    return out
+
+
 def summary(config: AgentConfig) -> str:
     """What an agent with ``config`` would do, in a few lines (``metashift agent --check-config``;
     no secret shown)."""
@@ -444,7 +475,9 @@ def summary(config: AgentConfig) -> str:
         f"configuration ok: agent {config.node_id} ({config.role})",
         f"  source          {config.source.redacted()}",
         f"  listen          {config.listen.kind}:{config.listen.address}"
-        + (f", ZooKeeper's protocol on {config.zookeeper_listen}" if config.zookeeper_listen else ""),
+        + (f", ZooKeeper's protocol on {config.zookeeper_listen}" if config.zookeeper_listen else "")
+        + (f" (SASL DIGEST-MD5: {len(config.zookeeper_sasl_users)} user(s)"
+           + (", required)" if config.zookeeper_require_sasl else ")") if config.zookeeper_sasl_users else ""),
         f"  metrics         {config.metrics or 'off'}",
         f"  coordinator     {'a candidate' if c.enabled else 'never (coordinator.enabled = false)'}"
         + (f", Spark {c.spark_master}" if c.enabled else ""),
