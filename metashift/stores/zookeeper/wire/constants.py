@@ -76,6 +76,7 @@ class Err:
     NOTREADONLY = -119
     NOWATCHER = -121
     REQUESTTIMEOUT = -122
+    SESSIONCLOSEDREQUIRESASLAUTH = -124
 
 
 class CreateMode:
