@@ -39,6 +39,7 @@ from metashift.agent.gateway.service import SESSION_SERVICE, STORE_SERVICE, Gate
 from metashift.agent.metrics import AgentMetrics
 from metashift.agent.zookeeper.carry_over import carry_over
 from metashift.agent.zookeeper.pip454 import Pip454Flag
+from metashift.agent.zookeeper.sasl import FrontSasl
 from metashift.agent.zookeeper.server import ZooKeeperServer
 from metashift.copy.rules import configured_rules
 from metashift.migration import paths
@@ -298,6 +299,7 @@ class Agent:
             min_timeout_ms=min(4000, int(config.session_max_timeout * 1000)),
             max_timeout_ms=int(config.session_max_timeout * 1000), ssl_context=context,
             pip454_flag=Pip454Flag(self._migration_state),
+            sasl=FrontSasl(dict(config.zookeeper_sasl_users), required=config.zookeeper_require_sasl),
         )
         try:
             await zk.start(serve=False)
