@@ -42,3 +42,31 @@ def make_certificates(directory: Path) -> Certificates:
         ca=d / "ca.pem", server_cert=d / "server.pem", server_key=d / "server.key",
         client_cert=d / "client.pem", client_key=d / "client.key", other_ca=d / "other-ca.pem",
     )
+
+
+def host_certificate(certs: Certificates, name: str, dns: tuple[str, ...] = ("localhost",),
+                     ips: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    """Another server certificate signed by ``certs``' CA, valid for the ``dns`` names and ``ips``
+    only (a certificate for ``localhost`` alone: a client that dials 127.0.0.1 sees a hostname
+    mismatch): (certificate, key), files ``<name>.pem`` and ``<name>.key`` beside the CA's."""
+    d = certs.ca.parent
+    names = [f"DNS:{n}" for n in dns] + [f"IP:{ip}" for ip in ips]
+    (d / f"{name}.ext").write_text(f"subjectAltName={','.join(names)}\nextendedKeyUsage=serverAuth,clientAuth\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={dns[0] if dns else ips[0]}",
+             "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
+    return d / f"{name}.pem", d / f"{name}.key"
+
+
+def make_server_certificate(certs: Certificates, name: str, san: str) -> tuple[Path, Path]:
+    """Another server certificate signed by ``certs``' CA, for the names ``san`` (openssl's
+    subjectAltName syntax, ``DNS:elsewhere.test``): (certificate, key), e.g. for "hostname
+    mismatch" tests."""
+    d = certs.ca.parent
+    (d / f"{name}.ext").write_text(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
+             "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+             "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
+    return d / f"{name}.pem", d / f"{name}.key"
