@@ -8,7 +8,8 @@ concurrently, a run of writes the store can take in one round together (``WriteR
 else one at a time; once one request takes it every later one of the connection does until it is
 answered, so a session sees its own writes. Answers go out in request order (``replies``). Pings
 (and addAuth) are answered at once, outside that order: a write held by the gate never starves
-the session of its heartbeats, so it does not expire while writes are held.
+the session of its heartbeats, so it does not expire while writes are held. So are SASL's
+tokens (``sasl``), which also decide whether the connection is served at all.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from metashift.agent.zookeeper.four_letter import LatencyStats
 from metashift.agent.zookeeper.handlers import Handlers, Zxid
 from metashift.agent.zookeeper.handlers.runs import RUN_MAX
 from metashift.agent.zookeeper.replies import Slot
+from metashift.agent.zookeeper.sasl import SaslExchange
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.stores.aio import buffered_packet
 from metashift.stores.zookeeper import wire
@@ -43,9 +45,10 @@ class RequestLoop:
 
     def __init__(
         self, session: ZkSession, conn: ClientConnection, *, backend: ActiveBackend, handlers: Handlers,
-        sessions: ZkSessions, zxid: Zxid, totals: Totals, latency: LatencyStats,
+        sessions: ZkSessions, zxid: Zxid, totals: Totals, latency: LatencyStats, sasl: SaslExchange,
     ) -> None:
         self.session = session
+        self.sasl = sasl
         self.conn = conn
         self.backend = backend
         self.handlers = handlers
@@ -70,7 +73,7 @@ class RequestLoop:
 
     async def _read_all(self, reader: asyncio.StreamReader) -> None:
         """Read requests until the connection ends, closeSession, or a packet that closes it."""
-        session, conn, backend, queue = self.session, self.conn, self.backend, self._queue
+        session, conn, backend, queue, sasl = self.session, self.conn, self.backend, self._queue, self.sasl
         replies = conn.replies
         while True:
             data = buffered_packet(reader, MAX_PACKET)  # pipelined requests: usually already here
@@ -88,6 +91,13 @@ class RequestLoop:
                 log.warning("zookeeper session %#x: a packet of %d bytes; closing", session.id, len(data))
                 return
             xid, op = HEADER.unpack_from(data)
+            if op == Op.SASL:  # answered at once: the client sends nothing else until it is done
+                if not sasl.answer(session, conn, xid, data):
+                    return
+                continue
+            if sasl.required and sasl.refuses(op):
+                sasl.refuse(session, conn, xid, op)
+                return
             if op == Op.PING:
                 conn.send(wire.reply(wire.XID_PING, self.zxid.value))
                 continue

@@ -4,7 +4,8 @@ each connection's handshake.
 Per connection: a four-letter word in place of the first packet (``four_letter``) is answered and
 the connection closes; otherwise the ConnectRequest comes first (a new session, or the re-attach
 of a live one by id and password; an unknown or expired one is answered with timeout 0, which
-clients read as "session expired"), then the connection's requests (``request_loop``: each one
+clients read as "session expired"), then SASL if the client does it (``sasl``), then the
+connection's requests (``request_loop``: each one
 offered to the active store's backend, ``backends``, or served in order on the ordinary path,
 ``handlers``; answers in request order, ``replies``).
 """
@@ -28,6 +29,7 @@ from metashift.agent.zookeeper.handlers import Handlers, Zxid
 from metashift.agent.zookeeper.passthrough import PassThroughBackend
 from metashift.agent.zookeeper.pip454 import Pip454Flag
 from metashift.agent.zookeeper.request_loop import RequestLoop
+from metashift.agent.zookeeper.sasl import FrontSasl
 from metashift.agent.zookeeper.session import ZkSession, ZkSessions
 from metashift.agent.zookeeper.watches import Watches
 from metashift.stores.zookeeper import ZooKeeperStore, wire
@@ -54,8 +56,10 @@ class ZooKeeperServer:
         max_timeout_ms: int = 60000,
         ssl_context: ssl.SSLContext | None = None,
         pip454_flag: Pip454Flag | None = None,
+        sasl: FrontSasl | None = None,
     ) -> None:
         self.host = host
+        self.sasl = sasl or FrontSasl()
         self.port = port
         self.ssl_context = ssl_context
         self.router, self.gate = router, gate
@@ -142,7 +146,8 @@ class ZooKeeperServer:
                 return
             conn.facts.session_id = session.id
             loop = RequestLoop(session, conn, backend=self.backend, handlers=self.handlers, sessions=self.sessions,
-                               zxid=self.zxid, totals=self._totals, latency=self._latency)
+                               zxid=self.zxid, totals=self._totals, latency=self._latency,
+                               sasl=self.sasl.exchange())
             await loop.run(reader)
             await conn.replies.drained(CONNECT_TIMEOUT)  # closeSession's answer, behind those in flight
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError, wire.DecodeError):
