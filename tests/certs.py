@@ -58,15 +58,3 @@ def host_certificate(certs: Certificates, name: str, dns: tuple[str, ...] = ("lo
              "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
     return d / f"{name}.pem", d / f"{name}.key"
 
-
-def make_server_certificate(certs: Certificates, name: str, san: str) -> tuple[Path, Path]:
-    """Another server certificate signed by ``certs``' CA, for the names ``san`` (openssl's
-    subjectAltName syntax, ``DNS:elsewhere.test``): (certificate, key), e.g. for "hostname
-    mismatch" tests."""
-    d = certs.ca.parent
-    (d / f"{name}.ext").write_text(f"subjectAltName={san}\nextendedKeyUsage=serverAuth\n")
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={name}",
-             "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
-    return d / f"{name}.pem", d / f"{name}.key"
