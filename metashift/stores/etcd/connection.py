@@ -40,6 +40,23 @@ _GRPC_OPTIONS: list[tuple[str, Any]] = [
 
 _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 
+#: What etcd answers a call whose token no longer counts: a simple token lives ``--auth-token-ttl``
+#: seconds (300 by default) after its last use, and a token issued before a change of users or roles
+#: is refused as old. Either call was refused before it was applied: authenticating again and
+#: sending it again is safe.
+_STALE_TOKEN = ("invalid auth token", "revision of auth store is old")
+
+
+def stale_token(details: str | None) -> bool:
+    """etcd refused a call (or a watch) for its token only (``_STALE_TOKEN``)."""
+    return any(s in (details or "") for s in _STALE_TOKEN)
+
+
+def denied(details: str | None) -> bool:
+    """etcd refused a call (or a watch) for the user's permissions (``etcdserver: permission
+    denied``; ``auth: permission denied`` for what needs the root role)."""
+    return "permission denied" in (details or "")
+
 
 #: Pause between two rounds of connection attempts while opening.
 RETRY_PAUSE_SECONDS = 0.25
@@ -68,6 +85,9 @@ class EtcdConnection:
         self.poke = asyncio.Event()
         #: Called after a failover switched hosts (the watch stream must move too).
         self.on_failover: Callable[[], None] = lambda: None
+        #: Held while authenticating again: the calls that found the token stale together wait for
+        #: one new token (each Authenticate costs etcd a bcrypt of the password).
+        self._auth_lock = asyncio.Lock()
 
     async def open(self, deadline: float) -> None:
         """Connect to the first host that answers, by ``deadline`` (the loop's clock). Hosts that
@@ -152,8 +172,20 @@ class EtcdConnection:
             if "authentication is not enabled" in (e.details() or ""):
                 log.warning("%s: credentials given but etcd authentication is not enabled", self.url)
                 return None
-            raise AuthFailed(f"etcd refused the credentials of user {self.url.username!r} ({e.details()})") from None
+            raise AuthFailed(
+                f"etcd at {self._host()} refused the credentials of user {self.url.username!r} for {self.keys.root}"
+                f" ({e.details()})"
+            ) from None
         return (("token", resp.token),)
+
+    async def reauthenticate(self, used: Metadata) -> None:
+        """A new token, when the one ``used`` is still the connection's: the calls that failed on
+        the same stale token get one new token together."""
+        async with self._auth_lock:
+            if self.metadata is not used or self.channel is None or self.url.username is None:
+                return  # another call got a new token meanwhile (or a failover did)
+            log.info("%s: etcd's auth token of user %r expired; authenticating again", self.url, self.url.username)
+            self.metadata = await self._authenticate(self.channel, self.timeout)
 
     def _install(self, index: int, channel: grpc.aio.Channel, metadata: Metadata) -> None:
         self.host_index = index
@@ -188,23 +220,19 @@ class EtcdConnection:
 
     # ---- calls ----------------------------------------------------------------------------------
 
-    async def call(self, path: str | None, fn: Callable[[Metadata], Awaitable[T]]) -> T:
-        """Run one RPC (``fn(metadata)``), translating gRPC errors; re-authenticates once when the
-        auth token expired."""
-        if self.closed:
+    async def call(self, path: str | None, fn: Callable[[Metadata], Awaitable[T]], *, closing: bool = False) -> T:
+        """Run one RPC (``fn(metadata)``), translating gRPC errors; authenticates again and sends
+        it once more when etcd refused it for a stale token (``stale_token``). ``closing``: a call
+        the store's close makes, after the connection was marked closed (revoking its lease)."""
+        if self.closed and not closing:
             raise StoreUnavailable("store is closed", path)
         for attempt in range(2):
+            used = self.metadata
             try:
-                response = await fn(self.metadata)
+                response = await fn(used)
             except grpc.aio.AioRpcError as e:
-                if (
-                    attempt == 0
-                    and self.url.username is not None
-                    and self.channel is not None
-                    and e.code() == grpc.StatusCode.UNAUTHENTICATED
-                    and "token" in (e.details() or "")
-                ):
-                    self.metadata = await self._authenticate(self.channel, self.timeout)
+                if attempt == 0 and self.url.username is not None and stale_token(e.details()):
+                    await self.reauthenticate(used)
                     continue
                 raise self._translate(e, path) from None
             header = getattr(response, "header", None)
@@ -229,19 +257,38 @@ class EtcdConnection:
         """One ``Txn``."""
         return await self.call(path, lambda md: self.kv.Txn(req, timeout=self.timeout, metadata=md))
 
+    def _host(self) -> str:
+        return "{}:{}".format(*self.url.hosts[self.host_index])
+
+    def refusal(self, details: str) -> AuthFailed | None:
+        """The ``AuthFailed`` of an answer refused for authentication or permission (one line naming
+        the user and the prefix, never a secret); ``None`` for any other answer."""
+        host, user, root = self._host(), self.url.username, self.keys.root
+        if denied(details):
+            return AuthFailed(
+                f"etcd at {host}: permission denied to user {user!r} under {root}"
+                f" (its role must grant readwrite on {self.keys.grants()}; etcd: {details})"
+            )
+        if "user name is empty" in details:
+            return AuthFailed(f"etcd at {host} requires authentication: the URL names no user (etcd: {details})")
+        if stale_token(details) or "authentication failed" in details:
+            return AuthFailed(f"etcd at {host} refused the token of user {user!r} for {root} (etcd: {details})")
+        return None
+
     def _translate(self, e: grpc.aio.AioRpcError, path: str | None) -> MetadataStoreError:
         code = e.code()
         details = e.details() or ""
-        host = "{}:{}".format(*self.url.hosts[self.host_index])
+        host = self._host()
         if "database space exceeded" in details:
             return StoreFull(f"etcd at {host} is out of space (NOSPACE alarm: {details})", path)
         if code in _UNAVAILABLE_CODES:
             self.poke.set()
             return StoreUnavailable(f"etcd at {host} unavailable ({code.name}: {details})", path)
-        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED) or any(
-            s in details for s in ("user name is empty", "authentication failed", "permission denied")
-        ):
-            return AuthFailed(f"etcd at {host} refused the call ({details})", path)
+        refused = self.refusal(details)
+        if refused is None and code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            refused = AuthFailed(f"etcd at {host} refused user {self.url.username!r} under {self.keys.root}: {details}")
+        if refused is not None:
+            return AuthFailed(str(refused), path)
         if "lease not found" in details:
             self.poke.set()
             return StoreUnavailable(f"etcd session lease expired, being re-granted ({details})", path)

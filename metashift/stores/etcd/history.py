@@ -1,14 +1,28 @@
 """``History``: where a key was last written in etcd's history, and that history's size and
-compaction."""
+compaction.
+
+etcd's history is one for the whole server, not a prefix's: a compaction drops every key's old
+revisions. etcd 3.4 lets any authenticated user compact and read the member's status; a server
+that keeps them to its root role (``auth: permission denied``) leaves the history of the
+migration's writes to its own compaction (``--auto-compaction-retention``): the store says so
+once and goes on without compacting.
+"""
 
 from __future__ import annotations
+
+import logging
 
 from aetcd import rpc
 
 from .. import paths
-from ..errors import MetadataStoreError
+from ..errors import AuthFailed, MetadataStoreError
 from .connection import EtcdConnection
 from .keys import Keys
+
+log = logging.getLogger(__name__)
+
+#: (hosts, user) for which a refused compaction was said already: said once in a process.
+_refusals_said: set[tuple[str, str | None]] = set()
 
 
 class History:
@@ -29,7 +43,11 @@ class History:
         writes, so revisions say little about the history a bulk write leaves."""
         conn = self._conn
         request = rpc.StatusRequest()
-        resp = await conn.call(None, lambda md: conn.maintenance.Status(request, timeout=conn.timeout, metadata=md))
+        try:
+            resp = await conn.call(None, lambda md: conn.maintenance.Status(request, timeout=conn.timeout, metadata=md))
+        except AuthFailed as e:
+            self._refused("its status", e)
+            return None  # as a store without history: nobody compacts on its growth
         return int(resp.dbSizeInUse or resp.dbSize)
 
     async def compact_history(self, *, wait: bool = True) -> None:
@@ -43,6 +61,21 @@ class History:
         timeout = max(conn.timeout, 120.0)
         try:
             await conn.call(None, lambda md: conn.kv.Compact(request, timeout=timeout, metadata=md))
+        except AuthFailed as e:
+            self._refused("compactions", e)
         except MetadataStoreError as e:
             if "compacted" not in str(e):  # already compacted at or past that revision: fine
                 raise
+
+    def _refused(self, what: str, error: AuthFailed) -> None:
+        """etcd keeps ``what`` to its root role: said once (module doc), not raised."""
+        url = self._conn.url
+        said = (url.host_string(), url.username)
+        if said in _refusals_said:
+            return
+        _refusals_said.add(said)
+        log.warning(
+            "%s: etcd refuses %s to user %r (%s); the history of this migration's writes is not compacted by"
+            " metashift: etcd's own compaction (--auto-compaction-retention) or its operator must compact it",
+            url, what, url.username, error,
+        )

@@ -1,5 +1,10 @@
 """etcd keys and node paths: key = the node path, UTF-8, after the URL's prefix if any
-(``etcd://h:2379/some/prefix``: test isolation; Pulsar has none)."""
+(``etcd://h:2379/some/prefix``: test isolation; Pulsar has none).
+
+With a prefix ``/p``, the store reads and writes the key ``/p`` (its root node, the counter of
+its top-level sequential nodes) and the keys below ``/p/``; never another key (``/p2``, ``/p-x``):
+a role that grants exactly these two (``etcdctl role grant-permission R readwrite /p`` and
+``... --prefix=true R readwrite /p/``) carries every operation."""
 
 from __future__ import annotations
 
@@ -22,6 +27,29 @@ class Keys:
 
     def __init__(self, root: str) -> None:
         self.namespace = paths.Namespace(root)
+
+    @property
+    def root(self) -> str:
+        """The URL's prefix (``/`` when there is none)."""
+        return self.namespace.root
+
+    def grants(self) -> str:
+        """What a role must grant to carry this store (module doc), said for an error message."""
+        if self.root == paths.SEPARATOR:
+            return "the prefix /"
+        return f"the key {self.root} and the prefix {self.root}/"
+
+    def watch_ranges(self, path: str) -> list[tuple[bytes, bytes]]:
+        """The (key, range_end) ranges a watch of ``path``'s subtree covers (``range_end`` empty:
+        the key alone): its key and every key below it. One range from the key to the end of its
+        children's prefix, except at the root of a prefix ``/p``, where that range [``/p``,
+        ``/p0``) would also cover keys outside the prefix (``/p-x``), which a role granting only
+        the prefix refuses: there, the root key and the prefix ``/p/`` apart."""
+        key = self.key(path)
+        below = self.children_prefix(path)
+        if path == paths.SEPARATOR and self.root != paths.SEPARATOR:
+            return [(key, b""), (below, prefix_end(below))]
+        return [(key, prefix_end(below))]
 
     def key(self, path: str) -> bytes:
         """The etcd key of ``path``."""

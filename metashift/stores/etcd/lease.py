@@ -10,7 +10,6 @@ import math
 import time
 from collections.abc import Callable
 
-import grpc
 from aetcd import rpc
 
 from ..aio import wait_event
@@ -71,12 +70,15 @@ class SessionLease:
         """Revoke the lease (our ephemerals vanish at once); called when the store closes."""
         conn = self._conn
         if self.id and conn.lease is not None:
+            request = rpc.LeaseRevokeRequest(ID=self.id)
+            timeout = min(conn.timeout, 3.0)
             try:
-                await conn.lease.LeaseRevoke(
-                    rpc.LeaseRevokeRequest(ID=self.id), timeout=min(conn.timeout, 3.0), metadata=conn.metadata
+                # through ``call``: a token that expired while the store was idle is renewed
+                await conn.call(
+                    None, lambda md: conn.lease.LeaseRevoke(request, timeout=timeout, metadata=md), closing=True
                 )
-            except grpc.aio.AioRpcError as e:
-                log.warning("%s: could not revoke lease %x on close: %s", conn.url, self.id, e.details())
+            except MetadataStoreError as e:
+                log.warning("%s: could not revoke lease %x on close: %s", conn.url, self.id, e)
         self.id = 0
 
     async def _revoke(self, lease_id: int) -> None:

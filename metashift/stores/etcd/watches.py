@@ -15,11 +15,16 @@ import grpc
 from aetcd import rpc
 
 from .. import paths
+from ..errors import MetadataStoreError
 from ..notifications import Notification, NotificationType, SessionEvent
-from .connection import EtcdConnection
-from .keys import prefix_end
+from .connection import EtcdConnection, stale_token
 
 log = logging.getLogger(__name__)
+
+#: Pause before a broken or canceled watch is opened again.
+RETRY_PAUSE_SECONDS = 0.5
+#: Pause before a watch etcd refused the user is asked again (the operator may grant it meanwhile).
+DENIED_PAUSE_SECONDS = 10.0
 
 
 class Watcher:
@@ -39,6 +44,8 @@ class Watcher:
         self._call: Any = None
         # after the last revision this connection saw: a change after any answer it had is sent
         self._next_rev = conn.revision + 1 if conn.revision else 0
+        #: etcd refused this watch the user's permissions (said once).
+        self._refused = False
 
     def restart(self) -> None:
         """Break the stream: the loop opens it again (on the connection's current host)."""
@@ -48,27 +55,30 @@ class Watcher:
     async def loop(self) -> None:
         """Keep the watch open until the connection closes."""
         conn = self._conn
-        start = conn.keys.key(self.root)
         # the node's own key and every key below it (at the store's root: all of its keys)
-        end = prefix_end(conn.keys.children_prefix(self.root))
+        ranges = conn.keys.watch_ranges(self.root)
         while not conn.closed:
             call = None
+            pause = RETRY_PAUSE_SECONDS
             try:
-                call = conn.watch.Watch(metadata=conn.metadata)
+                used = conn.metadata
+                call = conn.watch.Watch(metadata=used)
                 self._call = call
-                await call.write(
-                    rpc.WatchRequest(
-                        create_request=rpc.WatchCreateRequest(key=start, range_end=end, start_revision=self._next_rev)
-                    )
-                )
+                for start, end in ranges:  # the watches of one subtree share the stream
+                    create = rpc.WatchCreateRequest(key=start, range_end=end, start_revision=self._next_rev)
+                    await call.write(rpc.WatchRequest(create_request=create))
+                created = 0
                 while True:
                     resp = await call.read()
                     if resp is grpc.aio.EOF:
                         break
-                    if resp.created and self._next_rev == 0:
+                    # a refused create is created and canceled: not a watch that serves
+                    if resp.created and not resp.canceled and self._next_rev == 0:
                         self._next_rev = resp.header.revision + 1
-                    if resp.created:
-                        self.ready.set()
+                    if resp.created and not resp.canceled:
+                        created += 1
+                        if created >= len(ranges):
+                            self.ready.set()
                     if resp.compact_revision:
                         log.warning(
                             "%s: watch resumed after compaction at revision %d; changes in between were missed",
@@ -86,8 +96,7 @@ class Watcher:
                         self._on_event(event)
                         self._next_rev = max(self._next_rev, event.kv.mod_revision + 1)
                     if resp.canceled:
-                        if resp.cancel_reason:
-                            log.warning("%s: watch canceled: %s", conn.url, resp.cancel_reason)
+                        pause = await self._canceled(resp.cancel_reason, used)
                         break
             except asyncio.CancelledError:
                 if call is not None:
@@ -104,7 +113,30 @@ class Watcher:
             if call is not None:
                 call.cancel()
             if not conn.closed:
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(pause)
+
+    async def _canceled(self, reason: str, used: Any) -> float:
+        """etcd canceled the watch (``reason``): a stale token is renewed, a refusal of the user's
+        permissions said once (the watch is asked again, seldom, in case the role changes). The
+        pause before the watch is asked again."""
+        conn = self._conn
+        if stale_token(reason) and conn.url.username is not None:
+            try:
+                await conn.reauthenticate(used)
+            except MetadataStoreError as e:
+                log.warning("%s: watch of %s: %s", conn.url, self.root, e)
+                return DENIED_PAUSE_SECONDS
+            return RETRY_PAUSE_SECONDS
+        refused = conn.refusal(reason) if reason else None
+        if refused is not None:
+            self.ready.set()  # what the server answered: nobody waits for it any longer
+            if not self._refused:
+                self._refused = True
+                log.error("%s: no notifications of %s: %s", conn.url, self.root, refused)
+            return DENIED_PAUSE_SECONDS
+        if reason:
+            log.warning("%s: watch canceled: %s", conn.url, reason)
+        return RETRY_PAUSE_SECONDS
 
     def _on_event(self, event: Any) -> None:
         path = self._conn.keys.path_of(event.kv.key)
