@@ -9,6 +9,10 @@ and the answer path the store needs (``ZKConnection``), and ``discard``.
 - Answers are read whole (one timer, none when the bytes are already buffered), and the common
   ones parsed by ``struct`` (``fast_reads``, ``fast_writes``, ``counter_bumps``).
 - A connection that ends tells its session at once (aiozk waited for the next missed heartbeat).
+- With a TLS context (``tls``), the socket is TLS to the host as named (its certificate checked
+  against that name), and aiozk's ``srvr`` probe on a connection of its own is skipped: a TLS
+  handshake more per connection, for a read-only flag the store needs not (it asks for a
+  read-write session, which a read-only server refuses in the handshake itself).
 
 The connection knows its session only by the two callbacks it is given (a watch event came, the
 connection ended), so that the session's module (``protocol``) imports this one and not back.
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import struct
 from collections.abc import Callable
 from typing import Any
@@ -51,12 +56,24 @@ class ZKConnection(Connection):
         read_timeout: float,
         on_watch_event: Callable[[Any], None],
         on_dropped: Callable[[ZKConnection], None],
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         super().__init__(host, port, watch_handler=on_watch_event, read_timeout=read_timeout)
         self._on_dropped = on_dropped
+        self.tls = tls
         self._out: list[bytes] = []
         #: xids of the forwarded requests (``forward.RawRequest``) awaiting their answer
         self._raw: set[int] = set()
+
+    async def connect(self) -> None:
+        if self.tls is None:
+            await super().connect()
+            return
+        self.start_read_only = False
+        async with asyncio.timeout(self.read_timeout):
+            self.reader, self.writer = await asyncio.open_connection(
+                self.host, self.port, ssl=self.tls, server_hostname=self.host,
+                ssl_handshake_timeout=self.read_timeout)
 
     def send_raw(self, request: RawRequest, xid: int, pending: Pending) -> None:
         """Send a request already in wire form; ``pending`` gets its ``RawReply`` (or the error

@@ -1,4 +1,5 @@
-"""aiozk's errors mapped onto the store's (``errors.py``)."""
+"""aiozk's errors mapped onto the store's (``errors.py``), and the ZooKeeper store's own: a SASL
+refusal (``SaslRefused``), ZooKeeper's ``SessionClosedRequireSaslAuth`` (aiozk knows no -124)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,21 @@ from aiozk import exc as zk_exc
 
 from .. import errors
 from ..urls import StoreURL
+from .wire.constants import Err
+
+
+class SaslRefused(Exception):
+    """SASL failed for good with a server: it refused, or the client could not make its tokens
+    (no Kerberos ticket, ...). One line, naming the user or principal, never a secret."""
+
+
+class SessionClosedRequireSaslAuth(zk_exc.ResponseError):
+    """ZooKeeper's answer to a request on a connection not SASL-authenticated, on a server with
+    ``zookeeper.sessionRequireClientSASLAuth=true`` (it closes the connection after it). Defining
+    it registers the code with aiozk (its errors' metaclass), which otherwise answers
+    ``UnknownError`` and prints the code to stdout."""
+
+    error_code = Err.SESSIONCLOSEDREQUIRESASLAUTH
 
 
 def map_error(e: BaseException, path: str, url: StoreURL) -> errors.MetadataStoreError:
@@ -20,6 +36,9 @@ def map_error(e: BaseException, path: str, url: StoreURL) -> errors.MetadataStor
         return errors.BadVersion(path)
     if isinstance(e, zk_exc.NotEmpty):
         return errors.NotEmpty(path)
+    if isinstance(e, SessionClosedRequireSaslAuth):
+        return errors.AuthFailed(f"ZooKeeper at {url.host_string()} requires SASL authentication "
+                                 "(sessionRequireClientSASLAuth): give sasl=DIGEST-MD5 or sasl=GSSAPI", path)
     if isinstance(e, zk_exc.NoAuth | zk_exc.AuthFailed | zk_exc.InvalidACL):
         who = f"user {url.username!r}" if url.username else "an unauthenticated client"
         return errors.AuthFailed(f"ZooKeeper denies access to {who}", path)

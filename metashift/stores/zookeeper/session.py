@@ -12,6 +12,13 @@ The store uses aiozk's request/response classes and its ``Session`` (state machi
 - ``RetryPolicy``: writes are never re-sent after the connection dropped under them (the server
   may have applied them); reads are retried on the next connection.
 - ``ZKSession.shut``: the end of the session (ephemerals gone at once), of its tasks and timers.
+- TLS and SASL: each connection over TLS when the URL says so (``tls``), and SASL on it right
+  after the handshake, before the session is used (``sasl``): the state is CONNECTED only once
+  SASL completed, on every new connection (a resumed session too). A refusal (an untrusted or
+  mismatched certificate, SASL refused, no Kerberos ticket) ends a ``start`` at once with
+  ``AuthFailed`` and its one line, without trying the other servers: an ensemble's servers share
+  their CA, JAAS and KDC, so one's refusal is all of theirs, and a clear line beats a timeout.
+  Once started, a refusal is logged (once while it repeats) and the server tried again.
 
 ZooKeeper's numbers are the codec's (``wire.constants``), none are written here.
 """
@@ -22,6 +29,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import ssl
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +39,11 @@ from aiozk.retry import RetryPolicy as AiozkRetryPolicy
 from aiozk.session import Session
 from aiozk.states import SessionStateMachine, States
 
+from .. import errors
 from ..aio import cancel_and_wait
+from . import sasl, tls
 from .connection import ZKConnection, discard
+from .errors import SaslRefused
 from .raw import Pending, RawRequest
 from .wire.constants import AUTH_TYPE, MAX_XID, PROTOCOL_VERSION, EventType, KeeperState
 
@@ -112,10 +123,20 @@ class ZKSession(Session):
         auth: bytes | None,
         on_transition: Callable[[str, str], None],
         on_watch_event: Callable[[Any], None],
+        *,
+        tls_context: ssl.SSLContext | None = None,
+        sasl_mechanism: Callable[[str], sasl.Mechanism | None] | None = None,
     ) -> None:
         super().__init__(servers, timeout, RetryPolicy(), False, read_timeout)
         self.state = StateMachine(self, on_transition)
         self._auth = auth
+        self._tls = tls_context
+        self._sasl_mechanism = sasl_mechanism
+        """A connection's SASL mechanism, made for the host it reaches (``None``: no SASL)."""
+        self._refused: asyncio.Future[str] | None = None
+        self._refusal_logged: str | None = None
+        self.last_failure: str | None = None
+        """Why the last attempt to reach a server failed, for a timeout's message (no secret)."""
         self._on_watch_event = on_watch_event
         self.auth_future: asyncio.Future[Any] | None = None
         self.auth_error: BaseException | None = None
@@ -150,14 +171,53 @@ class ZKSession(Session):
 
     # -- finding a server and (re-)establishing the session --
 
+    async def start(self) -> None:
+        """aiozk's, ended by the first refusal with ``AuthFailed`` (its one line)."""
+        if self.started:
+            await super().start()
+            return
+        self._refused = refused = asyncio.get_running_loop().create_future()
+        starting = asyncio.ensure_future(super().start())
+        try:
+            await asyncio.wait({starting, refused}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not starting.done():
+                starting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await starting
+        if starting.done() and not starting.cancelled():
+            starting.result()
+            return
+        raise errors.AuthFailed(refused.result())
+
+    def _refuse(self, message: str) -> None:
+        """A server refused us for good (``message``: the one line): the start ends with it; once
+        started, it is logged while it is new."""
+        self.last_failure = message
+        if self._refused is not None and not self._refused.done():
+            self._refused.set_result(message)
+            return
+        if message != self._refusal_logged:
+            self._refusal_logged = message
+            log.error("%s; trying again", message)
+
+    def _next_xid(self) -> int:
+        self.xid = self.xid + 1 if self.xid < MAX_XID else 1
+        return self.xid
+
     async def make_connection(self, host: str, port: int) -> Any:
-        conn = ZKConnection(host, port, self.read_timeout, self.event_dispatch, self.connection_dropped)
+        conn = ZKConnection(host, port, self.read_timeout, self.event_dispatch, self.connection_dropped, self._tls)
         try:
             await asyncio.wait_for(conn.connect(), self.read_timeout)
-        except Exception as e:  # refused, timed out, not a ZooKeeper, ...
+        except Exception as e:  # refused, timed out, not a ZooKeeper, an untrusted certificate, ...
             log.debug("cannot connect to ZooKeeper at %s:%s: %r", host, port, e)
             if conn.writer is not None:
                 conn.writer.close()
+            refusal = tls.refusal(e, host, port) if self._tls is not None else None
+            if refusal is not None:
+                self._refuse(refusal)
+            else:
+                self.last_failure = f"{host}:{port}: {e!r}"
             return None
         return conn
 
@@ -198,6 +258,11 @@ class ZKSession(Session):
         self.session_id = response.session_id
         self.password = response.password
         self.timeout = response.timeout / 1000
+        mechanism = self._sasl_mechanism(self.conn.host) if self._sasl_mechanism is not None else None
+        if mechanism is not None:
+            # before anything else on this connection, and before the session is CONNECTED
+            await sasl.authenticate(self.conn, mechanism, self._next_xid, self.read_timeout,
+                                    f"zk://{self.conn.host}:{self.conn.port}")
         if self._auth is not None:
             # Written before anything else on this connection, so the server applies it first.
             auth = protocol.AuthRequest(type=AUTH_TYPE, scheme="digest", auth=self._auth)
@@ -228,11 +293,18 @@ class ZKSession(Session):
                 if self.state != States.LOST:
                     self.state.transition_to(States.LOST)
                 continue
+            except SaslRefused as e:
+                self._refuse(str(e))
+                discard(self.conn)
+                await asyncio.sleep(MAX_RECONNECT_DELAY)
+                continue
             except (OSError, TimeoutError, zk_exc.ZKError) as e:
                 log.info("ZooKeeper handshake failed (%r); trying again", e)
+                self.last_failure = f"the handshake with {self.conn.host}:{self.conn.port} failed: {e!r}"
                 discard(self.conn)
                 await asyncio.sleep(0.1)
                 continue
+            self._refusal_logged = None  # a refusal after this success is news again
             self.state.transition_to(States.CONNECTED)
             self.conn.start_read_loop()
 

@@ -14,6 +14,11 @@ other clients' sessions):
 What it cannot tell: a session without a connection shows no timeout (only when it expires), and
 neither does anything when the commands are not allowed (``4lw.commands.whitelist``); a session
 connected to a server the URL does not name looks unconnected.
+
+On a TLS URL the commands go over TLS to the same port (ZooKeeper's Netty ``secureClientPort``
+answers them there, the whitelist applying), with the store's TLS context (its client
+certificate too, for a server with ``ssl.clientAuth=need``). A server that refuses the TLS
+handshake answers nothing, and the result says so (``unknown``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import calendar
 import re
+import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 
@@ -46,6 +52,8 @@ class _Server:
     """What one server answered (``None``: it did not answer the command, or refused it)."""
 
     address: str
+    tls_refused: str | None = None
+    """Why the TLS handshake failed, when it did (then nothing was answered)."""
     cons: str | None = None
     dump: str | None = None
     conf: str | None = None
@@ -63,36 +71,49 @@ class _Seen:
     max_timeout: float | None = None
     cons_from_all: bool = True
     dump_answered: bool = False
+    tls_refused: list[str] = field(default_factory=list)
 
 
 async def session_lives(
     hosts: Iterable[tuple[str, int]], owners: Iterable[int], *, own: int, own_timeout: float,
-    touch: Callable[[], Awaitable[object]],
+    touch: Callable[[], Awaitable[object]], tls: ssl.SSLContext | None = None,
 ) -> dict[int, SessionLife]:
     """``SessionLife`` of each session id of ``owners``: ``hosts`` are the URL's servers, ``own``
     and ``own_timeout`` this store's session (the reference the expiry dates are read against)
-    and ``touch`` a request on it (sent first, so that its expiry is one timeout from now)."""
+    and ``touch`` a request on it (sent first, so that its expiry is one timeout from now);
+    ``tls`` the store's TLS context on a TLS URL."""
     wanted = sorted(set(owners))
     if not wanted:
         return {}
     await touch()
-    servers = await asyncio.gather(*(_ask(host, port) for host, port in hosts))
+    servers = await asyncio.gather(*(_ask(host, port, tls) for host, port in hosts))
     seen = _read(servers)
     return {owner: _life(owner, seen, own, own_timeout) for owner in wanted}
 
 
-async def _ask(host: str, port: int) -> _Server:
+async def _ask(host: str, port: int, tls: ssl.SSLContext | None) -> _Server:
     server = _Server(f"{host}:{port}")
+    refusals: list[str] = []
     server.cons, server.dump, server.conf = await asyncio.gather(
-        four_letter(host, port, "cons"), four_letter(host, port, "dump"), four_letter(host, port, "conf"))
+        four_letter(host, port, "cons", tls, refusals), four_letter(host, port, "dump", tls, refusals),
+        four_letter(host, port, "conf", tls, refusals))
+    server.tls_refused = refusals[0] if refusals else None
     return server
 
 
-async def four_letter(host: str, port: int, word: str) -> str | None:
-    """A four-letter command's answer; ``None`` when the server did not answer or refused it."""
+async def four_letter(host: str, port: int, word: str, tls: ssl.SSLContext | None = None,
+                      refusals: list[str] | None = None) -> str | None:
+    """A four-letter command's answer (over TLS with ``tls``); ``None`` when the server did not
+    answer or refused it (a TLS handshake it failed: why, appended to ``refusals``)."""
     try:
         async with asyncio.timeout(ANSWER_SECONDS):
-            reader, writer = await asyncio.open_connection(host, port)
+            try:
+                reader, writer = await asyncio.open_connection(
+                    host, port, **({"ssl": tls, "server_hostname": host} if tls is not None else {}))
+            except ssl.SSLError as e:
+                if refusals is not None:
+                    refusals.append(f"{host}:{port}: TLS handshake failed ({e.reason or type(e).__name__})")
+                return None
             try:
                 writer.write(word.encode())
                 await writer.drain()
@@ -110,6 +131,8 @@ async def four_letter(host: str, port: int, word: str) -> str | None:
 def _read(servers: list[_Server]) -> _Seen:
     seen = _Seen()
     for server in servers:
+        if server.tls_refused is not None:
+            seen.tls_refused.append(server.tls_refused)
         if server.cons is None:
             seen.cons_from_all = False
         else:
@@ -178,6 +201,8 @@ def _life(owner: int, seen: _Seen, own: int, own_timeout: float) -> SessionLife:
         unknown.append("a session without a connection shows no timeout")
     if renewed is None:
         unknown.append("whether a client is connected on it is not known (a server did not answer `cons`)")
+    if seen.tls_refused:
+        unknown.append("four-letter commands over TLS refused: " + ", ".join(seen.tls_refused))
     bound = seen.max_timeout
     return SessionLife(owner, name, alive=alive, expires_in=expires_in, timeout=timeout, expires_within=bound,
                        renewed=renewed, within="the servers' maxSessionTimeout" if bound is not None else "",

@@ -20,6 +20,7 @@ from ..ops import GetOp, GetResult, Op, OpResult
 from ..stat import Stat
 from ..store import Store
 from ..urls import StoreURL
+from . import sasl, tls
 from .bulk_reads import BulkReads
 from .calls import Calls
 from .forward import Done, Forwarder, Rechroot, acl_vector
@@ -44,8 +45,13 @@ class ZooKeeperStore(BatchedStore, Store):
     """A ZooKeeper session behind the ``MetadataStore`` and bulk interfaces.
 
     Paths are relative to the URL's chroot (created on connect when missing). With credentials in
-    the URL the session authenticates with ZooKeeper's digest scheme and every node it creates gets
-    the creator-all ACL, so other users can neither read nor write it.
+    the URL (and no ``sasl``) the session authenticates with ZooKeeper's digest scheme and every
+    node it creates gets the creator-all ACL, so other users can neither read nor write it. With
+    ``sasl=`` the session authenticates by SASL (``session``, ``sasl``, ``kerberos``) and its nodes
+    are open to all, as Pulsar's ``ZKMetadataStore`` makes them (``OPEN_ACL_UNSAFE``, SASL or not:
+    the brokers, bookies and metashift of a SASL cluster are different principals that must read
+    each other's nodes; the server's ``sessionRequireClientSASLAuth`` keeps the others out).
+    ``tls=true``: every connection over TLS (``tls``).
 
     Its parts: the session (``session.ZKSession``) and its events (``session_events``); the
     calls on it (``calls.Calls``); single operations and multis (``operations.Operations``);
@@ -65,8 +71,9 @@ class ZooKeeperStore(BatchedStore, Store):
         super().__init__(url)
         self.max_value_size = max_value_size
         namespace = paths.Namespace(url.root)
+        self._tls = tls.client_context(url)
         auth = None
-        if url.username is not None:
+        if url.username is not None and url.sasl is None:
             auth = f"{url.username}:{url.password or ''}".encode()
             acl = [protocol.AUTHED_UNRESTRICTED]  # "auth" scheme = creator-all
         else:
@@ -83,6 +90,8 @@ class ZooKeeperStore(BatchedStore, Store):
             self._events.transition,
             # a lambda: the watches are made after the session they send their requests on
             lambda event: self._watches.deliver(event),
+            tls_context=self._tls,
+            sasl_mechanism=(lambda host: sasl.mechanism(url, host)) if url.sasl else None,
         )
         self._watches = Watches(self._session, namespace, self._notify, watch, url.call_timeout)
         calls = Calls(url, self._session, namespace, acl, rechroot)
@@ -127,8 +136,10 @@ class ZooKeeperStore(BatchedStore, Store):
             await asyncio.wait_for(store._start(create_root), url.call_timeout)
         except TimeoutError:
             await store._shutdown(send_close=False)
+            last = store._session.last_failure
             raise errors.StoreUnavailable(
                 f"no ZooKeeper server answered within {url.call_timeout:g}s at {url}"
+                + (f" (last: {last})" if last else "")
             ) from None
         except BaseException:
             await store._shutdown(send_close=resume is None)
@@ -222,7 +233,8 @@ class ZooKeeperStore(BatchedStore, Store):
     async def session_lives(self, sessions: Mapping[int, Sequence[str]]) -> dict[int, SessionLife]:
         """Each session, as the four-letter commands of the URL's servers tell (``session_lives``)."""
         return await session_lives(self.url.hosts, sessions, own=self.session_id,
-                                   own_timeout=float(self._session.timeout or 0), touch=lambda: self.exists("/"))
+                                   own_timeout=float(self._session.timeout or 0), touch=lambda: self.exists("/"),
+                                   tls=self._tls)
 
     # ---- requests forwarded in wire form (``forward``), for the agent's ZooKeeper front ----------
 
