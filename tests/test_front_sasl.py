@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +35,7 @@ from metashift.stores.zookeeper.wire import Err, Op, Writer
 from metashift_lab.agents import AgentProcess, start_agents, stop_agents
 from metashift_lab.cli_runner import run_cli_sync
 from metashift_lab.ports import free_port
+from metashift_lab.secured.kdc import LocalKDC
 from metashift_lab.servers import LocalZooKeeper
 from metashift_lab.zkraw import RawZk
 from tests.harness import require_part
@@ -51,7 +53,7 @@ Client {{ org.apache.zookeeper.server.auth.DigestLoginModule required username="
 Wrong {{ org.apache.zookeeper.server.auth.DigestLoginModule required username="bob" password="{WRONG}"; }};
 Alice {{ org.apache.zookeeper.server.auth.DigestLoginModule required username="alice" password="{OTHER}"; }};
 """
-#: A broker's JAAS file on a Kerberos ensemble (its keytab and KDC are the ensemble's: none here).
+#: A broker's JAAS file on a Kerberos ensemble (the keytab and principal: the module's KDC's).
 JAAS_KERBEROS = """
 Client {
   com.sun.security.auth.module.Krb5LoginModule required
@@ -262,30 +264,51 @@ def test_no_password_in_the_agents_logs(digest_run: list[list[str]], secured: Se
         assert secret not in logs
 
 
-async def test_a_kerberos_member_with_its_sasl_client_off_is_served(secured: Secured, probe: Probe) -> None:
+@pytest.fixture(scope="module")
+def kerberos_jaas(secured: Secured, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[str]]:
+    """The JVM options of a broker of a Kerberos ensemble: a real MIT KDC of this module's, the
+    broker's principal and keytab in a JAAS ``Client`` section (Krb5LoginModule), and the
+    ensemble's service principal ``zookeeper/localhost`` (the name ZooKeeper's client asks a
+    ticket for when it dials 127.0.0.1)."""
+    if shutil.which("krb5kdc") is None and not os.access("/usr/sbin/krb5kdc", os.X_OK):
+        require_part("an MIT KDC (Debian's krb5-kdc, krb5-admin-server: make setup)")
+    kdc = LocalKDC(tmp_path_factory.mktemp("front-sasl-kdc"))
+    keytab = kdc.add_principal("pulsar/localhost")
+    kdc.add_service("zookeeper", "localhost")
+    jaas = secured.work / "jaas-kerberos.conf"
+    jaas.write_text(JAAS_KERBEROS.replace("/nonexistent/broker.keytab", str(keytab))
+                    .replace("pulsar/broker1.example.com@EXAMPLE.COM", kdc.principal("pulsar/localhost")))
+    try:
+        kdc.start()
+        yield [*kdc.java_options(), f"-Djava.security.auth.login.config={jaas}"]
+    finally:
+        kdc.cleanup()
+
+
+async def test_a_kerberos_member_with_its_sasl_client_off_is_served(secured: Secured, probe: Probe,
+                                                                   kerberos_jaas: list[str]) -> None:
     """The one-line change for a member of a Kerberos ensemble: ``-Dzookeeper.sasl.client=false``
     in its JVM options, its JAAS ``Client`` section (Krb5LoginModule) left where it is. The twin
-    client turns SASL back on for itself: it tries Kerberos (no KDC here: its login fails, and
-    ZooKeeper's client says AuthFailed); with the flag it never does."""
-    jaas = secured.work / "jaas-kerberos.conf"
-    jaas.write_text(JAAS_KERBEROS)
+    client turns SASL back on for itself: it logs in to the KDC and sends its Kerberos token,
+    which the front (DIGEST-MD5 only) refuses: AuthFailed, and ZooKeeper's client stops."""
     o = secured.open.front
+    seen = len(secured.open.log_path.read_text())
     flagged, twin = await probe.run(
-        [f"-Djava.security.auth.login.config={jaas}", "-Dzookeeper.sasl.client=false"],
+        [*kerberos_jaas, "-Dzookeeper.sasl.client=false"],
         f"{o}|default|create /kerberos k1;get /kerberos;whoami",
         f"{o}|sasl-on|get /kerberos",
     )
     assert flagged == ["EVENT SyncConnected", "CONNECTED", "OK create /kerberos k1 /kerberos",
                        "OK get /kerberos k1", "OK whoami ip:127.0.0.1", "EVENT Closed"], flagged
-    assert "EVENT AuthFailed" in twin, twin  # what the flag spares the member
+    assert twin[:4] == ["EVENT SyncConnected", "EVENT AuthFailed", "AUTHFAILED", "ERR get /kerberos AUTHFAILED"], twin
+    log = secured.open.log_path.read_text()[seen:]  # the twin's token, refused
+    assert "not DIGEST-MD5 (GSSAPI?)" in log and "-Dzookeeper.sasl.client=false in the member's JVM options" in log
 
 
-async def test_a_strict_front_refuses_the_kerberos_member_with_its_sasl_client_off(secured: Secured,
-                                                                                   probe: Probe) -> None:
+async def test_a_strict_front_refuses_the_kerberos_member_with_its_sasl_client_off(
+        secured: Secured, probe: Probe, kerberos_jaas: list[str]) -> None:
     """With ``require_sasl`` a member must authenticate to the front: DIGEST-MD5 then, not the flag."""
-    jaas = secured.work / "jaas-kerberos.conf"
-    jaas.write_text(JAAS_KERBEROS)
-    (refused,) = await probe.run([f"-Djava.security.auth.login.config={jaas}", "-Dzookeeper.sasl.client=false"],
+    (refused,) = await probe.run([*kerberos_jaas, "-Dzookeeper.sasl.client=false"],
                                  f"{secured.strict.front}|default|create /krb-refused k1")
     assert "ERR create /krb-refused k1 SESSIONCLOSEDREQUIRESASLAUTH" in refused, refused
 
