@@ -26,6 +26,7 @@ from metashift.stores.oxia.proto import client_pb2_grpc as pb_grpc
 from ..errors import AuthFailed, MetadataStoreError, StoreUnavailable
 from ..notifications import SessionEvent
 from ..urls import StoreURL
+from .credentials import TokenSource, channel_credentials, tls_failure
 from .keys import key_hash
 
 log = logging.getLogger(__name__)
@@ -105,9 +106,11 @@ class OxiaConnection:
         self.namespace = url.namespace or "default"
         self.timeout = url.call_timeout
         self.liveness = liveness
-        token = url.token()
-        self.metadata: tuple[tuple[str, str], ...] = (("namespace", self.namespace),) + (
-            (("authorization", f"Bearer {token}"),) if token else ())
+        self._credentials = channel_credentials(url)
+        self.token = TokenSource(url)
+        self._namespace_metadata = (("namespace", self.namespace),)
+        self._metadata: tuple[tuple[str, str], ...] = self._namespace_metadata
+        self._metadata_token: str | None = None
         self.closed = False
         self.shards: list[Shard] = []
         self._mins: list[int] = []
@@ -118,6 +121,16 @@ class OxiaConnection:
         #: Waited for before every call while set: the notification streams being (re)started, so
         #: that a call made after a listener was added is followed by every later change.
         self.gate: asyncio.Event | None = None
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """Every call's metadata: the namespace, and the bearer token as it reads now."""
+        token = self.token.current()
+        if token != self._metadata_token:
+            self._metadata_token = token
+            self._metadata = self._namespace_metadata + (
+                (("authorization", f"Bearer {token}"),) if token else ())
+        return self._metadata
 
     # ---- opening and the shard assignments ------------------------------------------------------
 
@@ -147,7 +160,9 @@ class OxiaConnection:
                 break
             await asyncio.sleep(RETRY_PAUSE_SECONDS)
         assert last is not None
-        raise StoreUnavailable(f"no oxia server answered at {self.url.host_string()} ({last})")
+        # a plaintext client on a TLS port sees its connection closed, nothing more
+        hint = " (does it serve TLS only? tls=true)" if not self.url.tls and "Socket closed" in str(last) else ""
+        raise StoreUnavailable(f"no oxia server answered at {self.url.host_string()} ({last}){hint}")
 
     async def _first_assignments(self, index: int, budget: float) -> Any:
         """The assignment stream on host ``index``, once its first answer was applied."""
@@ -198,7 +213,7 @@ class OxiaConnection:
                 stream.cancel()
                 raise
             except grpc.aio.AioRpcError as e:
-                log.debug("%s: shard assignment stream broke: %s", self.url, e.details())
+                log.debug("%s: shard assignment stream broke: %s", self.url, self.token.scrub(e.details() or ""))
             except MetadataStoreError as e:
                 log.warning("%s: %s", self.url, e)
             await settle(stream)
@@ -239,7 +254,12 @@ class OxiaConnection:
     def _channel(self, target: str) -> tuple[grpc.aio.Channel, Any]:
         got = self._channels.get(target)
         if got is None:
-            channel = grpc.aio.insecure_channel(target, options=_GRPC_OPTIONS)
+            # every channel alike: the assignments name the other servers (their public
+            # addresses), verified with the same CA, and their certificates must name them
+            if self._credentials is None:
+                channel = grpc.aio.insecure_channel(target, options=_GRPC_OPTIONS)
+            else:
+                channel = grpc.aio.secure_channel(target, self._credentials, options=_GRPC_OPTIONS)
             got = (channel, pb_grpc.OxiaClientStub(channel))
             self._channels[target] = got
         return got
@@ -260,6 +280,13 @@ class OxiaConnection:
                     await gate.wait()
             except TimeoutError:
                 pass  # the streams are late: the listeners will hear ConnectionLost from them
+        try:
+            return await fn()
+        except grpc.aio.AioRpcError as e:
+            # refused for its token: the file may have been rewritten within the last second (the
+            # old token expired); the server refused before handling, so once more is safe
+            if not (e.code() == grpc.StatusCode.UNAUTHENTICATED and self.token.refresh()):
+                raise self._translate(e, path) from None
         try:
             return await fn()
         except grpc.aio.AioRpcError as e:
@@ -285,18 +312,30 @@ class OxiaConnection:
 
     def _translate(self, e: grpc.aio.AioRpcError, path: str | None) -> MetadataStoreError:
         code = e.code()
-        details = e.details() or ""
+        details = self.token.scrub(e.details() or "")
         lower = details.lower()
         where = f"oxia at {self.url.host_string()}"
+        if code == grpc.StatusCode.UNAUTHENTICATED:  # Oxia's OIDC check (an interceptor: nothing was done)
+            return AuthFailed(self._rejected(where, details or "no reason given"), path)
+        if code == grpc.StatusCode.UNAVAILABLE and (tls := tls_failure(details, self.url)) is not None:
+            return AuthFailed(f"{where}: {tls}", path)
         if "namespace not found" in lower:
             return _NamespaceMissing(f"{where} has no namespace {self.namespace!r}", path)
         if "session not found" in lower:
             return SessionNotFound(f"{where}: {details}", path)
         if code in _UNAVAILABLE_CODES or any(t in lower for t in _RETRYABLE_TEXT):
             return StoreUnavailable(f"{where} unavailable ({code.name}: {details})", path)
-        if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        if code == grpc.StatusCode.PERMISSION_DENIED:
             return AuthFailed(f"{where} refused the call ({details})", path)
         return MetadataStoreError(f"oxia error {code.name}: {details}", path)
+
+    def _rejected(self, where: str, why: str) -> str:
+        """The line of a refused token: where the token came from, never what it is."""
+        if self.token.path is not None:
+            return f"{where} rejected the token of token_file {self.token.path} ({why})"
+        if "token" in self.url.options:
+            return f"{where} rejected the token of the URL ({why})"
+        return f"{where} requires a bearer token, none given (token= or token_file=) ({why})"
 
     async def close(self) -> None:
         """Stop following the assignments, close every channel. Idempotent."""

@@ -133,7 +133,8 @@ class Notifications:
                 raise
             except grpc.aio.AioRpcError as e:
                 if not conn.closed:
-                    log.debug("%s: notification stream of shard %d broke: %s", conn.url, shard_id, e.details())
+                    log.debug("%s: notification stream of shard %d broke: %s", conn.url, shard_id,
+                              conn.token.scrub(e.details() or ""))
             except Exception:
                 log.exception("%s: notification stream of shard %d failed", conn.url, shard_id)
             finally:
