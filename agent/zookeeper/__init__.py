@@ -15,5 +15,7 @@
 - ``session``: ZooKeeper sessions, each one an agent client session (``ZkSessions``);
 - ``watches``: one-shot, persistent and persistent recursive watches fed by the active store;
 - ``stat``: a store ``Stat`` as ZooKeeper's 11-field Stat;
-- ``four_letter``: ``ruok``, ``srvr``, ``mntr``, ...; ``pip454``: PIP-454's flag, the front's own.
+- ``four_letter``: ``ruok``, ``srvr``, ``mntr``, ...; ``pip454``: PIP-454's flag, the front's own;
+- ``sasl``: SASL at the front, per connection (``FrontSasl``, ``SaslExchange``); ``sasl_digest``:
+  DIGEST-MD5's server side; ``sasl_users``: the users file (``zookeeper.sasl_users_file``).
 """
