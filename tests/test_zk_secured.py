@@ -13,12 +13,14 @@ import logging
 import socket
 import ssl
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from metashift import AuthFailed, NotificationType
 from metashift.stores import SessionHandle, open_store
 from metashift.stores.store import Store
+from metashift.stores.zookeeper import ZooKeeperStore
 from metashift_lab.ports import free_port
 from metashift_lab.secured.zookeeper import LocalSecuredZooKeeper
 from tests import zk_secured_servers as servers
@@ -175,13 +177,14 @@ async def test_a_session_without_sasl_is_refused_by_the_server(digest_zk: Digest
 
 async def test_sasl_is_done_again_on_every_new_connection(digest_zk: DigestZooKeeper, namespace: str) -> None:
     store = await open_store(digest_zk.url(namespace))
+    assert isinstance(store, ZooKeeperStore)
     try:
         eph = await store.put("/eph", b"kept", ephemeral=True)
         session = store.session_id
         for _ in range(2):
-            conn = store._session.conn  # type: ignore[attr-defined]
+            conn = store._session.conn
             conn.writer.transport.abort()  # the network cuts the connection: the session lives on
-            await eventually(lambda c=conn: store._session.conn is not c, 15, "a new connection")  # type: ignore[attr-defined]
+            await eventually(lambda: store._session.conn is not conn, 15, "a new connection")  # noqa: B023
             # on a server that requires SASL, a request on an unauthenticated connection is refused
             stat = await store.put("/after", b"x")
             assert store.session_id == session
@@ -204,6 +207,7 @@ async def test_a_session_resumed_over_tls_and_sasl(digest_zk: DigestZooKeeper, n
     # a wrong password on the way: refused, and the session is still there for the right one
     await _refused(digest_zk.url(namespace, session_timeout="20", password_file=digest_zk.wrong_password_file))
     second = await open_store(url, resume=handle)
+    assert isinstance(second, ZooKeeperStore)
     try:
         assert second.resumed and second.session_id == handle.id
         got = await second.get("/reg")
@@ -219,7 +223,7 @@ async def test_a_session_resumed_over_tls_and_sasl(digest_zk: DigestZooKeeper, n
 
 def _gssapi_url(server: LocalSecuredZooKeeper, kerberos: Kerberos, root: str, principal: str = "alice",
                 **options: str | Path) -> str:
-    settings: dict[str, str | Path] = {"sasl": "GSSAPI", "principal": principal,
+    settings: dict[str, Any] = {"sasl": "GSSAPI", "principal": principal,
                                        "keytab": kerberos.keytabs.get(principal, "")}
     settings.update(options)
     return server.url_for(root, **settings)

@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,8 +49,8 @@ class DigestZooKeeper:
 
     def url(self, root: str = "", **options: str | os.PathLike[str]) -> str:
         """The user's URL (``options`` over the SASL ones)."""
-        return self.server.url_for(root, **{"sasl": "DIGEST-MD5", "username": USER,
-                                            "password_file": self.password_file, **options})
+        settings: dict[str, Any] = {"sasl": "DIGEST-MD5", "username": USER, "password_file": self.password_file}
+        return self.server.url_for(root, **{**settings, **options})
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,9 @@ class ZKConnection(Connection):
     and that writes the requests sent in one turn of the event loop with one socket write
     (aiozk: one write, one system call, per request: the hot spot of pipelined bulk reads)."""
 
+    reader: Any
+    writer: Any
+
     def __init__(
         self,
         host: str,

@@ -108,8 +108,10 @@ async def four_letter(host: str, port: int, word: str, tls: ssl.SSLContext | Non
     try:
         async with asyncio.timeout(ANSWER_SECONDS):
             try:
-                reader, writer = await asyncio.open_connection(
-                    host, port, **({"ssl": tls, "server_hostname": host} if tls is not None else {}))
+                if tls is None:
+                    reader, writer = await asyncio.open_connection(host, port)
+                else:
+                    reader, writer = await asyncio.open_connection(host, port, ssl=tls, server_hostname=host)
             except ssl.SSLError as e:
                 if refusals is not None:
                     refusals.append(f"{host}:{port}: TLS handshake failed ({e.reason or type(e).__name__})")
