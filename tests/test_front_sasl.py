@@ -31,7 +31,7 @@ from puresasl.client import SASLClient
 from metashift import processes
 from metashift.agent.zookeeper.sasl_digest import DigestMD5Server, SaslFailed, parse
 from metashift.agent.zookeeper.sasl_users import UsersFileError, read_users
-from metashift.stores.zookeeper.wire import Err, Op, Writer
+from metashift.stores.zookeeper.wire import ACL, Err, Op, Writer
 from metashift_lab.agents import AgentProcess, start_agents, stop_agents
 from metashift_lab.cli_runner import run_cli_sync
 from metashift_lab.ports import free_port
@@ -392,6 +392,31 @@ async def test_a_gssapi_token_is_refused_with_the_members_fix_in_the_log(secured
         await zk.close_connection()
     assert "not DIGEST-MD5 (GSSAPI?)" in secured.open.log_path.read_text()
     assert "-Dzookeeper.sasl.client=false in the member's JVM options" in secured.open.log_path.read_text()
+
+
+async def test_pure_sasl_on_the_wire_and_creates_with_a_sasl_acl(secured: Secured) -> None:
+    """DIGEST-MD5 on a raw connection with pure-sasl's client (which checks the front's rspauth),
+    then creates naming a ``sasl:bob`` ACL on both of the front's paths: a create passed through
+    to ZooKeeper, a container (the ordinary path). ACLs are not enforced by the front: both are
+    taken, and getACL answers the store's."""
+    client = SASLClient("zk-sasl-md5", service="zookeeper", mechanism="DIGEST-MD5", username="bob",
+                        password=PASSWORD)
+    zk = await RawZk.connect(*_host_port(secured.strict.front))
+    try:
+        challenge = (await zk.ok(Op.SASL, Writer().buffer(b"").bytes(), "challenge")).body.buffer()
+        response = client.process(challenge)
+        rspauth = (await zk.ok(Op.SASL, Writer().buffer(response).bytes(), "response")).body.buffer()
+        assert client.process(rspauth) is None and client.complete
+        who = (await zk.ok(Op.WHO_AM_I, b"", "whoAmI")).body
+        assert [(who.string(), who.string()) for _ in range(who.int())] == [("ip", "127.0.0.1"), ("sasl", "bob")]
+        acl = [ACL(31, "sasl", "bob")]
+        for op, path in ((Op.CREATE, "/acl-passed"), (Op.CREATE_CONTAINER, "/acl-container")):
+            flags = 4 if op == Op.CREATE_CONTAINER else 0
+            await zk.ok(op, Writer().string(path).buffer(b"x").acls(acl).int(flags).bytes(), path)
+        got = (await zk.ok(Op.GET_ACL, Writer().string("/acl-container").bytes(), "getACL")).body
+        assert got.acls() == [ACL(31, "world", "anyone")]  # the ordinary path keeps none
+    finally:
+        await zk.close()
 
 
 async def test_a_strict_front_refuses_a_request_before_sasl(secured: Secured) -> None:
