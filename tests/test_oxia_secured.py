@@ -370,3 +370,22 @@ async def test_an_unreadable_or_empty_token_file_is_one_line(
         await open_store(secured.url("default" + namespace, token_file=spaced))
     text = one_line(refused.value, "two words")
     assert "does not hold a bearer token" in text
+
+
+async def test_a_server_requiring_client_certificates(certs: Certificates, tmp_path: Path) -> None:
+    """``--tls-client-auth``: without ``cert``/``key`` one line; with them the handshake passes (a
+    data server without its coordinator then answers "not initialized": it was reached)."""
+    require_oxia()
+    tls = OxiaTLS(certs.server_cert, certs.server_key, certs.ca, client_auth=True)
+    server = OxiaDataServer(tmp_path / "mtls", 7, tls, None)
+    server.start()
+    try:
+        base = f"oxia://{server.public}/default?tls=true&ca={certs.ca}&timeout=2"
+        with pytest.raises(AuthFailed) as refused:
+            await open_store(base)
+        assert "requires a client certificate" in one_line(refused.value)
+        with pytest.raises(StoreUnavailable) as reached:
+            await open_store(f"{base}&cert={certs.client_cert}&key={certs.client_key}")
+        assert "not initialized" in one_line(reached.value)
+    finally:
+        server.cleanup()

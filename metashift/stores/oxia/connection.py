@@ -14,6 +14,7 @@ import asyncio
 import bisect
 import contextlib
 import logging
+import re
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -51,6 +52,8 @@ _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCE
 #: Oxia's reasons (``common/constant/errors.go``) that mean "try again": a leader moving, a shard
 #: being (re)assigned.
 _RETRYABLE_TEXT = ("not leader", "not initialized", "resource unavailable", "invalid status", "shard not found")
+#: The address gRPC names in a connection failure ("ipv4:127.0.0.1:6648: Tls handshake failed").
+_PEER = re.compile(r"ipv[46]:\[?([0-9a-fA-F.:]+?)\]?:(\d+):")
 #: Pause between two rounds of connection attempts while opening.
 RETRY_PAUSE_SECONDS = 0.25
 #: A listing or a range scan of a shard may take this many call timeouts (a big subtree).
@@ -318,7 +321,15 @@ class OxiaConnection:
         if code == grpc.StatusCode.UNAUTHENTICATED:  # Oxia's OIDC check (an interceptor: nothing was done)
             return AuthFailed(self._rejected(where, details or "no reason given"), path)
         if code == grpc.StatusCode.UNAVAILABLE and (tls := tls_failure(details, self.url)) is not None:
+            # the server that failed may be a shard leader the assignments named, not a URL host
+            peer = _PEER.search(details)
+            address = f"{peer.group(1)}:{peer.group(2)}" if peer is not None else None
+            if address is not None and address not in self.url.host_string().split(","):
+                where += f" (its server {address})"
             return AuthFailed(f"{where}: {tls}", path)
+        if code == grpc.StatusCode.PERMISSION_DENIED and "unexpected authority" in lower:
+            return AuthFailed(f"{where} knows itself by another address ({details}): name the servers as the "
+                              "cluster's configuration does (its public addresses)", path)
         if "namespace not found" in lower:
             return _NamespaceMissing(f"{where} has no namespace {self.namespace!r}", path)
         if "session not found" in lower:
