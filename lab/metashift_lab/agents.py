@@ -64,6 +64,10 @@ class AgentProcess:
     """``host:port``: also serve ZooKeeper's protocol there (a stock broker or bookie dials it)."""
     target_credentials: tuple[str, str] | None = None
     """(user, password) of the ``[target]`` section: how this agent opens a migration's target."""
+    target_settings: dict[str, Any] = field(default_factory=dict)
+    """More keys of the ``[target]`` section (``password_file``, ``tls``, ``ca``, ``token_file``, ...)."""
+    zookeeper_settings: dict[str, Any] = field(default_factory=dict)
+    """More keys of the ``[zookeeper]`` section (``sasl_users_file``, ``require_sasl``)."""
     migration_root: str | None = None
     """The ``[migration] root`` (``None``: the default)."""
     coordinator_enabled: bool = True
@@ -125,14 +129,18 @@ class AgentProcess:
         if self.spark_master:
             lines.append(f"spark_master = {_toml(self.spark_master)}")
         for key, value in self.coordinator_settings.items():
-            lines.append(f"{key} = {_toml(value) if isinstance(value, str) else repr(value).lower()}")
+            lines.append(f"{key} = {_value(value)}")
         if self.zk_listen:
             lines += ["", "[zookeeper]", f"listen = {_toml(self.zk_listen)}"]
+            lines += [f"{key} = {_value(value)}" for key, value in self.zookeeper_settings.items()]
         if self.migration_root:
             lines += ["", "[migration]", f"root = {_toml(self.migration_root)}"]
+        if self.target_credentials or self.target_settings:
+            lines += ["", "[target]"]
         if self.target_credentials:
             user, password = self.target_credentials
-            lines += ["", "[target]", f"username = {_toml(user)}", f"password = {_toml(password)}"]
+            lines += [f"username = {_toml(user)}", f"password = {_toml(password)}"]
+        lines += [f"{key} = {_value(value)}" for key, value in self.target_settings.items()]
         if HAS_STATE_DIR:
             lines += ["", "[session]", f"state_dir = {_toml(str(self.state_dir))}"]
         return "\n".join(lines) + "\n"
@@ -281,6 +289,13 @@ async def _wait_tcp(address: str, within: float, name: str) -> None:
 
 def _toml(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _value(value: Any) -> str:
+    """A setting's value in TOML (a string or path quoted; a bool, number or list as Python writes it)."""
+    if isinstance(value, str | Path):
+        return _toml(str(value))
+    return repr(value).lower()
 
 
 async def start_agents(agents: list[AgentProcess], within: float = 90.0) -> None:
