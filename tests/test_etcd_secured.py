@@ -120,7 +120,7 @@ async def test_every_operation_at_the_prefix_itself(secured: SecuredEtcd, caplog
         await store.restore_many([Restore(f"/managed-ledgers/n-{i:03d}", b"v%d" % i, i % 5) for i in range(300)])
         await store.restore("/counters/c", b"", 0)
         await store.advance_sequence_counter("/counters/c", 25)
-        assert await store.children_version("/counters/c") >= 25
+        assert (await store.children_version("/counters/c") or 0) >= 25
         read = {n.path: n for page in [p async for p in other.read_trees(["/managed-ledgers"])] for n in page}
         assert all(read[f"/managed-ledgers/n-{i:03d}"].version == i % 5 for i in range(300))
         walked = {n.path for page in [p async for p in other.walk("/")] for n in page}
@@ -168,8 +168,8 @@ async def test_a_token_expiring_mid_run(
         await store.put("/mine", b"eph", ephemeral=True)
         await idle_past_token()
         caplog.clear()
-        got = await asyncio.gather(*(store.get("/a") for _ in range(20)), store.put("/b", b"2"))
-        assert all(g is not None and g[0] == b"1" for g in got[:20])
+        got, _ = await asyncio.gather(asyncio.gather(*(store.get("/a") for _ in range(20))), store.put("/b", b"2"))
+        assert all(g is not None and g[0] == b"1" for g in got)
         renewed = [r for r in caplog.records if "authenticating again" in r.getMessage()]
         assert 1 <= len(renewed) <= 2, [r.getMessage() for r in renewed]  # not one per call
         await idle_past_token()
@@ -266,7 +266,8 @@ async def test_copy_and_verify_between_zookeeper_and_the_secured_etcd(
         want = {p: v for p, v in (await snapshot(source)).items() if not v[2]}
     for src, dst in ((source_url, etcd_url), (etcd_url, back_url)):
         for command in ("copy", "verify"):
-            done = await asyncio.to_thread(cli, command, "--source", src, "--target", dst)
+            # one core: Spark's Python workers still open the stores, in processes of their own
+            done = await asyncio.to_thread(cli, command, "--source", src, "--target", dst, "--spark-master", "local[1]")
             assert done.returncode == 0, done.stderr[-3000:]
             assert_no_secret(done.stdout + done.stderr, secured)
     for url in (etcd_url, back_url):
