@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import ssl
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -288,3 +290,43 @@ async def test_gssapi_kdc_unreachable_is_one_line(
         assert await store.get("/") is not None
     finally:
         await store.close()
+
+
+async def test_gssapi_from_the_default_credential_cache(
+    kerberos_zk: LocalSecuredZooKeeper, kerberos: Kerberos, namespace: str, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No keytab: the tickets of the process's credential cache (``KRB5CCNAME``), as after kinit."""
+    cache = f"FILE:{tmp_path / 'ccache'}"
+    env = {**os.environ, **kerberos.kdc.env(), "KRB5CCNAME": cache}
+    kinit = ["kinit", "-k", "-t", str(kerberos.keytabs["dave"]), kerberos.kdc.principal("dave")]
+    await asyncio.to_thread(subprocess.run, kinit, env=env, check=True, capture_output=True, timeout=30)
+    monkeypatch.setenv("KRB5CCNAME", cache)
+    for url in (kerberos_zk.url_for(namespace, sasl="GSSAPI"),
+                kerberos_zk.url_for(namespace, sasl="GSSAPI", principal=kerberos.kdc.principal("dave"))):
+        store = await open_store(url)
+        try:
+            await store.put("/from-cache", b"dave")
+        finally:
+            await store.close()
+    monkeypatch.setenv("KRB5CCNAME", f"FILE:{tmp_path / 'empty'}")
+    line = await _refused(kerberos_zk.url_for(namespace + "-none", sasl="GSSAPI"))
+    assert line.startswith("Kerberos: no ticket for the credential cache's principal in the credential cache"), line
+
+
+async def test_digest_auth_without_sasl_keeps_its_meaning_over_tls(
+    tls_zk: LocalSecuredZooKeeper, namespace: str
+) -> None:
+    """``user:password@`` without ``sasl``: ZooKeeper's digest scheme, nodes creator-all."""
+    alice = tls_zk.url_for(namespace).replace("zk://", "zk://alice:alice-pw@", 1)
+    store = await open_store(alice)
+    try:
+        await store.put("/secret", b"alice's", expected_version=-1)
+    finally:
+        await store.close()
+    with pytest.raises(AuthFailed):
+        intruder = await open_store(tls_zk.url_for(namespace).replace("zk://", "zk://bob:bob-pw@", 1))
+        try:
+            await intruder.put("/secret", b"overwritten")
+        finally:
+            await intruder.close()

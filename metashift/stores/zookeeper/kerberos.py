@@ -39,6 +39,7 @@ _SERVER_UNKNOWN = 2529638919  # KRB5KDC_ERR_S_PRINCIPAL_UNKNOWN
 _PREAUTH_FAILED = 2529638936  # KRB5KDC_ERR_PREAUTH_FAILED
 _INTEGRITY_FAILED = 2529638943  # KRB5KRB_AP_ERR_BAD_INTEGRITY: a key that is not the principal's
 _NO_CCACHE = 2529639107  # KRB5_FCC_NOFILE: "No credentials cache found"
+_NO_CREDENTIALS = 2529639053  # KG_EMPTY_CCACHE: "No Kerberos credentials available (default cache: ...)"
 _KEY_EXPIRED = 2529638925  # KRB5KDC_ERR_KEY_EXP
 _CLIENT_REVOKED = 2529638930  # KRB5KDC_ERR_CLIENT_REVOKED
 
@@ -140,10 +141,10 @@ class Kerberos:
         if code == _SERVER_UNKNOWN:
             return (f"Kerberos: the KDC knows no server principal {self.target} ({detail}): service= and the URL's "
                     "host name must make the ZooKeeper server's principal")
-        if code == _NO_CCACHE:
+        if code in (_NO_CCACHE, _NO_CREDENTIALS):
             if self.keytab is not None:
                 return f"Kerberos: keytab {self.keytab!r} holds no key for principal {who}"
-            return f"Kerberos: no ticket for {who} in the credential cache (kinit, or principal= and keytab=)"
+            return f"Kerberos: no ticket for {who} in the credential cache: {detail} (kinit, or principal= and keytab=)"
         return f"Kerberos: cannot authenticate {who} to {self.target}: {detail}"
 
 
