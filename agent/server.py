@@ -382,17 +382,16 @@ class Agent:
     def url_with_credentials(self, url: str) -> StoreURL:
         """A store URL named by a flag (no credentials) with this agent's credentials for it: the
         ``[source]`` ones for the configured source (a way back may lead there), else ``[target]``."""
-        parsed = parse_url(url)
+        parsed = parse_url(url, credentials=False)  # the flag's: no credentials, perhaps a SASL mechanism
         config = self.config
         if parsed.overlaps(config.source) and parsed.root == config.source.root:
             # the way back: the source's own credentials and security options
-            return dataclasses.replace(parsed, username=config.source.username, password=config.source.password,
-                                       options={**parsed.options, **config.source.options})
+            parsed = dataclasses.replace(parsed, username=config.source.username, password=config.source.password,
+                                         options={**parsed.options, **config.source.options})
+            return with_settings(parsed, {})
         if config.target_username is not None:
             parsed = dataclasses.replace(parsed, username=config.target_username, password=config.target_password)
-        if config.target_security.options:
-            parsed = with_settings(parsed, config.target_security.settings())
-        return parsed
+        return with_settings(parsed, config.target_security.settings())  # checked whole, as a URL is
 
     async def open_target(self, url: str) -> Store:
         """Open a migration's target (named by the flag) with this agent's own credentials (and

@@ -209,8 +209,10 @@ def _host_key(host: tuple[str, int]) -> tuple[str, int]:
     return _LOCAL_NAMES.get(name, name), host[1]
 
 
-def parse(url: str) -> StoreURL:
-    """Parse and check a store URL; raise ``InvalidStoreURL`` saying what is wrong."""
+def parse(url: str, *, credentials: bool = True) -> StoreURL:
+    """Parse and check a store URL; raise ``InvalidStoreURL`` saying what is wrong.
+    ``credentials=False``: a URL as a migration's flag names it (``StoreURL.public``: its
+    credentials left out, its ``sasl`` mechanism kept), to which the reader adds its own."""
     if not isinstance(url, str) or "://" not in url:
         shown = _hide(url) if isinstance(url, str) else type(url).__name__
         raise InvalidStoreURL(
@@ -255,7 +257,7 @@ def parse(url: str) -> StoreURL:
                 f"unknown option {key!r} for {scheme} URL (known: {', '.join(sorted(_OPTIONS[scheme]))})"
             )
         options[key] = value
-    return _checked(StoreURL(scheme, hosts, root, username, password, options, namespace))
+    return _checked(StoreURL(scheme, hosts, root, username, password, options, namespace), credentials=credentials)
 
 
 def with_settings(url: StoreURL, settings: dict[str, str]) -> StoreURL:
@@ -278,7 +280,7 @@ def with_settings(url: StoreURL, settings: dict[str, str]) -> StoreURL:
     return _checked(dataclasses.replace(url, username=username, password=password, options=options))
 
 
-def _checked(url: StoreURL) -> StoreURL:
+def _checked(url: StoreURL, *, credentials: bool = True) -> StoreURL:
     """``url`` with its options checked and its credential options folded into its user name and
     password (``InvalidStoreURL`` saying what is wrong)."""
     options = dict(url.options)
@@ -310,7 +312,7 @@ def _checked(url: StoreURL) -> StoreURL:
         raise InvalidStoreURL(f"option {kerberos[0]} goes with sasl=GSSAPI (Kerberos)")
     if mechanism == "GSSAPI" and username is not None:
         raise InvalidStoreURL("sasl=GSSAPI authenticates with Kerberos (principal=, keytab=), not a user and password")
-    if mechanism == "DIGEST-MD5" and username is None:
+    if mechanism == "DIGEST-MD5" and username is None and credentials:
         raise InvalidStoreURL("sasl=DIGEST-MD5 needs a user and password (user:password@, or username= and "
                               "password_file=)")
     if "keytab" in options and not options.get("principal"):
