@@ -4,6 +4,10 @@
 
 - ``session``: aiozk's session made fit for a long-lived service (``ZKSession``), on the
   connection of ``connection``; ``session_events``: its states as Pulsar's session events;
+- ``tls``: the TLS context of a ``tls=true`` URL and the one line of a failed handshake;
+  ``sasl``: ZooKeeper's SASL exchange after the handshake, and DIGEST-MD5 (pure-sasl);
+  ``kerberos``: GSSAPI (RFC 4752 on python-gssapi); ``session_lives``: what the four-letter
+  commands tell of other sessions;
 - ``calls``: sending a request (bounded, errors mapped by ``errors``) and building it;
 - ``operations``: single operations and the ``multi`` of a batch of writes;
 - ``watches``: the persistent recursive watches and their notifications;
