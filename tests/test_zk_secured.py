@@ -99,6 +99,15 @@ async def test_a_hostname_mismatch_is_refused_in_one_line(tls_zk: LocalSecuredZo
     assert await _absent(tls_zk.url_for(), namespace)
 
 
+async def test_sasl_against_a_server_without_sasl_is_one_line(tls_zk: LocalSecuredZooKeeper, namespace: str,
+                                                               tmp_path: Path) -> None:
+    password = tmp_path / "password"
+    password.write_text("whatever\n")
+    line = await _refused(tls_zk.url_for(namespace, sasl="DIGEST-MD5", username="u", password_file=password))
+    assert line.startswith("SASL DIGEST-MD5: the server sent no challenge"), line
+    assert await _absent(tls_zk.url_for(), namespace)
+
+
 def _tls_four_letter(server: LocalSecuredZooKeeper, certs: SecuredCerts, word: str) -> str:
     context = ssl.create_default_context(cafile=str(certs.certs.ca))
     context.load_cert_chain(str(certs.certs.client_cert), str(certs.certs.client_key))

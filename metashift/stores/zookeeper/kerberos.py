@@ -65,7 +65,10 @@ class Kerberos:
         if self._layer_chosen:  # the server's last answer, to our security-layer choice
             return None
         if not self._context.complete:
-            out = await asyncio.to_thread(self._step, token or b"")
+            if not token:  # ZooKeeper without a SASL server (no JAAS Server section) answers with nothing
+                raise SaslRefused(f"Kerberos: {self.target} answered with no token (is SASL set up on the server: a "
+                                  "JAAS 'Server' section with Krb5LoginModule?)")
+            out = await asyncio.to_thread(self._step, token)
             return out or b""  # established: an empty token asks the server for its security layers
         if not token:
             raise SaslRefused(f"Kerberos: {self.target} sent no security-layer offer")

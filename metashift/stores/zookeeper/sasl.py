@@ -78,8 +78,11 @@ class DigestMD5:
     async def respond(self, token: bytes | None) -> bytes | None:
         if self._client.complete:
             return None
+        if not token:  # ZooKeeper without a SASL server (no JAAS Server section) answers with nothing
+            raise SaslRefused("SASL DIGEST-MD5: the server sent no challenge (is SASL set up on it: a JAAS "
+                              "'Server' section with DigestLoginModule?)")
         try:
-            answer = self._client.process(token or None)
+            answer = self._client.process(token)
         except SASLProtocolException as e:  # the server's rspauth is not from one that knows the password
             raise SaslRefused(f"the server failed DIGEST-MD5's mutual check ({e})") from None
         except SASLError as e:
