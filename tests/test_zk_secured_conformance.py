@@ -14,7 +14,7 @@ secured_certs = servers.secured_certs
 digest_zk = servers.digest_zk
 
 
-@pytest.fixture(params=["zk", "gateway-zk"])
+@pytest.fixture(params=["zk", "gateway-zk"])  # type: ignore[no-redef]  # this module's backends
 def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
