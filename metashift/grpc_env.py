@@ -11,6 +11,9 @@ def configure() -> None:
     # gRPC's fork handlers crash children forked while its threads run (local servers, Spark
     # launched from the agent); metashift never uses gRPC across a fork
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    # gRPC's core prints its own lines for every TLS handshake a secured store refuses ("I... Handshake
+    # failed"), beside metashift's one-line error of the same: errors only
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     _experiments()
 
 
