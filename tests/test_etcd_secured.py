@@ -181,6 +181,10 @@ async def test_a_token_expiring_mid_run(
             note = await asyncio.wait_for(heard.get(), 15)
             assert (note.type, note.path) == (NotificationType.CREATED, "/w")
             await idle_past_token()
+            await writer.put("/w", b"y")  # a watch stream open before its token expired goes on
+            note = await asyncio.wait_for(heard.get(), 15)
+            assert (note.type, note.path) == (NotificationType.MODIFIED, "/w")
+            await idle_past_token()
             await store.close()  # revokes the lease under a new token
             assert await writer.get("/mine") is None
     finally:
@@ -275,3 +279,30 @@ async def test_copy_and_verify_between_zookeeper_and_the_secured_etcd(
             got = await snapshot(copied)
         for path in ("/managed-ledgers/hot", *list(want)[:50]):
             assert got[path][0] == want[path][0], (url, path)
+
+
+async def test_the_copy_refuses_wrong_credentials_in_one_line(
+    secured: SecuredEtcd, zk_url: str, tmp_path: Path
+) -> None:
+    """``metashift copy`` into the secured etcd with a wrong password, as a user granted another
+    prefix, and with no user: exit 2, one line naming the user and the prefix, no secret, nothing
+    written (the copy opens both stores before anything else)."""
+    wrong = tmp_path / "wrong.password"
+    wrong.write_text("not-the-password\n")
+    intruder = secured.other_user("stranger", "/elsewhere")
+    plain = secured.url().split("&username=")[0]
+    cases = {
+        "refused the credentials of user 'metashift' for /pulsar": f"{plain}&username=metashift&password_file={wrong}",
+        "permission denied to user 'stranger' under /pulsar": secured.url(intruder),
+        "requires authentication: the URL names no user": plain,
+    }
+    async with await open_store(zk_url) as source:
+        await source.put("/admin", b"{}", expected_version=-1)
+    before = every_key(secured)
+    for said, url in cases.items():
+        done = await asyncio.to_thread(cli, "copy", "--source", zk_url, "--target", url)
+        assert done.returncode == 2, done.stderr[-2000:]
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("metashift: error: ") and said in lines[0], done.stderr
+        assert_no_secret(done.stdout + done.stderr, secured, "not-the-password", intruder.password)
+    assert every_key(secured) == before
