@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aetcd import rpc
 
 from metashift import AuthFailed, Notification, NotificationType
 from metashift.stores import Restore, open_store
@@ -306,3 +307,15 @@ async def test_the_copy_refuses_wrong_credentials_in_one_line(
         assert len(lines) == 1 and lines[0].startswith("metashift: error: ") and said in lines[0], done.stderr
         assert_no_secret(done.stdout + done.stderr, secured, "not-the-password", intruder.password)
     assert every_key(secured) == before
+
+
+async def test_a_call_kept_to_etcds_root_role_is_one_line(secured: SecuredEtcd) -> None:
+    """What etcd keeps to its root role (maintenance: here a defragmentation; a compaction on a
+    server that keeps it to root) is refused as ``auth: permission denied``: one line saying so,
+    not a role to widen."""
+    async with await open_store(secured.url(), watch=False) as store:
+        conn = store._conn  # type: ignore[attr-defined]
+        with pytest.raises(AuthFailed) as err:
+            await conn.call(None, lambda md: conn.maintenance.Defragment(rpc.DefragmentRequest(), metadata=md))
+    message = str(err.value)
+    assert "\n" not in message and "user 'metashift' lacks etcd's root role" in message, message

@@ -264,6 +264,8 @@ class EtcdConnection:
         """The ``AuthFailed`` of an answer refused for authentication or permission (one line naming
         the user and the prefix, never a secret); ``None`` for any other answer."""
         host, user, root = self._host(), self.url.username, self.keys.root
+        if "auth: permission denied" in details:  # a maintenance call kept to the root role
+            return AuthFailed(f"etcd at {host}: user {user!r} lacks etcd's root role for this call (etcd: {details})")
         if denied(details):
             return AuthFailed(
                 f"etcd at {host}: permission denied to user {user!r} under {root}"
@@ -271,7 +273,7 @@ class EtcdConnection:
             )
         if "user name is empty" in details:
             return AuthFailed(f"etcd at {host} requires authentication: the URL names no user (etcd: {details})")
-        if stale_token(details) or "authentication failed" in details:
+        if stale_token(details) or any(s in details for s in ("authentication failed", "user name not found")):
             return AuthFailed(f"etcd at {host} refused the token of user {user!r} for {root} (etcd: {details})")
         return None
 
