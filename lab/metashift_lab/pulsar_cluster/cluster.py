@@ -14,12 +14,15 @@ import time
 import tomllib
 from collections.abc import Callable, Collection
 from pathlib import Path
+from urllib.parse import urlencode
 
 from metashift.stores import parse_url
 from metashift_lab.agents import RESTART_DOWN_S, AgentProcess, AgentRestart, start_agents, stop_agents
+from metashift_lab.secured.oxia import SecuredOxia
 from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper, free_port
 
 from . import configs
+from .access import AGENT, MemberAccess, Server, StoreSetup
 from .processes import JavaProcess, ProcessStartError
 from .release import PulsarRelease
 from .traffic import log_client_to
@@ -60,12 +63,12 @@ def _wait_port(port: int, within: float) -> None:
 
 #: The stores a cluster can live on, by metashift's URL scheme.
 STORE_KINDS = ("zk", "etcd", "oxia")
-#: Where a Pulsar process reaches its metadata: through its agent's ZooKeeper front, or a store
-#: directly (one of ``STORE_KINDS``, with Pulsar's own URL of it).
-AGENT = "agent"
+#: Where a Pulsar process reaches its metadata: through its agent's ZooKeeper front (``AGENT``), or
+#: a store directly (one of ``STORE_KINDS``, with Pulsar's own URL of it).
 STORE_NAMES = {"zk": "ZooKeeper", "etcd": "etcd", "oxia": "Oxia"}
 
 LocalServer = LocalZooKeeper | LocalEtcd | LocalOxia
+__all__ = ["AGENT", "PulsarCluster", "PulsarStartError"]
 
 
 class PulsarCluster:
@@ -74,14 +77,16 @@ class PulsarCluster:
     source store's own URL (as a cluster that never had agents), to adopt them later
     (``restart_member``); with ``agents=False`` as well, no agent process is started at all (a
     cluster that only Pulsar's own migration moves). ``broker_settings``: more keys of every
-    broker.conf; ``candidates``: the members whose agents stand for coordinator (all by default)."""
+    broker.conf; ``candidates``: the members whose agents stand for coordinator (all by default);
+    ``stores``: stores the caller made (secured ones: ``access.StoreSetup``) instead of local plain
+    ones, with what the agents and the members need to reach them."""
 
     def __init__(
         self, work_dir: Path, release: PulsarRelease, *, brokers: int = 2, hold_timeout: float = 300.0,
         prepare_timeout: float = 60.0, spark_master: str | None = None, say: Callable[[str], None] = print,
         bookie_driver: str = "metadata-store", source: str = "zk", target: str = "etcd", born_direct: bool = False,
         agents: bool = True, broker_settings: dict[str, object] | None = None,
-        candidates: Collection[str] | None = None,
+        candidates: Collection[str] | None = None, stores: StoreSetup | None = None,
     ) -> None:  # fmt: skip
         if not agents and not born_direct:
             raise ValueError("a cluster without agents must be born on its source store (born_direct)")
@@ -98,7 +103,11 @@ class PulsarCluster:
         self.release = release
         self.say = say
         self.source, self.target = source, target
-        self.servers: dict[str, LocalServer] = {kind: _server(kind, work_dir) for kind in (source, target)}
+        self.stores = stores
+        self.servers: dict[str, Server] = {
+            kind: stores.servers[kind] if stores is not None and kind in stores.servers else _server(kind, work_dir)
+            for kind in (source, target)
+        }
         self.pip454_oxia: LocalOxia | None = None
         """A release with PIP-454's own migration and no Oxia in the cluster: an Oxia of its own for
         ``metadata-migration start`` to aim at (it never answers when it cannot reach one)."""
@@ -114,6 +123,8 @@ class PulsarCluster:
                 hold_timeout=hold_timeout, prepare_timeout=prepare_timeout, spark_master=spark_master,
                 zk_listen=f"127.0.0.1:{free_port()}",
                 coordinator_enabled=candidates is None or name in candidates,
+                zookeeper_settings=dict(stores.zookeeper_settings) if stores is not None else {},
+                target_settings=dict(stores.target_settings) if stores is not None else {},
             )
             for name in self.names
         ]  # fmt: skip
@@ -132,14 +143,25 @@ class PulsarCluster:
 
     def store_url(self, kind: str) -> str:
         """metashift's URL of the store ``kind``."""
-        return f"{self.servers[kind].url}?timeout={STORE_TIMEOUT_S:g}"
+        url = self.stores.url(kind) if self.stores is not None and kind in self.stores.servers else self._shown(kind)
+        return f"{url}{'&' if '?' in url else '?'}timeout={STORE_TIMEOUT_S:g}"
+
+    def _shown(self, kind: str) -> str:
+        """The server's own URL of the store ``kind`` (no credentials)."""
+        server = self.servers[kind]
+        return server.url() if isinstance(server, SecuredOxia) else server.url
+
+    def access(self, name: str) -> MemberAccess:
+        """What the process ``name`` carries besides its URL where it reaches its metadata now."""
+        found = self.stores.members.get(self.where[name]) if self.stores is not None else None
+        return found or MemberAccess()
 
     def native_url(self, kind: str) -> str:
         """Pulsar's own URL of the store ``kind`` (``metadataStoreUrl``)."""
         server = self.servers[kind]
         if isinstance(server, LocalZooKeeper):
             return f"zk:{server.hosts}"
-        if isinstance(server, LocalOxia):
+        if isinstance(server, LocalOxia | SecuredOxia):
             return f"oxia://{server.address}"  # namespace "default", as Pulsar takes it when absent
         return f"etcd:{server.endpoint}"
 
@@ -180,7 +202,9 @@ class PulsarCluster:
         ZooKeeper driver (``zk+hierarchical://.../ledgers``) if asked."""
         if self.bookie_driver == "zk+hierarchical" and self.where["bookie-1"] == AGENT:
             return f"zk+hierarchical://{self.zk_address('bookie-1')}/ledgers"
-        return f"metadata-store:{self.metadata_url('bookie-1')}"
+        options = self.access("bookie-1").bookie_uri_options
+        query = f"?{urlencode(options, safe='/')}" if options else ""
+        return f"metadata-store:{self.metadata_url('bookie-1')}{query}"
 
     @property
     def brokers(self) -> list[JavaProcess]:
@@ -208,8 +232,8 @@ class PulsarCluster:
         # in the caller's (main) thread: the servers die with the thread that started them
         for server in [*self.servers.values(), *([self.pip454_oxia] if self.pip454_oxia else [])]:
             server.start()
-        self.say(f"{STORE_NAMES[self.source]} (source) at {self.servers[self.source].url}, "
-                 f"{STORE_NAMES[self.target]} (target) at {self.servers[self.target].url}; "
+        self.say(f"{STORE_NAMES[self.source]} (source) at {self._shown(self.source)}, "
+                 f"{STORE_NAMES[self.target]} (target) at {self._shown(self.target)}; "
                  f"Pulsar {self.release.version}")  # fmt: skip
         if self.with_agents:
             await self._start_agents()
@@ -231,7 +255,8 @@ class PulsarCluster:
         ports = self.broker_ports[0]
         tool = JavaProcess(
             "cluster-metadata-setup",
-            [*self.release.java("org.apache.pulsar.PulsarClusterMetadataSetup", heap_mb=192, log_config=self.log4j),
+            [*self.release.java("org.apache.pulsar.PulsarClusterMetadataSetup", heap_mb=192, log_config=self.log4j,
+                                properties=dict(self.access("broker-1").jvm_properties)),
              "--cluster", configs.CLUSTER_NAME, "--metadata-store", url, "--configuration-metadata-store", url,
              "--web-service-url", ports.web_url, "--broker-service-url", ports.service_url],
             self.work_dir / "cluster-metadata-setup.log", self.work_dir,
@@ -248,15 +273,20 @@ class PulsarCluster:
         tag = f"{self.where[name]}-{n}"
         home = self.work_dir / name
         conf = self.work_dir / f"{name}-{tag}.conf"
+        access = self.access(name)  # what it carries where it reaches its metadata (none: nothing)
+        properties = dict(access.jvm_properties)
         if name.startswith("bookie"):
             conf.write_text(configs.bookie_conf(self.bookie_metadata_uri(), self.bookie_port, home))
             command = [*self.release.java("org.apache.bookkeeper.server.Main", heap_mb=160, direct_mb=160,
-                                          log_config=self.log4j), "--conf", str(conf)]  # fmt: skip
+                                          log_config=self.log4j, properties=properties),
+                       "--conf", str(conf)]  # fmt: skip
         else:
             ports = self.broker_ports[int(name.rsplit("-", 1)[1]) - 1]
-            conf.write_text(configs.broker_conf(self.metadata_url(name), ports, home, self.broker_settings))
+            settings = {**self.broker_settings, **access.broker_settings}
+            conf.write_text(configs.broker_conf(self.metadata_url(name), ports, home, settings))
             command = [*self.release.java("org.apache.pulsar.PulsarBrokerStarter", heap_mb=256, direct_mb=192,
-                                          log_config=self.log4j), "--broker-conf", str(conf)]  # fmt: skip
+                                          log_config=self.log4j, properties=properties),
+                       "--broker-conf", str(conf)]  # fmt: skip
         process = JavaProcess(name, command, self.work_dir / f"{name}-{tag}.log", home)
         self.confs[name] = conf
         self.history.append(process)
