@@ -8,6 +8,7 @@ plain ZooKeeper and the secured etcd, both ways."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
@@ -44,9 +45,11 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredEtcd]:
         server.stop()
 
 
-def every_key(secured: SecuredEtcd) -> list[str]:
-    """Every key and value in the server, read as root: what must not change when a call is refused."""
-    return secured.etcdctl("get", "", "--from-key").splitlines()
+def every_key(secured: SecuredEtcd) -> list[tuple[str, str, int]]:
+    """Every key, value (base64) and revision in the server, read as root: what must not change
+    when a call is refused."""
+    answer = json.loads(secured.etcdctl("get", "", "--from-key", "-w", "json"))
+    return [(kv["key"], kv.get("value", ""), kv["mod_revision"]) for kv in answer.get("kvs", [])]
 
 
 def secrets_of(secured: SecuredEtcd) -> list[str]:
