@@ -262,27 +262,24 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
 async def test_copy_and_verify_between_zookeeper_and_the_secured_etcd(
     secured: SecuredEtcd, zk_url: str, namespace: str
 ) -> None:
-    """``metashift copy`` then ``metashift verify`` from a plain ZooKeeper into the secured etcd
-    as the prefix's user, then back into another ZooKeeper namespace: exit 0, equal trees, and
-    no password on the way."""
+    """``metashift copy --verify`` from a plain ZooKeeper into the secured etcd as the prefix's
+    user: exit 0, equal trees, and no password on the way (the way back out of such an etcd, with
+    agent processes, is ``test_secured_migration.py``'s)."""
     source_url = zk_url + "-src"
     etcd_url = secured.url(prefix=f"/pulsar{namespace}")
-    back_url = zk_url + "-back"
     async with await open_store(source_url) as source:
         await generate(source, 8, seed=11)
         await source.restore("/managed-ledgers/hot", os.urandom(20_000), 40)
         want = {p: v for p, v in (await snapshot(source)).items() if not v[2]}
-    for src, dst in ((source_url, etcd_url), (etcd_url, back_url)):
-        for command in ("copy", "verify"):
-            # one core: Spark's Python workers still open the stores, in processes of their own
-            done = await asyncio.to_thread(cli, command, "--source", src, "--target", dst, "--spark-master", "local[1]")
-            assert done.returncode == 0, done.stderr[-3000:]
-            assert_no_secret(done.stdout + done.stderr, secured)
-    for url in (etcd_url, back_url):
-        async with await open_store(url) as copied:
-            got = await snapshot(copied)
-        for path in ("/managed-ledgers/hot", *list(want)[:50]):
-            assert got[path][0] == want[path][0], (url, path)
+    # one core: Spark's Python workers still open the stores, in processes of their own
+    done = await asyncio.to_thread(cli, "copy", "--verify", "--source", source_url, "--target", etcd_url,
+                                   "--spark-master", "local[1]")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert_no_secret(done.stdout + done.stderr, secured)
+    async with await open_store(etcd_url) as copied:
+        got = await snapshot(copied)
+    for path in ("/managed-ledgers/hot", *list(want)[:50]):
+        assert got[path][0] == want[path][0], path
 
 
 async def test_the_copy_refuses_wrong_credentials_in_one_line(
