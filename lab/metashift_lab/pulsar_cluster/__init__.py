@@ -10,6 +10,10 @@ Python ``pulsar-client``. Used by ``metashift sandbox --pulsar`` and by the Puls
 - ``configs``: broker.conf, bookkeeper.conf, log4j2 (small: two cores)
 - ``processes``: one Pulsar JVM as a child process
 - ``cluster``: the whole cluster, on the agents or on Pulsar's own etcd URLs
+- ``access``: what a member carries besides its URL, by where it reaches its metadata (JVM
+  properties, broker.conf keys, the bookie URI's options), and stores a caller made
+- ``secured_stores``: a ZooKeeper with TLS and SASL DIGEST-MD5, an Oxia with TLS and OIDC tokens,
+  and the members' settings for each (``tests/test_pulsar_secured.py``)
 - ``admin``: Pulsar's admin REST API, and ``pulsar-admin`` from the release
 - ``traffic``: producers and consumers that count every message
 - ``evidence``: what the brokers' logs and metrics say (ledger ids, sessions, metadata errors)
