@@ -14,9 +14,13 @@ from typing import Any
 import pytest
 from kazoo.client import KazooClient
 
+from metashift.migration.flag import MigrationFlag, read_flag
+from metashift.migration.phase import Phase
+from metashift.stores import MetadataStore
 from metashift_lab.agents import AgentProcess, start_agents, stop_agents
 from metashift_lab.cli_runner import run_cli_sync
 from metashift_lab.servers import LocalZooKeeper, free_port
+from tests.harness import eventually
 
 FORGOTTEN = "127.0.0.1:8081"
 BYPASS = (f"broker {FORGOTTEN} is registered through a session no agent holds: restart it onto its agent's "
@@ -108,3 +112,22 @@ async def member_cluster(agents: Agents, members: list[Member], source_url: str)
         "/loadbalance/brokers/127.0.0.1:8080", "/namespace/public/default/0x00000000_0x40000000"))
     members.append(await Member(bookie.zk_listen).start("/ledgers/available/127.0.0.1:3181"))
     return broker, bookie
+
+
+async def wait_flag(store: MetadataStore, *phases: Phase, within: float = 300.0, epoch: int | None = None
+                    ) -> MigrationFlag:
+    """The migration flag in ``store`` once in one of ``phases`` (COMPLETED: once released, the
+    switch made), of ``epoch`` when given."""
+    found: list[MigrationFlag] = []
+
+    async def reached() -> bool:
+        flag = await read_flag(store)
+        if flag is None or flag.phase not in phases or (epoch is not None and flag.epoch != epoch):
+            return False
+        if flag.phase is Phase.COMPLETED and not flag.released:
+            return False
+        found.append(flag)
+        return True
+
+    await eventually(reached, within=within, what=f"phase {[p.value for p in phases]}")
+    return found[-1]

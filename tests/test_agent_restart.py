@@ -17,13 +17,12 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient, KazooState
 
-from metashift.migration.flag import MigrationFlag, read_flag
 from metashift.migration.phase import Phase
-from metashift.stores import MetadataStore, open_store
+from metashift.stores import open_store
 from metashift.stores.zookeeper.wire import EventType
 from metashift_lab.agents import AgentProcess, stop_agents
 from metashift_lab.zkraw import RawZk
-from tests.agent_processes import Agents, cli
+from tests.agent_processes import Agents, cli, wait_flag
 from tests.harness import BACKENDS, eventually, store_kind
 
 #: The agent's store session (ZooKeeper session, etcd lease, Oxia sessions): short, so that a test
@@ -227,7 +226,7 @@ async def test_a_migration_completed_while_the_agent_was_down_keeps_its_members_
                     "bookie-1's agent is restarting",
                 )
                 assert started.returncode == 0, started.stderr
-                flag = await _wait_flag(source, Phase.COMPLETED, Phase.FAILED)
+                flag = await wait_flag(source, Phase.COMPLETED, Phase.FAILED)
                 assert flag.phase is Phase.COMPLETED and flag.dropped == ("bookie-1",), flag
 
             await bookie.restart("sigkill", down=0, while_down=migrate)
@@ -249,18 +248,3 @@ async def test_a_migration_completed_while_the_agent_was_down_keeps_its_members_
             await target.close()
     finally:
         await stop_agents(agents.started)
-
-
-async def _wait_flag(store: MetadataStore, *phases: Phase) -> MigrationFlag:
-    """The flag once in one of ``phases`` (COMPLETED: once released, the switch made)."""
-    found: list[MigrationFlag] = []
-
-    async def reached() -> bool:
-        flag = await read_flag(store)
-        if flag is not None and flag.phase in phases and (flag.phase is not Phase.COMPLETED or flag.released):
-            found.append(flag)
-            return True
-        return False
-
-    await eventually(reached, within=300, what=f"phase {[p.value for p in phases]}")
-    return found[-1]

@@ -18,7 +18,7 @@ from metashift.migration.flag import MigrationFlag, read_flag
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore
 from metashift_lab.servers import LocalEtcd, LocalZooKeeper
-from tests.agent_processes import FORGOTTEN, Agents, Member, cli, hosts_of, member_cluster
+from tests.agent_processes import FORGOTTEN, Agents, Member, cli, hosts_of, member_cluster, wait_flag
 from tests.harness import eventually
 
 REGISTRATION = f"/loadbalance/brokers/{FORGOTTEN}"
@@ -31,17 +31,7 @@ async def _flag(source: MetadataStore) -> MigrationFlag | None:
 
 
 async def _wait_phase(source: MetadataStore, *phases: Phase) -> MigrationFlag:
-    found: list[MigrationFlag] = []
-
-    async def reached() -> bool:
-        flag = await read_flag(source)
-        if flag is not None and flag.phase in phases and (flag.phase is not Phase.COMPLETED or flag.released):
-            found.append(flag)
-            return True
-        return False
-
-    await eventually(reached, within=MIGRATION_S, what=f"phase {[p.value for p in phases]}")
-    return found[-1]
+    return await wait_flag(source, *phases, within=MIGRATION_S)
 
 
 async def _with_forgotten_broker(

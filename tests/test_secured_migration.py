@@ -21,8 +21,7 @@ from metashift.stores import MetadataStore, open_store, parse_url
 from metashift_lab.agents import stop_agents
 from metashift_lab.secured.etcd import SecuredEtcd
 from metashift_lab.servers import EtcdTLS
-from tests.agent_processes import Agents, Member, cli
-from tests.harness import eventually
+from tests.agent_processes import Agents, Member, cli, wait_flag
 from tests.zk_secured_servers import PASSWORD, DigestZooKeeper, SecuredCerts, digest_zk, secured_certs
 
 __all__ = ["digest_zk", "secured_certs"]  # the session fixtures this module uses
@@ -50,19 +49,8 @@ async def _cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 async def _flag(url: str, *phases: Phase, epoch: int) -> MigrationFlag:
-    found: list[MigrationFlag] = []
-
-    async def reached() -> bool:
-        async with await open_store(url, watch=False) as store:
-            flag = await read_flag(store)
-        if flag is not None and flag.epoch == epoch and flag.phase in phases and (
-                flag.phase is not Phase.COMPLETED or flag.released):
-            found.append(flag)
-            return True
-        return False
-
-    await eventually(reached, within=MIGRATION_S, what=f"epoch {epoch} in {[p.value for p in phases]} in {url}")
-    return found[-1]
+    async with await open_store(url, watch=False) as store:
+        return await wait_flag(store, *phases, within=MIGRATION_S, epoch=epoch)
 
 
 async def _tree(store: MetadataStore, root: str = "/admin") -> dict[str, bytes]:
