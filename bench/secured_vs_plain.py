@@ -26,7 +26,7 @@ parts, each secured run measured beside its plain twin in the same part (the twi
    beside TLS, TLS + DIGEST-MD5, mutual TLS + GSSAPI; etcd plain beside TLS + the prefix-only user;
    the plain Oxia cluster beside TLS + an OIDC token.
 
-    .venv/bin/python bench/secured_vs_plain.py                      # ~1,160 nodes (200 topics)
+    .venv/bin/python bench/secured_vs_plain.py                      # 1,211 nodes (200 topics)
     .venv/bin/python bench/secured_vs_plain.py --topics 2000 --rounds 2
     .venv/bin/python bench/secured_vs_plain.py --parts store --json
 
