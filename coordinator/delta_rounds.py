@@ -95,13 +95,16 @@ class DeltaRounds:
                     found.update(node.path for node in page)
         return found
 
-    async def _carry(self, flag: MigrationFlag, changed: set[str]) -> str | None:
+    async def _carry(self, flag: MigrationFlag, changed: set[str], target: Store | None = None) -> str | None:
+        """Carry ``changed`` over, into ``target`` when the caller holds it open (else a store
+        opened for this carry): what could not be carried, or ``None``."""
         await self._still_leader()
-        target = await self._open_target(flag.target_url)
+        store = target if target is not None else await self._open_target(flag.target_url)
         try:
-            report = await carry(self.source, target, changed, self.rules, self._fence)
+            report = await carry(self.source, store, changed, self.rules, self._fence)
         finally:
-            await target.close()
+            if target is None:
+                await store.close()
         merge_into(self.counters, report.counters)
         self._report(flag, "delta", report.paths, report.paths, force=True)
         log.info("carried %d changed path(s): %d written, %d deleted", report.paths, report.written, report.deleted)

@@ -118,11 +118,13 @@ class FreezePasses(DeltaRounds):
         """Carry ``changed`` over and check exactly those paths: why that failed (what could not
         be carried; with ``frozen``, a write into the frozen source first; then the first path
         still unequal, after ``checked``), or ``None``."""
-        failure = await self._carry(flag, changed)
-        if failure is not None:
-            return failure
+        # one session on the target for the carry and its check: a secured store's open (TLS,
+        # SASL, a bcrypt-checked etcd login) is paid once inside the freeze, not twice
         target = await self._open_target(flag.target_url)
         try:
+            failure = await self._carry(flag, changed, target)
+            if failure is not None:
+                return failure
             mismatches = await check(self.source, target, changed, self.rules)
             violation = await self.tracker.violation(target) if frozen else None
         finally:
