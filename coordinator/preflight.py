@@ -149,7 +149,8 @@ class Preflight:
 
 
 def unreachable_source(source: StoreURL, target: StoreURL, error: MetadataStoreError) -> Preflight:
-    """The check of a source this command could not open (``error``: what failed, in one line)."""
+    """The check of a source this command could not open (``error``: unreachable or refused, in
+    one line; a chroot that does not exist stays bad input, exit 2)."""
     report = Preflight(source.public(), target.public())
     report.add("source", False, f"cannot be opened from here: {error}")
     report.refusals.append(f"the source {source.public()} cannot be opened: {error}")

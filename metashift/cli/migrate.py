@@ -21,7 +21,7 @@ from metashift.coordinator.progress import timing_text
 from metashift.migration import paths
 from metashift.migration.phase import Phase
 from metashift.stores import open_store, parse_url, reserved
-from metashift.stores.errors import InvalidPath, MetadataStoreError
+from metashift.stores.errors import AuthFailed, InvalidPath, StoreUnavailable
 
 EXIT_USER_ERROR = 2
 #: ``migrate check``: the check ran and found something ``start`` refuses.
@@ -127,7 +127,7 @@ async def _check(args: argparse.Namespace) -> int:
     source_url = parse_url(args.source)
     try:
         opened = await open_store(source_url, create_root=False)
-    except MetadataStoreError as e:  # the check's own source line says why, in one line
+    except (StoreUnavailable, AuthFailed) as e:  # the check's own source line says why, in one line
         report = preflight.unreachable_source(source_url, target, e)
         print(json.dumps(report.to_dict(), indent=2) if args.json else report.text(), flush=True)
         return EXIT_NOT_READY
