@@ -178,6 +178,8 @@ async def test_agent_process_serves_drains_on_sigterm_and_exits_cleanly(
         assert await direct.exists("/proc")
         assert proc.stderr is not None
         lines = (await proc.stderr.read()).decode().splitlines()
+        # every line a JSON record (a traceback at the stop is a defect: shown whole)
+        assert all(line.startswith("{") for line in lines if line.strip()), "\n".join(lines)
         records = [json.loads(line) for line in lines if line.strip()]
         assert any(r["msg"] == "agent started" and r["node_id"] == "broker-7" for r in records)
         assert any(r["msg"] == "agent stopped" for r in records)

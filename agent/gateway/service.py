@@ -204,6 +204,10 @@ class Gateway:
                 raise
             except asyncio.CancelledError:
                 status = "CANCELLED"
+                if self.gate.shutting_down:
+                    # the server's stop cancels a stream still open past the drain: it ends with the
+                    # agent (gRPC's core would log the cancellation as an error, with a traceback)
+                    return
                 raise
             except Exception as err:
                 status = "INTERNAL"
