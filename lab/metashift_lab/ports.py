@@ -14,6 +14,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def accepts(port: int) -> bool:
+    """A connection to ``127.0.0.1:port`` is accepted now."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
 def listener_pids(port: int, ours: int | None = None) -> set[int]:
     """The processes listening on TCP ``port`` (Linux ``/proc``), among ``ours`` only when given
     (cheaper). Without ``/proc``: ``{ours}`` (nothing better to go on)."""

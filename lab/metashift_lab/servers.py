@@ -26,7 +26,7 @@ from typing import Self
 
 from metashift import processes
 from metashift_lab import CACHE
-from metashift_lab.ports import free_port, listener_pids
+from metashift_lab.ports import accepts, free_port, listener_pids
 
 #: Seconds a server gets after SIGTERM before SIGKILL.
 STOP_GRACE = 10.0
@@ -368,11 +368,7 @@ class LocalOxia(_LocalServer):
 
     def _ready(self) -> bool:
         # the shards are up before the public port listens (``oxia standalone`` starts them first)
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
+        return accepts(self.port)
 
 
 @atexit.register

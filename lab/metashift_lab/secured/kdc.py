@@ -23,10 +23,10 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 from pathlib import Path
 
+from metashift_lab.ports import accepts
 from metashift_lab.servers import ServerStartError, _LocalServer
 
 #: The realm the lab's KDCs serve unless told otherwise.
@@ -151,8 +151,4 @@ class LocalKDC(_LocalServer):
                 _program("krb5kdc"), "-n", "-r", self.realm]
 
     def _ready(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
+        return accepts(self.port)

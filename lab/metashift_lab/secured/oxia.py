@@ -20,7 +20,6 @@ import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -32,7 +31,7 @@ import grpc
 
 from metashift.stores.oxia.proto import client_pb2 as pb
 from metashift.stores.oxia.proto import client_pb2_grpc as pb_grpc
-from metashift_lab.ports import free_port
+from metashift_lab.ports import accepts, free_port
 from metashift_lab.servers import ServerStartError, _LocalServer, oxia_binary
 
 #: The issuer and audience the lab's Oxia accepts unless told otherwise.
@@ -156,7 +155,7 @@ class OxiaDataServer(_LocalServer):
         return command
 
     def _ready(self) -> bool:
-        return _listens(self.port) and _listens(self.internal_port)
+        return accepts(self.port) and accepts(self.internal_port)
 
 
 class OxiaCoordinator(_LocalServer):
@@ -193,15 +192,7 @@ class OxiaCoordinator(_LocalServer):
         ]
 
     def _ready(self) -> bool:
-        return _listens(self.port)
-
-
-def _listens(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
+        return accepts(self.port)
 
 
 class SecuredOxia:
