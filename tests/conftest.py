@@ -17,7 +17,8 @@ import pytest  # noqa: E402  (after the gRPC environment)
 os.environ["METASHIFT_SESSION_STATE_DIR"] = tempfile.mkdtemp(
     prefix=f"ms-state-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}-")
 
-pytest_plugins = ["tests.harness", "tests.zkfront", "tests.zkjava", "tests.agent_processes", "tests.copy_support"]
+pytest_plugins = ["tests.harness", "tests.zkfront", "tests.zkjava", "tests.agent_processes", "tests.copy_support",
+                  "tests.replicated_stores"]
 
 
 #: Test modules whose tests take minutes (a stock Pulsar cluster, a Spark standalone cluster): run

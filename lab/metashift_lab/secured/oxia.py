@@ -160,15 +160,16 @@ class OxiaDataServer(_LocalServer):
 
 class OxiaCoordinator(_LocalServer):
     """The ``oxia coordinator`` of a local cluster: namespace ``default`` with ``shards`` shards
-    of one replica each, spread over ``servers``."""
+    of ``replication_factor`` replicas each (one unless told), spread over ``servers``."""
 
     name = "oxia-coordinator"
     _install_hint = _INSTALL_HINT
 
-    def __init__(self, data_dir: Path, servers: list[OxiaDataServer], shards: int) -> None:
+    def __init__(self, data_dir: Path, servers: list[OxiaDataServer], shards: int, replication_factor: int = 1) -> None:
         super().__init__(data_dir, None)
         self.servers = servers
         self.shards = shards
+        self.replication_factor = replication_factor
         self.admin_port = free_port()
         self.metrics_port = free_port()
 
@@ -180,7 +181,8 @@ class OxiaCoordinator(_LocalServer):
     def _command(self) -> list[str]:
         config = self.data_dir / "cluster.json"  # JSON is YAML: the file Oxia reads as YAML
         config.write_text(json.dumps({
-            "namespaces": [{"name": "default", "initialShardCount": self.shards, "replicationFactor": 1}],
+            "namespaces": [{"name": "default", "initialShardCount": self.shards,
+                            "replicationFactor": self.replication_factor}],
             "servers": [{"public": s.public, "internal": s.internal} for s in self.servers],
         }, indent=2) + "\n")
         return [
