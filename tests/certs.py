@@ -1,60 +1,8 @@
-"""Throw-away TLS certificates for tests: a CA, a server certificate for 127.0.0.1/localhost,
-and a client certificate, made with the openssl command line."""
+"""Throw-away TLS certificates for tests: the lab's (``metashift_lab.secured.certs``), one maker
+for the tests, the lab's secured servers and the benchmarks."""
 
 from __future__ import annotations
 
-import subprocess
-from dataclasses import dataclass
-from pathlib import Path
+from metashift_lab.secured.certs import Certificates, host_certificate, make_certificates
 
-
-@dataclass(frozen=True)
-class Certificates:
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-    other_ca: Path
-    """A CA that signed nothing we trust: for "wrong CA" tests."""
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_certificates(directory: Path) -> Certificates:
-    d = directory
-    d.mkdir(parents=True, exist_ok=True)
-    for ca in ("ca", "other-ca"):
-        _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", f"/CN=metashift-{ca}",
-                 "-keyout", f"{ca}.key", "-out", f"{ca}.pem", cwd=d)
-    (d / "server.ext").write_text(
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\n"
-    )
-    (d / "client.ext").write_text("extendedKeyUsage=clientAuth\n")
-    for name, cn in (("server", "localhost"), ("client", "metashift-client")):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}",
-                 "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
-    return Certificates(
-        ca=d / "ca.pem", server_cert=d / "server.pem", server_key=d / "server.key",
-        client_cert=d / "client.pem", client_key=d / "client.key", other_ca=d / "other-ca.pem",
-    )
-
-
-def host_certificate(certs: Certificates, name: str, dns: tuple[str, ...] = ("localhost",),
-                     ips: tuple[str, ...] = ()) -> tuple[Path, Path]:
-    """Another server certificate signed by ``certs``' CA, valid for the ``dns`` names and ``ips``
-    only (a certificate for ``localhost`` alone: a client that dials 127.0.0.1 sees a hostname
-    mismatch): (certificate, key), files ``<name>.pem`` and ``<name>.key`` beside the CA's."""
-    d = certs.ca.parent
-    names = [f"DNS:{n}" for n in dns] + [f"IP:{ip}" for ip in ips]
-    (d / f"{name}.ext").write_text(f"subjectAltName={','.join(names)}\nextendedKeyUsage=serverAuth,clientAuth\n")
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={dns[0] if dns else ips[0]}",
-             "-keyout", f"{name}.key", "-out", f"{name}.csr", cwd=d)
-    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
-             "-days", "2", "-extfile", f"{name}.ext", "-out", f"{name}.pem", cwd=d)
-    return d / f"{name}.pem", d / f"{name}.key"
-
+__all__ = ["Certificates", "host_certificate", "make_certificates"]
