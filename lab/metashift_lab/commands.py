@@ -147,10 +147,19 @@ def add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 # ---- servers ------------------------------------------------------------------------------------
 
 
+def _odd_replicas(text: str) -> int:
+    """An argparse type: a store's number of members, a positive odd whole number (a quorum of an
+    even number of members survives no more losses than one member fewer)."""
+    value = _positive_int(text)
+    if value % 2 == 0:
+        raise argparse.ArgumentTypeError(f"must be odd (1, 3, 5, ...), not {value}")
+    return value
+
+
 def _servers(args: argparse.Namespace) -> int:
     import signal
 
-    from metashift_lab.servers import LocalEtcd, LocalZooKeeper
+    from metashift_lab.servers import ServerStartError
 
     def _interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -160,28 +169,57 @@ def _servers(args: argparse.Namespace) -> int:
     # handler, not a blocked mask, because children inherit masks but not handlers across exec.
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
-    zk, etcd = LocalZooKeeper(), LocalEtcd()
+    servers: list[Any] = []
     try:
-        zk.start()
-        etcd.start()
-        print(f"zookeeper: {zk.url}  (data {zk.data_dir})")
-        print(f"etcd:      {etcd.url}  (data {etcd.data_dir})")
-        print("Ctrl-C stops both.", flush=True)
+        # in this (the main) thread, one after the other: a server dies with the thread that started it
+        for name, server in _server_list(args.replicas):
+            servers.append(server)
+            server.start()
+            where = server.directory if args.replicas > 1 else server.data_dir
+            print(f"{name + ':':<10} {server.url}  (data {where})", flush=True)
+        print("Ctrl-C stops " + ("both." if len(servers) == 2 else "them all."), flush=True)
         while True:
             signal.pause()
     except KeyboardInterrupt:
         pass
+    except ServerStartError as e:
+        print(f"metashift: error: {e}", file=sys.stderr)
+        return 1
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-        zk.cleanup()
-        etcd.cleanup()
+        for server in servers:
+            server.cleanup()
     return 0
+
+
+def _server_list(replicas: int) -> list[tuple[str, Any]]:
+    """What ``metashift servers`` runs: a single ZooKeeper and etcd, or with ``replicas`` > 1 a
+    ZooKeeper ensemble, an etcd cluster and (when the Oxia binary is there) an Oxia cluster."""
+    from metashift_lab.servers import LocalEtcd, LocalZooKeeper, oxia_binary
+
+    if replicas == 1:
+        return [("zookeeper", LocalZooKeeper()), ("etcd", LocalEtcd())]
+    from metashift_lab.replicated import EtcdCluster, OxiaCluster, ZooKeeperEnsemble
+
+    out: list[tuple[str, Any]] = [("zookeeper", ZooKeeperEnsemble(replicas=replicas)),
+                                  ("etcd", EtcdCluster(replicas=replicas))]  # fmt: skip
+    if oxia_binary() is not None:
+        out.append(("oxia", OxiaCluster(replicas=replicas)))
+    else:
+        print("no Oxia binary (make setup unpacks it into .cache/oxia): no Oxia cluster", file=sys.stderr)
+    return out
 
 
 def add_servers(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """``metashift servers``."""
-    p = sub.add_parser("servers", help="run a local ZooKeeper and etcd until Ctrl-C (for trying things)")
+    p = sub.add_parser("servers", help="run a local ZooKeeper and etcd (or replicated stores) until Ctrl-C",
+                       description="Run a local ZooKeeper and etcd until Ctrl-C or SIGTERM; with --replicas N "
+                       "(odd, above 1) a ZooKeeper ensemble, an etcd cluster and an Oxia cluster (a coordinator "
+                       "and N data servers, replication factor 3, 3 shards) of N members each, every URL naming "
+                       "every member.")  # fmt: skip
+    p.add_argument("--replicas", type=_odd_replicas, default=1, metavar="N",
+                   help="members of each store: 1 (default: a single ZooKeeper and etcd) or an odd number above")
     p.set_defaults(handler=_servers)
 
 

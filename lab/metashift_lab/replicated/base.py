@@ -62,6 +62,16 @@ class ReplicatedStore:
         """Every member's client address, comma-separated (ZooKeeper's connect string)."""
         return ",".join(f"127.0.0.1:{m.port}" for m in self.members)
 
+    @property
+    def name(self) -> str:
+        """How logs and progress lines name the store (a single server's ``name``)."""
+        return f"{self.kind} cluster of {len(self.members)}"
+
+    @property
+    def data_dir(self) -> Path:
+        """The directory every member keeps its data and log in (a single server's ``data_dir``)."""
+        return self.directory
+
     # ---- the leader -----------------------------------------------------------------------------
 
     def leader(self, path: str = "/") -> int:
@@ -126,6 +136,18 @@ class ReplicatedStore:
     @property
     def running(self) -> bool:
         return all(m.running for m in self.members)
+
+    def pause(self) -> None:
+        """SIGSTOP to every running member: the whole store stalls, its connections open."""
+        for member in self.members:
+            if member.running:
+                member.pause()
+
+    def resume(self) -> None:
+        """SIGCONT to every member ``pause`` stopped."""
+        for member in self.members:
+            if member.running:
+                member.resume()
 
     def stop(self) -> None:
         """Stop every member; the data stays."""
