@@ -72,6 +72,9 @@ class AgentProcess:
     """The ``[migration] root`` (``None``: the default)."""
     coordinator_enabled: bool = True
     """``[coordinator] enabled``: whether this agent stands for election."""
+    command_prefix: tuple[str, ...] = ()
+    """What the agent's command runs under (``netns.IsolatedNode.command``'s ``ip netns exec NAME``:
+    a node of its own, whose links to the stores a test can cut)."""
     process: asyncio.subprocess.Process | None = None
     killed: bool = False
     restarts: list[AgentRestart] = field(default_factory=list)
@@ -159,7 +162,7 @@ class AgentProcess:
             self.process = await processes.start_async(
                 # the state dir on the command line too: it wins over a METASHIFT_SESSION_STATE_DIR
                 # the environment may carry
-                [*agent_command(), "--config", str(self.config_path),
+                [*self.command_prefix, *agent_command(), "--config", str(self.config_path),
                  *(["--state-dir", str(self.state_dir)] if HAS_STATE_DIR else [])],
                 stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=asyncio.subprocess.STDOUT, env=env,
             )  # fmt: skip
