@@ -67,6 +67,10 @@ class ZKConnection(Connection):
         self._out: list[bytes] = []
         #: xids of the forwarded requests (``forward.RawRequest``) awaiting their answer
         self._raw: set[int] = set()
+        #: The highest zxid an answer on this connection carried, whatever path its request took
+        #: (aiozk's ``send`` remembers the zxid of its own answers only, not of the forwarded and
+        #: pipelined ones): the session sends it when it moves to another server (``seen_zxid``).
+        self.last_zxid = 0
 
     async def connect(self) -> None:
         if self.tls is None:
@@ -148,6 +152,8 @@ class ZKConnection(Connection):
             except TimeoutError:
                 raise zk_exc.UnfinishedRead from None
         xid, zxid, error_code = REPLY_HEADER.unpack_from(raw)
+        if zxid > self.last_zxid and xid != XID_WATCH_EVENT:
+            self.last_zxid = zxid
         if xid in self._raw:  # a forwarded request: its answer as ZooKeeper sent it
             self._raw.discard(xid)
             self.opcode_xref.pop(xid, None)

@@ -233,13 +233,21 @@ class ZKSession(Session):
                     continue
                 old, self.conn = self.conn, conn
                 if old is not None:
+                    self.last_zxid = max(self.last_zxid or 0, old.last_zxid) or None
                     discard(old)
                 log.info("connected to ZooKeeper at %s:%s", host, port)
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_RECONNECT_DELAY)
 
+    def seen_zxid(self) -> int:
+        """The last zxid the session saw, on any path (``ZKConnection.last_zxid``)."""
+        conn_zxid = self.conn.last_zxid if self.conn is not None else 0
+        return max(self.last_zxid or 0, conn_zxid)
+
     async def establish_session(self) -> None:
+        # the last zxid of every answer, a forwarded request's too: a server that has not seen
+        # it yet refuses the session (it would answer from before the session's own writes)
         answer = await self.conn.send_connect(
             protocol.ConnectRequest(
                 protocol_version=PROTOCOL_VERSION,

@@ -283,7 +283,7 @@ class ZooKeeperStore(BatchedStore, Store):
         if not session.session_id:
             return None
         return SessionHandle("zk", id=int(session.session_id), secret=bytes(session.password or b""),
-                             timeout=float(session.timeout), last_zxid=int(session.last_zxid or 0))
+                             timeout=float(session.timeout), last_zxid=session.seen_zxid())
 
     async def detach(self) -> None:
         """No closeSession: the session (and its ephemerals) lives out its timeout on the server."""
