@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 
 #: Smallest lease TTL we ask for (etcd raises shorter ones to its own minimum anyway).
 MIN_LEASE_TTL = 2
+#: Pause between two refreshes of the lease while they fail (each after a failover).
+RETRY_SECONDS = 0.5
 
 
 class SessionLease:
@@ -104,15 +106,23 @@ class SessionLease:
     async def keepalive_loop(self) -> None:
         """Refresh the lease every TTL/3; report ConnectionLost/Reconnected, and SessionLost /
         SessionReestablished when the lease is gone (etcd says so, or we could not refresh it for
-        longer than its TTL) and a new one was granted. Also fails over to another host."""
+        longer than its TTL) and a new one was granted. Also fails over to another host.
+
+        A refresh that fails is tried again every ``RETRY_SECONDS``, each time on the next member
+        that answers (``failover``): ConnectionLost only once no refresh got through for a
+        whole refresh period (TTL/3). A member's loss in a cluster (a failover within a second, an
+        election within a few) is then nothing its callers hear of: the lease lives on in the
+        cluster, and the watches resume after the last revision seen (``watches``), so no change
+        is missed; ConnectionLost told them to read everything again for nothing."""
         conn = self._conn
         last_ok = time.monotonic()
+        failing_since: float | None = None
         session_lost = False
         while not conn.closed:
-            if self._connected:
+            if failing_since is None:
                 await wait_event(conn.poke, self.ttl / 3)
             else:
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(RETRY_SECONDS)
             conn.poke.clear()
             try:
                 ttl = await self._keepalive_once() if self.id else 0
@@ -120,10 +130,12 @@ class SessionLease:
                 raise
             except MetadataStoreError as e:
                 log.debug("%s: lease keep-alive failed: %s", conn.url, e)
-                if self._connected:
+                now = time.monotonic()
+                failing_since = now if failing_since is None else failing_since
+                if self._connected and now - failing_since >= self.ttl / 3:
                     self._connected = False
                     self._emit(SessionEvent.CONNECTION_LOST)
-                if not session_lost and time.monotonic() - last_ok > self.ttl:
+                if not session_lost and now - last_ok > self.ttl:
                     session_lost = True
                     self._emit(SessionEvent.SESSION_LOST)
                 await conn.failover()
@@ -131,6 +143,7 @@ class SessionLease:
             except Exception:
                 log.exception("%s: lease keep-alive failed", conn.url)
                 continue
+            failing_since = None
             last_ok = time.monotonic()
             if not self._connected:
                 self._connected = True
