@@ -4,8 +4,9 @@ bearer token in its metadata and the URL's timeout, gRPC errors mapped onto the 
 
 Oxia's client protocol has no server-side routing: a client hashes each key (``keys.key_hash``)
 into the hash ranges of the assignments and sends the call to that shard's leader. The assignment
-stream is also the store's view of the connection: it breaking is a ``ConnectionLost``, its next
-answer a ``Reconnected`` (``Liveness``, shared with the keep-alives and the notification streams).
+stream is also the store's view of the connection: it broken for longer than a keep-alive period
+is a ``ConnectionLost``, its next answer then a ``Reconnected`` (``Liveness``, shared with the
+keep-alives and the notification streams).
 """
 
 from __future__ import annotations
@@ -76,12 +77,22 @@ class Shard:
 
 class Liveness:
     """What of the connection is down now (the assignment stream, a keep-alive, a notification
-    stream); ``ConnectionLost`` when the first thing goes down, ``Reconnected`` when the last one
-    comes back."""
+    stream); ``ConnectionLost`` once something has been down for ``grace`` seconds, ``Reconnected``
+    when the last thing comes back after that.
 
-    def __init__(self, emit: Callable[[SessionEvent], None]) -> None:
+    Each part follows a shard's new leader by itself (the assignments name it; a keep-alive goes
+    to it; a notification stream resumes there after the last offset seen, so no change is
+    missed): a member's loss in a cluster is over within a second or two, and callers told
+    ConnectionLost would read everything again for nothing (the coordinator counts its watch
+    broken). ``grace``: the store's keep-alive period; 0 tells at once."""
+
+    def __init__(self, emit: Callable[[SessionEvent], None], grace: float = 0.0) -> None:
         self._emit = emit
+        self._grace = grace
         self._down: set[Hashable] = set()
+        self._told = False
+        """ConnectionLost was emitted (and Reconnected not yet)."""
+        self._timer: asyncio.TimerHandle | None = None
 
     @property
     def connected(self) -> bool:
@@ -90,15 +101,35 @@ class Liveness:
     def down(self, what: Hashable) -> None:
         was = not self._down
         self._down.add(what)
-        if was:
+        if not was or self._told:
+            return
+        if self._grace <= 0:
+            self._tell()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._grace, self._tell)
+
+    def _tell(self) -> None:
+        self._timer = None
+        if self._down and not self._told:
+            self._told = True
             self._emit(SessionEvent.CONNECTION_LOST)
 
     def up(self, what: Hashable) -> None:
         if what not in self._down:
             return
         self._down.discard(what)
-        if not self._down:
+        if self._down:
+            return
+        self.close()
+        if self._told:
+            self._told = False
             self._emit(SessionEvent.RECONNECTED)
+
+    def close(self) -> None:
+        """No ConnectionLost pending any more (the store closes, or everything is up)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
 
 class OxiaConnection:
@@ -351,6 +382,7 @@ class OxiaConnection:
     async def close(self) -> None:
         """Stop following the assignments, close every channel. Idempotent."""
         self.closed = True
+        self.liveness.close()
         if self._assignments is not None:
             self._assignments.cancel()
             await asyncio.gather(self._assignments, return_exceptions=True)

@@ -47,6 +47,19 @@ def owner_id(identity: str | None, shard_id: int, session_id: int) -> int:
 #: Oxia's bounds on a session's timeout (``common/constant``).
 MIN_SESSION_TIMEOUT = 2.0
 MAX_SESSION_TIMEOUT = 300.0
+#: Pause before a heartbeat that failed is sent again (the shard's new leader is known within a
+#: second of the old one's loss: the assignments name it).
+RETRY_SECONDS = 0.5
+
+
+def session_timeout(asked: float) -> float:
+    """The session timeout a store asks Oxia for, within Oxia's bounds."""
+    return min(max(asked, MIN_SESSION_TIMEOUT), MAX_SESSION_TIMEOUT)
+
+
+def keepalive_period(asked: float) -> float:
+    """Seconds between two heartbeats of a session of timeout ``asked``: a quarter of it."""
+    return max(session_timeout(asked) / 4, 0.2)
 
 
 class Sessions:
@@ -56,7 +69,7 @@ class Sessions:
         self._conn = conn
         self.identity = identity
         self._emit = emit
-        self.timeout = min(max(conn.url.session_timeout, MIN_SESSION_TIMEOUT), MAX_SESSION_TIMEOUT)
+        self.timeout = session_timeout(conn.url.session_timeout)
         self.ids: dict[int, int] = {}
         """The session id on each shard that has one."""
         self._creating: dict[int, asyncio.Future[int]] = {}
@@ -119,9 +132,11 @@ class Sessions:
         SessionReestablished once every lost one was taken again."""
         conn = self._conn
         last_ok = time.monotonic()
-        interval = max(self.timeout / 4, 0.2)
+        interval = keepalive_period(self.timeout)
+        unreachable = False
         while not conn.closed:
-            await wait_event(self._wake, interval)
+            # a heartbeat that failed is sent again soon, to the shard's leader of then
+            await wait_event(self._wake, min(interval, RETRY_SECONDS) if unreachable else interval)
             self._wake.clear()
             shards = {s.id: s for s in conn.shards}
             beats = [(shards[i], sid) for i, sid in list(self.ids.items()) if i in shards]

@@ -23,7 +23,7 @@ from .operations import MAX_VALUE_SIZE, Operations
 from .records import Records
 from .restores import Restores
 from .sequence_counters import SequenceCounters
-from .session import Sessions
+from .session import Sessions, keepalive_period
 from .session_lives import session_lives
 from .tree_reads import TreeReads
 from .watches import Notifications
@@ -60,7 +60,8 @@ class OxiaStore(Store):
     def __init__(self, url: StoreURL) -> None:
         super().__init__(url)
         self._keys = Keys(url.root)
-        self._conn = OxiaConnection(url, Liveness(self._session_event))
+        # ConnectionLost once a part of the connection is down for a keep-alive period (``Liveness``)
+        self._conn = OxiaConnection(url, Liveness(self._session_event, grace=keepalive_period(url.session_timeout)))
         # Pulsar's store takes a random identity: the client identity of its ephemeral records
         self._sessions = Sessions(self._conn, str(uuid.uuid4()), self._session_event)
         self._sessions.on_new_session = self._new_session

@@ -1,7 +1,8 @@
 """Oxia notifications: a ``GetNotifications`` stream on every shard of the namespace while the
 store has listeners (Oxia streams a shard's every change; the listeners' subtrees are picked out
 here), resumed after the last offset seen whenever it breaks (server restart, leader move), so no
-change is lost while the server keeps its notifications (an hour by default). A broken stream is a
+change is lost while the server keeps its notifications (an hour by default). A stream broken for
+longer than a keep-alive period (a server down, not a shard's leader moving) is a
 ``ConnectionLost``, its return a ``Reconnected`` (``Liveness``): the listeners read again, as an
 etcd store's do after a compaction. Created / Modified / Deleted, plus ChildrenChanged of the
 parent on create and delete (Pulsar's ``OxiaMetadataStore.notificationCallback``); Oxia says
