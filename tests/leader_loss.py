@@ -40,6 +40,8 @@ from tests.replicated_stores import Election
 SERVERS = ThreadPoolExecutor(1, thread_name_prefix="leader-loss-servers")
 #: Seconds a write of the writers may be held (the agents' ``gate.hold_timeout`` is 60 s).
 WRITE_TIMEOUT = 60.0
+#: Seconds a call of the test's own stores may take (``?timeout=``).
+OWN_TIMEOUT = 60
 #: How many registers the history covers.
 REGISTERS = 4
 
@@ -114,7 +116,11 @@ class LeaderLossRun:
                  target_url: str) -> None:  # fmt: skip
         self.agents = agents
         self.source, self.target = source, target
-        self.cluster = Cluster(None, source_url, target_url)  # type: ignore[arg-type]  # agents are processes
+        self.source_url, self.target_url = source_url, target_url
+        """What the agents and the flag are given."""
+        # the test's own view of the stores waits out elections and a loaded machine (an open
+        # took more than the default 10 s at load 40); the agents keep the default
+        self.cluster = Cluster(None, with_timeout(source_url), with_timeout(target_url))  # type: ignore[arg-type]
         self.history = History()
         self.keys = register_paths(REGISTERS)
         self.registers: list[RegisterClient] = []
@@ -133,7 +139,7 @@ class LeaderLossRun:
         source = await self.cluster.source()
         await source.put(REGISTER_ROOT, b"", expected_version=-1)
         for node_id, role in (("broker-1", "broker"), ("broker-2", "broker"), ("bookie-1", "bookie")):
-            await self.agents.start(self.cluster.source_url, node_id, role, participant_timeout=participant_timeout)
+            await self.agents.start(self.source_url, node_id, role, participant_timeout=participant_timeout)
         for i, agent in enumerate(self.processes):
             writer = Writer(agent.node_id, await connect(agent.address), timeout=WRITE_TIMEOUT)
             await writer.start()
@@ -251,9 +257,13 @@ class LeaderLossRun:
         await self.cluster.close()
 
 
+def with_timeout(url: str) -> str:
+    return f"{url}{'&' if '?' in url else '?'}timeout={OWN_TIMEOUT}"
+
+
 async def open_lives(url: str) -> Store:
     """A store on ``url`` for the end's reads (no watches, no root made)."""
-    return await open_store(url, watch=False, create_root=False)
+    return await open_store(with_timeout(url), watch=False, create_root=False)
 
 
 async def wait_acknowledged(run: LeaderLossRun, epoch: int, count: int) -> None:
