@@ -118,10 +118,13 @@ class IsolatedNode:
         """``argv`` run on this node."""
         return self.namespace.command(argv)
 
-    def set(self, link: Link) -> None:
-        """``link`` on every link of the node to its stores (returns once in force on all)."""
+    def set(self, link: Link, only: Iterable[tuple[str, int]] | None = None) -> None:
+        """``link`` on every link of the node to its stores, or on the links to the addresses
+        ``only`` names (returns once in force on all of them)."""
+        chosen = None if only is None else set(only)
         for proxy in self.links:
-            proxy.set(link)
+            if chosen is None or proxy.upstream in chosen:
+                proxy.set(link)
 
     def stop(self) -> None:
         """Stop every proxy and remove the namespace. Never raises."""
