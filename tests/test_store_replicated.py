@@ -233,8 +233,13 @@ async def _loss_under_writes(kind: str, victim: str, cluster: ReplicatedStore, n
             elected = await asyncio.to_thread(cluster.wait_leader, namespace + "/eph",
                                               other_than=index if was_leader else None)
             election = time.monotonic() - killed
-            await eventually(lambda: all(w.acks >= c + AFTER_LOSS for w, c in zip(writers, counts, strict=True)),
-                             within=RECOVERY_LIMIT, what="writes acknowledged again after the loss")
+            try:
+                await eventually(lambda: all(w.acks >= c + AFTER_LOSS for w, c in zip(writers, counts, strict=True)),
+                                 within=RECOVERY_LIMIT, what="writes acknowledged again after the loss")
+            except BaseException:
+                for w in writers:  # what the writers were told meanwhile
+                    print(f"{w.prefix}: {w.acks} acks; last errors {[str(e) for e in w.errors[-3:]]}")
+                raise
             resumed = [w.first_ack_after(killed) for w in writers]
             cluster.restart(index)  # the main thread: a member dies with the thread that started it
             counts = [w.acks for w in writers]
@@ -379,3 +384,42 @@ async def test_a_zookeeper_session_remembers_the_last_zxid_of_every_answer(
     position = await store.position_of("/forwarded-2")
     assert handle is not None and position is not None
     assert handle.last_zxid >= position, f"last zxid {handle.last_zxid:#x} before the forwarded create's {position:#x}"
+
+
+async def test_an_etcd_failover_under_a_call_in_flight_and_a_live_watch(
+    etcd_cluster: ReplicatedStore, namespace: str, stores: list[Store]
+) -> None:
+    """The store fails over (``failover``, as its lease loop does when a refresh fails) while a
+    write waits on a stopped member and its watch stream is open: the write is outcome-unknown,
+    never a ``CancelledError`` out of the caller's await (grpc.aio raised one for each call its
+    channel's close ended, which ended the caller's task), and the watch opens again on the new
+    member and goes on (its loop ended on the same CancelledError: no notification ever after)."""
+    cluster = etcd_cluster
+    leader = await asyncio.to_thread(cluster.leader)
+    follower = next(i for i in range(len(cluster.members)) if i != leader)
+    order = [follower] + [i for i in range(len(cluster.members)) if i != follower]
+    url = f"etcd://{','.join(f'127.0.0.1:{cluster.members[i].port}' for i in order)}{namespace}"
+    store = await open_store(url)
+    stores.append(store)
+    other = await open_store(url)
+    stores.append(other)
+    seen: list[Notification] = []
+    store.add_listener(seen.append, under="/watched")
+    await store.watch_ready()
+    member = cluster.members[follower]
+    waiting = received_bytes(member.port)
+    member.pause()
+    try:
+        write = asyncio.create_task(store.put("/watched/in-flight", b"x"))
+        await eventually(lambda: received_bytes(member.port) > waiting, within=30,
+                         what="the write in the stopped member's receive queue")
+        await store._conn.failover()  # type: ignore[attr-defined]
+        with pytest.raises(MetadataStoreError) as err:
+            await write
+        assert err.value.write_may_have_happened, repr(err.value)
+    finally:
+        member.resume()
+    assert store.url.hosts[store._conn.host_index][1] != member.port  # type: ignore[attr-defined]
+    await other.put("/watched/after", b"y", expected_version=-1)
+    await eventually(lambda: any(n.path == "/watched/after" and n.type is NotificationType.CREATED for n in seen),
+                     within=30, what="the watch's notification after the failover")

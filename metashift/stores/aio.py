@@ -37,6 +37,14 @@ async def cancel_and_wait(tasks: Iterable[asyncio.Task[Any] | None], owner: str,
                     stack.getvalue())
 
 
+def cancelled_by_caller() -> bool:
+    """Whether the running task is being cancelled (``Task.cancel``). A ``CancelledError`` while it
+    is not came from below: grpc.aio raises one for a call that its channel's ``close`` (or the
+    call's own ``cancel``) ended, which is the call's failure, not the caller's cancellation."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
 async def wait_event(event: asyncio.Event, within: float) -> bool:
     """Wait until ``event`` is set, at most ``within`` seconds; True when it is set.
 

@@ -14,6 +14,7 @@ import grpc
 from aetcd import rpc
 
 from .. import paths
+from ..aio import cancelled_by_caller
 from ..errors import AuthFailed, MetadataStoreError, StoreFull, StoreUnavailable
 from ..urls import StoreURL
 from .keys import Keys
@@ -235,6 +236,15 @@ class EtcdConnection:
                     await self.reauthenticate(used)
                     continue
                 raise self._translate(e, path) from None
+            except asyncio.CancelledError:
+                if cancelled_by_caller():
+                    raise
+                # a failover closed the channel the call was on: grpc.aio raises CancelledError
+                # for it, which ended the caller's task (a writer stopped for good); the call's
+                # outcome is unknown, as for any call a member's loss cut short
+                self.poke.set()
+                raise StoreUnavailable(f"etcd at {self._host()}: the call's channel was closed by a failover",
+                                       path) from None
             header = getattr(response, "header", None)
             if header is not None and header.revision > self.revision:
                 self.revision = header.revision

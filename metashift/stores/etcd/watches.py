@@ -15,6 +15,7 @@ import grpc
 from aetcd import rpc
 
 from .. import paths
+from ..aio import cancelled_by_caller
 from ..errors import MetadataStoreError
 from ..notifications import Notification, NotificationType, SessionEvent
 from .connection import EtcdConnection, stale_token
@@ -101,7 +102,11 @@ class Watcher:
             except asyncio.CancelledError:
                 if call is not None:
                     call.cancel()
-                raise
+                if cancelled_by_caller():
+                    raise
+                # ``restart`` (a failover) cancelled the stream, or closed its channel: grpc.aio
+                # raises CancelledError on the read, which ended this loop and with it the watch
+                # (no notification ever after); open it again, on the connection's new host
             except grpc.aio.AioRpcError as e:
                 if not conn.closed and e.code() != grpc.StatusCode.CANCELLED:
                     log.debug("%s: watch stream broke: %s", conn.url, e.details())
