@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from metashift_lab.replicated import EtcdCluster, OxiaCluster, ZooKeeperEnsemble
 from metashift_lab.secured.oxia import SecuredOxia
 from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper
 
@@ -21,8 +22,9 @@ from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper
 #: places are the store kinds).
 AGENT = "agent"
 
-#: A store server of the cluster: started by ``PulsarCluster.start``, gone at its ``cleanup``.
-Server = LocalZooKeeper | LocalEtcd | LocalOxia | SecuredOxia
+#: A store server of the cluster (or a replicated store of three): started by
+#: ``PulsarCluster.start``, gone at its ``cleanup``.
+Server = LocalZooKeeper | LocalEtcd | LocalOxia | SecuredOxia | ZooKeeperEnsemble | EtcdCluster | OxiaCluster
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from urllib.parse import urlencode
 
 from metashift.stores import parse_url
 from metashift_lab.agents import RESTART_DOWN_S, AgentProcess, AgentRestart, start_agents, stop_agents
+from metashift_lab.replicated import EtcdCluster, OxiaCluster, ZooKeeperEnsemble
 from metashift_lab.secured.oxia import SecuredOxia
 from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper, free_port
 
@@ -159,8 +160,13 @@ class PulsarCluster:
     def native_url(self, kind: str) -> str:
         """Pulsar's own URL of the store ``kind`` (``metadataStoreUrl``)."""
         server = self.servers[kind]
-        if isinstance(server, LocalZooKeeper):
+        if isinstance(server, LocalZooKeeper | ZooKeeperEnsemble):
             return f"zk:{server.hosts}"
+        if isinstance(server, OxiaCluster):
+            # Pulsar's Oxia client takes one address, not a list (pulsar_cluster.replicated's doc)
+            return f"oxia://{pulsar_oxia_address(server)}"
+        if isinstance(server, EtcdCluster):
+            return f"etcd:{','.join(f'http://{h}' for h in server.hosts.split(','))}"
         if isinstance(server, LocalOxia | SecuredOxia):
             return f"oxia://{server.address}"  # namespace "default", as Pulsar takes it when absent
         return f"etcd:{server.endpoint}"
@@ -398,6 +404,14 @@ class PulsarCluster:
                 server.cleanup()
         if not keep:
             shutil.rmtree(self.work_dir, ignore_errors=True)
+
+
+def pulsar_oxia_address(cluster: OxiaCluster) -> str:
+    """The one ``host:port`` of an Oxia cluster Pulsar's Oxia client takes (``oxia://`` names a
+    single bootstrap address, not a list: ``pulsar_cluster.replicated``'s doc): the first data
+    server that runs."""
+    member = next((m for m in cluster.members if m.running), cluster.members[0])
+    return member.public
 
 
 def _server(kind: str, work_dir: Path) -> LocalServer:
