@@ -5,6 +5,16 @@ by a seeded random generator, each checked for lost writes and linearizability.
     .venv/bin/python bench/chaos.py --runs 10 --first-seed 100 --fault kill-coordinator
     .venv/bin/python bench/chaos.py --seed 17                 # replay one run, in this process
     .venv/bin/python bench/chaos.py --runs 10 --source zk --target oxia --fault target-stall
+    .venv/bin/python bench/chaos.py --replicas 3 --runs 50 --pairs all   # replicated stores, the six pairs
+
+With ``--replicas 3`` each store is a replicated one (a ZooKeeper ensemble, an etcd cluster, an
+Oxia cluster of a coordinator and 3 data servers, replication factor 3, 3 shards) and a seed also
+draws its faults: a leader SIGKILLed (``kill-source-leader``, ``kill-target-leader``: the time to a
+new leader is measured) and one agent cut off from its stores (``partition-agent``). ``--pairs``
+runs every pair named (``all``: the six) seed by seed, so that a run stopped early (Ctrl-C: the run
+under way is stopped, the table of those done printed) has as many runs of each; the table per
+store pair gives runs, lost writes, non-linearizable histories, the longest freeze and the longest
+leader election.
 
 Each run is ``metashift sandbox``'s migration (local ZooKeeper -> etcd by default, ``--source`` and
 ``--target`` name other kinds: zk, etcd, oxia; one agent process per broker and bookie, writers
@@ -25,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextlib
 import json
 import signal
 import subprocess
@@ -40,7 +51,7 @@ from metashift.stores import MetadataStoreError
 from metashift_lab.agents import AgentStartError
 from metashift_lab.linearizability.checker import check
 from metashift_lab.sandbox.chaos import ChaosSandbox
-from metashift_lab.sandbox.faults import ASKED_ONLY, FAULTS, PHASES, RENAMED, FaultPlan
+from metashift_lab.sandbox.faults import ASKED_ONLY, FAULTS, PHASES, RENAMED, REPLICATED, FaultPlan
 from metashift_lab.sandbox.options import Options
 from metashift_lab.sandbox.servers import KINDS
 from metashift_lab.servers import ServerStartError
@@ -102,22 +113,24 @@ async def one_run(plan: FaultPlan, options: Options, verify_tree: bool) -> dict[
 def options_from(args: argparse.Namespace) -> Options:
     return Options(topics=args.topics, brokers=args.brokers, bookies=args.bookies, clients_per_agent=1,
                    hold_timeout=args.hold_timeout, warmup=2.0, after=3.0, source=args.source,
-                   target=args.target)  # fmt: skip
+                   target=args.target, replicas=args.replicas)  # fmt: skip
 
 
 HEADER = (f"{'seed':>5} {'fault':<17} {'phase':<11} {'landed':<18} {'outcome':<10} {'freeze s':>8} "
           f"{'slowest s':>9} {'acked':>6} {'lost':>4} {'ops':>6} {'unknown':>7} {'linearizable':<12} "
-          f"{'secs':>5}")  # fmt: skip
+          f"{'secs':>5} {'elect s':>7}")  # fmt: skip
 
 
 def line(row: dict[str, Any]) -> str:
+    pair = f"{row['pair']:<10} " if row.get("pair") else ""
     if row.get("error"):
-        return f"{row['seed']:>5} {row['fault']:<17} {row['phase']:<11} ERROR {row['error'][:120]}"
+        return f"{pair}{row['seed']:>5} {row['fault']:<17} {row['phase']:<11} ERROR {row['error'][:120]}"
     freeze = "-" if row.get("freeze_s") is None else f"{row['freeze_s']:.2f}"
     lin = {True: "yes", False: "NO", None: "undecided"}[row.get("linearizable")]
-    return (f"{row['seed']:>5} {row['fault']:<17} {row['phase']:<11} {row['landed']:<18} {row['outcome']:<10} "
+    election = "-" if row.get("election_s") is None else f"{row['election_s']:.2f}"
+    return (f"{pair}{row['seed']:>5} {row['fault']:<17} {row['phase']:<11} {row['landed']:<18} {row['outcome']:<10} "
             f"{freeze:>8} {row['slowest_write_ms'] / 1000:>9.2f} {row['acked']:>6} {row['lost']:>4} "
-            f"{row['operations']:>6} {row['unknown']:>7} {lin:<12} {row['seconds']:>5.0f}"
+            f"{row['operations']:>6} {row['unknown']:>7} {lin:<12} {row['seconds']:>5.0f} {election:>7}"
             + (f"  FAILED RUN: {'; '.join(failed(row))}" if failed(row) else ""))  # fmt: skip
 
 
@@ -145,15 +158,41 @@ def summary(rows: list[dict[str, Any]]) -> str:
     out.append(f"failed runs: {len(bad)}")
     for r in bad:
         forced = f" --fault {r['fault']} --phase {r['phase']}" if r.get("forced") else ""
-        out.append(f"  seed {r['seed']}: {'; '.join(failed(r))} (replay: bench/chaos.py --seed {r['seed']}{forced})")
+        where = ""
+        if r.get("pair"):
+            source, target = r["pair"].split("->")
+            where = f" --source {source} --target {target}"
+        if r.get("replicas", 1) > 1:
+            where += f" --replicas {r['replicas']}"
+        out.append(f"  seed {r['seed']}: {'; '.join(failed(r))} (replay: bench/chaos.py --seed {r['seed']}"
+                   f"{where}{forced})")
     return "\n".join(out)
 
 
-def child_command(seed: int, args: argparse.Namespace) -> list[str]:
+def pair_table(rows: list[dict[str, Any]]) -> str:
+    """Per store pair: runs, how they ended, lost writes, non-linearizable histories, the longest
+    freeze and the longest leader election (a markdown table)."""
+    out = ["| pair | runs | COMPLETED | FAILED | other | lost writes | not linearizable | longest freeze s "
+           "| leader kills | longest election s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for pair in sorted({r.get("pair", "") for r in rows}):
+        mine = [r for r in rows if r.get("pair", "") == pair]
+        done = [r for r in mine if not r.get("error")]
+        freezes = [r["freeze_s"] for r in done if r.get("freeze_s") is not None]
+        elections = [r["election_s"] for r in done if r.get("election_s") is not None]
+        ended = collections.Counter(r.get("outcome", "ERROR") for r in mine)
+        out.append(f"| {pair or '-'} | {len(mine)} | {ended['COMPLETED']} | {ended['FAILED']} | "
+                   f"{len(mine) - ended['COMPLETED'] - ended['FAILED']} | {sum(r.get('lost', 0) for r in done)} | "
+                   f"{sum(1 for r in done if r.get('linearizable') is not True)} | "
+                   f"{max(freezes, default=0.0):.2f} | {len(elections)} | "
+                   f"{max(elections, default=0.0):.2f} |")  # fmt: skip
+    return "\n".join(out)
+
+
+def child_command(seed: int, args: argparse.Namespace, pair: tuple[str, str]) -> list[str]:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", str(seed), "--topics", str(args.topics),
                "--brokers", str(args.brokers), "--bookies", str(args.bookies),
-               "--hold-timeout", str(args.hold_timeout), "--source", args.source,
-               "--target", args.target]  # fmt: skip
+               "--hold-timeout", str(args.hold_timeout), "--source", pair[0],
+               "--target", pair[1], "--replicas", str(args.replicas)]  # fmt: skip
     if args.fault:
         command += ["--fault", args.fault]
     if args.phase:
@@ -165,34 +204,86 @@ def child_command(seed: int, args: argparse.Namespace) -> list[str]:
     return command
 
 
-def drive(args: argparse.Namespace) -> int:
-    """Every run in a process of its own (a run that hangs or crashes spoils no other)."""
+#: Every ordered pair of distinct store kinds (``--pairs all``).
+ALL_PAIRS = [(s, t) for s in KINDS for t in KINDS if s != t]
+
+
+def pairs_of(text: str | None, source: str, target: str) -> list[tuple[str, str]]:
+    """``--pairs``: ``all``, or ``SOURCE:TARGET`` comma-separated; without it, ``--source``/``--target``."""
+    if text is None:
+        return [(source, target)]
+    if text == "all":
+        return list(ALL_PAIRS)
+    out = []
+    for item in text.split(","):
+        got = tuple(item.strip().split(":"))
+        if got not in ALL_PAIRS:
+            raise ValueError(f"not a pair of two store kinds (zk, etcd, oxia): {item!r}")
+        out.append((got[0], got[1]))
+    return out
+
+
+def _one(seed: int, pair: tuple[str, str], args: argparse.Namespace, log_path: Path) -> dict[str, Any]:
+    """One run as a child process; its row (an error row when it gave none)."""
+    out = ""
+    with open(log_path, "w") as log:
+        proc = processes.start(child_command(seed, args, pair), stdout=subprocess.PIPE, stderr=log, text=True)
+        try:
+            out, _ = proc.communicate(timeout=RUN_LIMIT)
+        except subprocess.TimeoutExpired:
+            processes.signal_group(proc, signal.SIGTERM)
+            out, _ = proc.communicate(timeout=120)
+        except BaseException:  # Ctrl-C: the run under way stops (it cleans up after itself)
+            processes.signal_group(proc, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=120)
+            processes.stop(proc, grace=1.0)
+            raise
+    try:
+        return dict(json.loads(out.strip().splitlines()[-1]))
+    except (ValueError, IndexError):
+        return {"seed": seed, "fault": args.fault or "?", "phase": args.phase or "?",
+                "error": f"no report (exit {proc.returncode}); see {log_path}"}  # fmt: skip
+
+
+def drive(args: argparse.Namespace, pairs: list[tuple[str, str]]) -> int:
+    """Every run in a process of its own (a run that hangs or crashes spoils no other); with several
+    pairs, each seed on every pair before the next seed."""
     log_dir = Path(args.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
-    print(f"# chaos run: {args.runs} migrations, seeds {args.first_seed}..{args.first_seed + args.runs - 1}, "
-          f"--topics {args.topics}; logs in {log_dir}", flush=True)  # fmt: skip
-    print(HEADER, flush=True)
-    rows = []
-    for seed in range(args.first_seed, args.first_seed + args.runs):
-        with open(log_dir / f"seed-{seed}.log", "w") as log:
-            proc = processes.start(child_command(seed, args), stdout=subprocess.PIPE, stderr=log, text=True)
-            try:
-                out, _ = proc.communicate(timeout=RUN_LIMIT)
-            except subprocess.TimeoutExpired:
-                processes.signal_group(proc, signal.SIGTERM)
-                out, _ = proc.communicate(timeout=120)
-        try:
-            row = json.loads(out.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            row = {"seed": seed, "fault": args.fault or "?", "phase": args.phase or "?",
-                   "error": f"no report (exit {proc.returncode}); see {log_dir}/seed-{seed}.log"}  # fmt: skip
-        row["forced"] = bool(args.fault or args.phase)
-        rows.append(row)
-        print(line(row), flush=True)
-    with open(log_dir / "rows.jsonl", "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
+    named = len(pairs) > 1 or args.replicas > 1
+    print(f"# chaos run: {args.runs} migrations per pair, seeds {args.first_seed}..{args.first_seed + args.runs - 1}, "
+          f"pairs {', '.join(f'{s}->{t}' for s, t in pairs)}, --replicas {args.replicas}, --topics {args.topics}; "
+          f"logs in {log_dir}", flush=True)  # fmt: skip
+    print(("pair       " if named else "") + HEADER, flush=True)
+    rows: list[dict[str, Any]] = []
+
+    def _interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    interrupted = False
+    try:
+        with open(log_dir / "rows.jsonl", "a") as kept:
+            for seed in range(args.first_seed, args.first_seed + args.runs):
+                for pair in pairs:
+                    name = f"{pair[0]}->{pair[1]}"
+                    suffix = f"-{pair[0]}-{pair[1]}" if named else ""
+                    row = _one(seed, pair, args, log_dir / f"seed-{seed}{suffix}.log")
+                    row["forced"] = bool(args.fault or args.phase)
+                    if named:
+                        row["pair"] = name
+                    rows.append(row)
+                    kept.write(json.dumps(row) + "\n")
+                    kept.flush()
+                    print(line(row), flush=True)
+    except KeyboardInterrupt:
+        interrupted = True
+        print(f"# interrupted: {len(rows)} runs done", flush=True)
     print(summary(rows), flush=True)
-    return 1 if any(failed(r) for r in rows) else 0
+    if named:
+        print(f"\nper store pair (replicas {args.replicas}):\n{pair_table(rows)}", flush=True)
+    return 130 if interrupted else 1 if any(failed(r) for r in rows) else 0
 
 
 def main() -> int:
@@ -201,9 +292,10 @@ def main() -> int:
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--seed", type=int, help="replay one run (in this process) and print its details")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--fault", choices=[*FAULTS, *ASKED_ONLY, *RENAMED],
+    parser.add_argument("--fault", choices=[*FAULTS, *ASKED_ONLY, *REPLICATED, *RENAMED],
                         help="this fault in every run (default: drawn from the seed, among "
-                        f"{', '.join(FAULTS)})")
+                        f"{', '.join(FAULTS[1:])}; with --replicas above 1, half the runs among "
+                        f"{', '.join(REPLICATED)})")
     parser.add_argument("--phase", choices=PHASES, help="this phase in every run (default: drawn from the seed)")
     parser.add_argument("--topics", type=int, default=20, help="size of the Pulsar tree (sandbox --topics)")
     # three agents: a coordinator, and participants to kill or stop besides it
@@ -215,13 +307,27 @@ def main() -> int:
                         help="the freeze's last delta carried by a Spark pass (COPYING lasts seconds)")
     parser.add_argument("--source", choices=KINDS, default="zk", help="the store kind migrated from (default zk)")
     parser.add_argument("--target", choices=KINDS, default="etcd", help="the store kind migrated into (default etcd)")
+    parser.add_argument("--replicas", type=int, default=1,
+                        help="members of each store: 1 (single servers, default) or odd above (replicated stores)")
+    parser.add_argument("--pairs", metavar="PAIRS",
+                        help="store pairs, each SOURCE:TARGET (zk:oxia,oxia:etcd) or all (the six); runs them seed "
+                        "by seed (overrides --source and --target)")
     parser.add_argument("--log-dir", default="chaos-logs")
     args = parser.parse_args()
-    if args.source == args.target:
+    if args.replicas < 1 or args.replicas % 2 == 0:
+        parser.error(f"--replicas must be a positive odd number, not {args.replicas}")
+    if args.fault in REPLICATED and args.replicas == 1:
+        parser.error(f"--fault {args.fault} is a fault of replicated stores: give --replicas 3")
+    try:
+        pairs = pairs_of(args.pairs, args.source, args.target)
+    except ValueError as e:
+        parser.error(str(e))
+    if args.pairs is None and args.source == args.target:
         parser.error(f"--source and --target are both {args.source}: a migration needs another store")
     if args.child is not None or args.seed is not None:
         seed = args.child if args.child is not None else args.seed
-        plan = FaultPlan.draw(seed, args.fault, args.phase, spark_in_freeze=args.spark_in_freeze)
+        plan = FaultPlan.draw(seed, args.fault, args.phase, spark_in_freeze=args.spark_in_freeze,
+                              replicas=args.replicas)  # fmt: skip
         row = asyncio.run(one_run(plan, options_from(args), args.verify_tree))
         if args.child is not None:
             print(json.dumps(row), flush=True)
@@ -230,7 +336,7 @@ def main() -> int:
         print(line(row))
         print(json.dumps(row, indent=2))
         return 1 if failed(row) else 0
-    return drive(args)
+    return drive(args, pairs)
 
 
 if __name__ == "__main__":

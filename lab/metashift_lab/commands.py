@@ -74,6 +74,10 @@ async def _sandbox(args: argparse.Namespace) -> int:
         print("metashift: error: --adopt, --forget and --pulsar-version are for a real Pulsar cluster (--pulsar)",
               file=sys.stderr)
         return EXIT_USER_ERROR
+    if args.pulsar and args.replicas > 1:
+        print("metashift: error: --replicas is for the simulated clients: with --pulsar the stores are single "
+              "servers", file=sys.stderr)
+        return EXIT_USER_ERROR
     # a Pulsar cluster on etcd or Oxia is born there, then adopts its agents
     adopt = args.adopt or (args.pulsar and source != "zk")
     if args.forget and not adopt:
@@ -87,6 +91,7 @@ async def _sandbox(args: argparse.Namespace) -> int:
             spark_master=args.spark_master, beside_copy=args.beside_copy,
             pulsar=args.pulsar, abort_first=args.abort_first, client_protocol=args.client_protocol or "grpc",
             source=source, target=target, adopt=adopt, forget=args.forget, pulsar_version=args.pulsar_version,
+            replicas=args.replicas,
         )
     )
 
@@ -134,6 +139,10 @@ def add_sandbox(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     p.add_argument("--forget", choices=["broker-1", "broker-2", "bookie-1"], metavar="NAME",
                    help="with --adopt: leave NAME on the store at first: the check names it, `migrate start` "
                    "refuses, `migrate start --force` fails; then it is restarted onto its agent")
+    p.add_argument("--replicas", type=_odd_replicas, default=1, metavar="N",
+                   help="members of each store: 1 (default: single servers) or an odd number above (a ZooKeeper "
+                   "ensemble, an etcd cluster, an Oxia cluster of a coordinator and N data servers, replication "
+                   "factor 3, 3 shards)")
     # for tests, with --pulsar: a first migration aborted while it copies, then the migration
     p.add_argument("--abort-first", action="store_true", help=argparse.SUPPRESS)
     # for tests: SIGKILL the coordinator's agent process as soon as the migration is in PHASE

@@ -19,6 +19,7 @@ from metashift.migration import paths
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStoreError, open_store
 from metashift_lab.agents import AgentProcess
+from metashift_lab.netns import IsolatedNode
 from metashift_lab.servers import free_port
 
 from .faults import FaultInjector, FaultPlan, say
@@ -89,6 +90,13 @@ class ChaosSandbox(Sandbox):
         self.registers: list[RegisterClient] = []
         self.zk_registers: list[ZkRegisterClient] = []
         self.injector = FaultInjector(self, plan)
+        self._made: list[str] = []
+        self.node: IsolatedNode | None = None
+        """``partition-agent``: the node of its own (a network namespace) one agent runs on."""
+        self.isolated = ""
+        self.zk_reach: dict[str, str] = {}
+        """Where the kazoo registers reach an agent's ZooKeeper front when it is not ``zk_listen``
+        (the isolated agent's, inside its node: through a proxy that is never cut)."""
         self.restart_after_abort = False
         self.came_back = False
         """A reverse migration (target -> source) completed: the cluster lives on its source again."""
@@ -101,9 +109,27 @@ class ChaosSandbox(Sandbox):
     def _agent(self, node_id: str, role: str) -> AgentProcess:
         agent = super()._agent(node_id, role)
         agent.zk_listen = f"127.0.0.1:{free_port()}"  # the kazoo registers reach it there
+        self._made.append(node_id)
+        if self.plan.fault == "partition-agent" and len(self._made) - 1 == self.plan.victim % self._agent_count():
+            self._isolate(agent)
         if self.plan.spark_in_freeze:
             agent.coordinator_settings["spark_delta_threshold"] = 0
         return agent
+
+    def _agent_count(self) -> int:
+        return self.options.brokers + self.options.bookies
+
+    def _isolate(self, agent: AgentProcess) -> None:
+        """``agent`` on a node of its own, whose links to both stores ``partition-agent`` cuts."""
+        assert self.source_server is not None and self.target_server is not None and agent.zk_listen
+        self.node = IsolatedNode.of_urls(self.source_server.url, self.target_server.url).start()
+        agent.command_prefix = tuple(self.node.command([]))
+        self.zk_reach[agent.node_id] = self.node.expose(int(agent.zk_listen.rsplit(":", 1)[1]))
+        self.isolated = agent.node_id
+        say(f"agent {agent.node_id} runs on a node of its own ({self.node.namespace.name})")
+
+    def _zookeeper_front(self, agent: AgentProcess) -> str | None:
+        return self.zk_reach.get(agent.node_id, agent.zk_listen)
 
     async def _more_clients(self) -> None:
         assert self.source is not None and self.source_server is not None
@@ -121,8 +147,10 @@ class ChaosSandbox(Sandbox):
             grpc.start()
             self.registers.append(grpc)
             assert agent.zk_listen, "every chaos agent serves ZooKeeper's protocol"
-            zk = ZkRegisterClient(f"{agent.node_id}-z", agent.node_id, agent.zk_listen, self.history,
-                                  self.register_keys, seed + 500)  # fmt: skip
+            reach = self._zookeeper_front(agent)
+            assert reach is not None
+            zk = ZkRegisterClient(f"{agent.node_id}-z", agent.node_id, reach, self.history, self.register_keys,
+                                  seed + 500)  # fmt: skip
             await asyncio.to_thread(zk.connect)
             zk.start()
             self.zk_registers.append(zk)
@@ -241,6 +269,8 @@ class ChaosSandbox(Sandbox):
             z.abandon()
         await asyncio.gather(*(g.abandon() for g in self.registers), return_exceptions=True)
         await super().cleanup()
+        if self.node is not None:
+            self.node.stop()
         self.server_thread.shutdown(wait=False)
 
     def row(self) -> dict[str, Any]:
@@ -254,6 +284,7 @@ class ChaosSandbox(Sandbox):
         return {
             "seed": self.plan.seed, "fault": self.plan.fault, "phase": self.plan.phase,
             "landed": self.injector.landed or "-", "victim": self.injector.victim or None,
+            "replicas": self.options.replicas, "election_s": self.injector.election_s,
             "outcome": r.phase, "reason": r.reason, "first_outcome": self.first_outcome,
             "freeze_s": None if freeze is None else round(freeze, 3), "slowest_write_ms": round(held, 1),
             "acked": r.writes_acknowledged + len(writes), "lost": r.writes_lost, "lost_writes": r.lost[:10],

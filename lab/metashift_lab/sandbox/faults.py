@@ -1,7 +1,8 @@
 """Faults for the chaos run: which one, in which phase, when and for how long, all drawn from one
 seed (``FaultPlan.draw``), and the injector that waits for that phase and does it to the sandbox's
 processes and stores. The stores' faults strike whatever kind of server the run migrates from or
-into (ZooKeeper, etcd, Oxia)."""
+into (ZooKeeper, etcd, Oxia); on replicated stores (``--replicas`` > 1) a seed also draws a leader
+killed and an agent cut off from its stores (``REPLICATED``)."""
 
 from __future__ import annotations
 
@@ -23,9 +24,12 @@ from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable
 from metashift.stores.aio import wait_event
 from metashift_lab.agents import AgentProcess
+from metashift_lab.netns import IsolatedNode
+from metashift_lab.netproxy import BLACKHOLE, PASS
+from metashift_lab.replicated import ReplicatedStore
 
 from .history import WRITE, History
-from .servers import LocalServer
+from .servers import StoreServer
 
 #: Every fault the chaos run knows.
 FAULTS = (
@@ -46,6 +50,13 @@ ASKED_ONLY = (
     "target-restart",  # the target's server stopped, down `duration` seconds, started again
     "source-stall",  # SIGSTOP of the source's server for `duration` seconds
 )
+#: Faults of replicated stores: drawn from a seed only on them (``--replicas`` > 1), so that the
+#: seeds of single servers replay the same plan; asked for (``--fault``) only there too.
+REPLICATED = (
+    "kill-source-leader",  # SIGKILL of the source's leader (Oxia: of the shard of a register), back after `duration`
+    "kill-target-leader",  # the same, to the target's leader
+    "partition-agent",  # one agent's links to both stores blackholed for `duration` (a node of its own: netns)
+)
 #: Earlier names of faults (older benchmark tables, docs/benchmarks.md, use them).
 RENAMED = {"zk-restart": "source-restart", "etcd-stall": "target-stall"}
 PHASES = (Phase.SYNCING.value, Phase.PREPARATION.value, Phase.COPYING.value)
@@ -53,7 +64,9 @@ PHASES = (Phase.SYNCING.value, Phase.PREPARATION.value, Phase.COPYING.value)
 DELAYS = {Phase.SYNCING.value: (0.0, 8.0), Phase.PREPARATION.value: (0.0, 0.1), Phase.COPYING.value: (0.0, 0.05)}
 #: How long a stop, a stall or an outage lasts (seconds, drawn uniformly).
 DURATIONS = {"stop-agent": (1.0, 8.0), "stop-coordinator": (1.0, 8.0), "source-restart": (0.0, 4.0),
-             "target-stall": (2.0, 15.0), "target-restart": (0.0, 4.0), "source-stall": (2.0, 15.0)}  # fmt: skip
+             "target-stall": (2.0, 15.0), "target-restart": (0.0, 4.0), "source-stall": (2.0, 15.0),
+             "kill-source-leader": (0.0, 8.0), "kill-target-leader": (0.0, 8.0),
+             "partition-agent": (1.0, 12.0)}  # fmt: skip
 #: How often the injector reads the flag while it waits for its phase, besides when the flag's
 #: notification comes.
 POLL = 0.25
@@ -75,20 +88,30 @@ class FaultPlan:
     """COPYING carried by a Spark pass (``coordinator.spark_delta_threshold = 0``): it then lasts
     seconds (and so does the freeze); otherwise the freeze's delta goes through the store layer
     in tens of milliseconds, and the fault comes on the flag's notification."""
+    replicas: int = 1
+    """Members of each store (1: single servers; above, ``REPLICATED``'s faults are drawn too)."""
 
     @classmethod
     def draw(cls, seed: int, fault: str | None = None, phase: str | None = None,
-             spark_in_freeze: bool = False) -> FaultPlan:  # fmt: skip
+             spark_in_freeze: bool = False, replicas: int = 1) -> FaultPlan:  # fmt: skip
         rng = random.Random(seed)
-        fault = RENAMED.get(fault or "", fault) or rng.choice(FAULTS[1:])
+        fault = RENAMED.get(fault or "", fault)
+        if not fault:
+            # single servers: the draw of every earlier chaos run. Replicated stores: half the runs a
+            # fault of theirs (what the run is for), half one of the others
+            replicated = replicas > 1 and rng.random() < 0.5
+            fault = rng.choice(REPLICATED if replicated else FAULTS[1:])
         phase = phase or rng.choice(PHASES)
-        if fault not in FAULTS + ASKED_ONLY:
-            raise ValueError(f"unknown fault {fault!r}: one of {', '.join(FAULTS + ASKED_ONLY)}")
+        known = FAULTS + ASKED_ONLY + REPLICATED
+        if fault not in known:
+            raise ValueError(f"unknown fault {fault!r}: one of {', '.join(known)}")
+        if fault in REPLICATED and replicas == 1:
+            raise ValueError(f"{fault} is a fault of replicated stores: it needs --replicas 3 (or more)")
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}: one of {', '.join(PHASES)}")
         delay = round(rng.uniform(*DELAYS[phase]), 3)
         duration = round(rng.uniform(*DURATIONS.get(fault, (0.0, 0.0))), 2)
-        return cls(seed, fault, phase, delay, duration, rng.randrange(1000), spark_in_freeze)
+        return cls(seed, fault, phase, delay, duration, rng.randrange(1000), spark_in_freeze, replicas)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,9 +121,13 @@ class FaultTarget(Protocol):
     """What a fault strikes, and what the injector reads and tells (the chaos run's sandbox)."""
 
     source: MetadataStore | None
-    source_server: LocalServer | None
-    target_server: LocalServer | None
+    source_server: StoreServer | None
+    target_server: StoreServer | None
     agents: list[AgentProcess]
+    node: IsolatedNode | None
+    """The node of its own one agent runs on (``partition-agent``), else ``None``."""
+    isolated: str
+    """That agent's node id."""
     server_thread: ThreadPoolExecutor
     """The thread that starts the servers (a server dies with the thread that started it)."""
     history: History
@@ -131,6 +158,9 @@ class FaultInjector:
     """The phase the fault actually came in (``missed`` when the migration ended before it)."""
     victim: str = ""
     bypass_acked: dict[str, bytes] = field(default_factory=dict)
+    election_s: float | None = None
+    """A leader killed: seconds from the SIGKILL until the store named a new leader and every
+    running member served (``ReplicatedStore.wait_leader``)."""
     started: float = 0.0
     ended: float = 0.0
     _resume: list[Any] = field(default_factory=list)
@@ -219,7 +249,46 @@ class FaultInjector:
     async def _target_stall(self) -> None:
         await self._stall(self.sandbox.target_server)
 
-    async def _restart(self, server: LocalServer | None) -> None:
+    async def _kill_source_leader(self) -> None:
+        await self._kill_leader(self.sandbox.source_server)
+
+    async def _kill_target_leader(self) -> None:
+        await self._kill_leader(self.sandbox.target_server)
+
+    async def _kill_leader(self, server: StoreServer | None) -> None:
+        """SIGKILL of ``server``'s leader (Oxia: of the shard holding a register the run writes),
+        the election timed, the member started again ``duration`` seconds after the kill."""
+        assert isinstance(server, ReplicatedStore), "a leader kill needs a replicated store (--replicas)"
+        key = self.sandbox.register_keys[self.plan.victim % len(self.sandbox.register_keys)]
+        loop = asyncio.get_running_loop()
+        lost = await asyncio.to_thread(server.kill_leader, key)
+        killed = time.monotonic()
+        self.victim = server.members[lost].name
+        say(f"SIGKILL to {self.victim}, the leader of {server.kind} (for {key}), back in {self.plan.duration:g}s")
+        try:
+            elected = await asyncio.to_thread(server.wait_leader, key, other_than=lost)
+            self.election_s = round(time.monotonic() - killed, 3)
+            say(f"{server.kind}: {server.members[elected].name} leads, {self.election_s:.2f}s after the kill")
+            await asyncio.sleep(max(0.0, killed + self.plan.duration - time.monotonic()))
+        finally:
+            # in the sandbox's server thread: a server dies with the thread that started it
+            await loop.run_in_executor(self.sandbox.server_thread, server.restart, lost)
+
+    async def _partition_agent(self) -> None:
+        """Every link of the agent on a node of its own to its stores blackholed (nothing goes
+        through, nothing is reset) for ``duration``, then healed; the others keep theirs."""
+        node = self.sandbox.node
+        assert node is not None, "partition-agent runs an agent on a node of its own from the start"
+        self.victim = self.sandbox.isolated
+        say(f"agent {self.victim} cut off from its stores (blackhole) for {self.plan.duration:g}s")
+        await asyncio.to_thread(node.set, BLACKHOLE)
+        try:
+            await asyncio.sleep(self.plan.duration)
+        finally:
+            await asyncio.to_thread(node.set, PASS)
+            say(f"agent {self.victim}: links healed")
+
+    async def _restart(self, server: StoreServer | None) -> None:
         """``server`` stopped (SIGTERM), down ``duration`` seconds, started again on its port and data."""
         assert server is not None
         say(f"{server.name} stopped for {self.plan.duration:g}s")
@@ -230,8 +299,17 @@ class FaultInjector:
         await asyncio.sleep(self.plan.duration)
         await loop.run_in_executor(self.sandbox.server_thread, server.start)
 
-    async def _stall(self, server: LocalServer | None) -> None:
-        """``server`` stopped by SIGSTOP (connections stay open, nothing answers) for ``duration``."""
+    async def _stall(self, server: StoreServer | None) -> None:
+        """``server`` stopped by SIGSTOP (connections stay open, nothing answers) for ``duration``
+        (a replicated store: every member)."""
+        if isinstance(server, ReplicatedStore):
+            say(f"SIGSTOP to every member of {server.name} for {self.plan.duration:g}s")
+            server.pause()
+            try:
+                await asyncio.sleep(self.plan.duration)
+            finally:
+                server.resume()
+            return
         assert server is not None and server.process is not None
         process = server.process
         say(f"SIGSTOP to {server.name} (pid {process.pid}) for {self.plan.duration:g}s")

@@ -53,6 +53,9 @@ class Options:
     pulsar_version: str | None = None
     """With ``pulsar``: the release to run (``metashift_lab.pulsar_cluster.release.RELEASES``; the LTS
     line's by default)."""
+    replicas: int = 1
+    """Members of each store: 1 (a single server), or an odd number above (a ZooKeeper ensemble, an
+    etcd cluster, an Oxia cluster of that many data servers)."""
     forget: str | None = None
     """With ``adopt``: the member left on the store at first (named by the check, refused by
     ``start``, failing ``start --force``), restarted onto its agent after."""

@@ -56,6 +56,8 @@ class SandboxReport:
     source: str = "zk"
     target: str = "etcd"
     """The store kinds migrated from and into (``zk``, ``etcd``, ``oxia``)."""
+    replicas: int = 1
+    """Members of each store (1: single servers)."""
     nodes: int = 0
     """Persistent nodes of the generated Pulsar tree."""
     copied_nodes: int = 0
@@ -118,6 +120,7 @@ class SandboxReport:
             "brokers": self.brokers,
             "bookies": self.bookies,
             "clients": self.clients,
+            "replicas": self.replicas,
             # the simulated clients' (a --pulsar run has none: Pulsar's own speak ZooKeeper's protocol)
             **({"client_protocol": self.client_protocol, "source": self.source, "target": self.target}
                if self.pulsar is None else {}),

@@ -36,7 +36,7 @@ from .beside_copy import copy_beside
 from .clients import WRITER_ROOT, SimClient, carried, missing
 from .options import Options, generate_progress, progress_line, say
 from .report import SandboxReport, percentiles, split_timings
-from .servers import STORE_NAMES, LocalServer, local_server
+from .servers import STORE_NAMES, StoreServer, local_server, store_server
 
 #: How often the flag is read while following the migration.
 FOLLOW_SECONDS = 0.25
@@ -70,10 +70,10 @@ class Sandbox:
         self.options = options
         self.report = SandboxReport(topics=options.topics, brokers=options.brokers, bookies=options.bookies,
                                     client_protocol=options.client_protocol, source=options.source,
-                                    target=options.target)  # fmt: skip
+                                    target=options.target, replicas=options.replicas)  # fmt: skip
         self.work_dir: Path | None = None
-        self.source_server: LocalServer | None = None
-        self.target_server: LocalServer | None = None
+        self.source_server: StoreServer | None = None
+        self.target_server: StoreServer | None = None
         self.source_name = STORE_NAMES[options.source]
         self.target_name = STORE_NAMES[options.target]
         self.source: MetadataStore | None = None
@@ -112,8 +112,8 @@ class Sandbox:
         self.work_dir = Path(tempfile.mkdtemp(prefix="metashift-sandbox-"))
         r.work_dir = str(self.work_dir)
         say(f"work directory {self.work_dir}")
-        self.source_server = local_server(o.source, self.work_dir / f"source-{o.source}", o.topics)
-        self.target_server = local_server(o.target, self.work_dir / f"target-{o.target}", o.topics)
+        self.source_server = store_server(o.source, self.work_dir / f"source-{o.source}", o.topics, o.replicas)
+        self.target_server = store_server(o.target, self.work_dir / f"target-{o.target}", o.topics, o.replicas)
         # in this (the main) thread: the servers die with the thread that started them
         self.source_server.start()
         self.target_server.start()
@@ -163,6 +163,10 @@ class Sandbox:
             zk_listen=f"127.0.0.1:{free_port()}" if o.client_protocol == "zookeeper" else None,
         )  # fmt: skip
 
+    def _zookeeper_front(self, agent: AgentProcess) -> str | None:
+        """Where a client reaches ``agent``'s ZooKeeper front (``None``: it serves none)."""
+        return agent.zk_listen
+
     def _make_clients(self) -> list[SimClient]:
         owned = iter(bundles(self.options.topics))
         clients = []
@@ -178,7 +182,8 @@ class Sandbox:
                 if agent.role == "broker" and (bundle := next(owned, None)) is not None:
                     ephemerals[bundle] = json.dumps({"nativeUrl": f"pulsar://{agent.node_id}:6650"}).encode()
                 clients.append(SimClient(name, agent.node_id, agent.role, agent.address, ephemerals,
-                                         write_timeout=self.options.hold_timeout, zookeeper=agent.zk_listen))
+                                         write_timeout=self.options.hold_timeout,
+                                         zookeeper=self._zookeeper_front(agent)))  # fmt: skip
         return clients
 
     async def _migrate(self, home: MetadataStore | None = None, target_url: str | None = None,
