@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -24,7 +26,7 @@ from metashift.stores import MetadataStoreError, Store, open_store
 from metashift_lab.agents import AgentProcess
 from metashift_lab.linearizability.checker import check
 from metashift_lab.replicated import ReplicatedStore
-from metashift_lab.sandbox.chaos import gate_intervals, longest_freeze
+from metashift_lab.sandbox.chaos import longest_freeze
 from metashift_lab.sandbox.history import READ, History
 from metashift_lab.sandbox.registers import REGISTER_ROOT, RegisterClient, register_paths
 from metashift_lab.sandbox.zk_registers import ZkRegisterClient
@@ -51,7 +53,7 @@ class Kill:
     """One leader SIGKILLed: where, when, and the election after it."""
 
     phase: str
-    """The phase the flag was in when the leader died (read after the kill: the kill landed there)."""
+    """The phase the flag was in when the leader died (held there; checked after the election)."""
     side: str
     """``source`` or ``target``."""
     kind: str
@@ -62,6 +64,20 @@ class Kill:
     def line(self) -> str:
         return (f"{self.side} ({self.kind}) leader, member {self.election.lost}, killed in {self.phase}: member "
                 f"{self.election.elected} led and every member served {self.election.seconds:.2f}s later")
+
+
+@dataclass
+class Killed:
+    """A leader just SIGKILLed, its successor not awaited yet."""
+
+    phase: Phase
+    side: str
+    store: ReplicatedStore
+    path: str
+    lost: int
+    at: float
+    started: float
+    """``time.monotonic()`` at the kill."""
 
 
 @dataclass
@@ -160,23 +176,31 @@ class LeaderLossRun:
     # ---- kills ----------------------------------------------------------------------------------
 
     async def kill_leader(self, side: str, path: str, phase: Phase, then: Callable[[], None] | None = None) -> Kill:
+        """``kill``, then ``elected``."""
+        return await self.elected(await self.kill(side, path, phase, then))
+
+    async def kill(self, side: str, path: str, phase: Phase, then: Callable[[], None] | None = None) -> Killed:
         """SIGKILL the leader of ``side``'s store (for ``path``'s shard on Oxia) while the flag is in
-        ``phase`` (the caller holds it there), call ``then`` right after the kill, and wait (bounded)
-        for the next leader. The flag read after the election must still be in ``phase`` or have
-        left it after the kill: the kill landed in ``phase``."""
+        ``phase`` (the caller holds it there), and call ``then`` right after."""
         store = self.source if side == "source" else self.target
-        loop = asyncio.get_running_loop()
-        at = time.time()
-        started = time.monotonic()
-        lost = await loop.run_in_executor(SERVERS, store.kill_leader, path)
+        at, started = time.time(), time.monotonic()
+        lost = await asyncio.get_running_loop().run_in_executor(SERVERS, store.kill_leader, path)
         if then is not None:
             then()
         self.restored.append((store, lost))
-        elected = await loop.run_in_executor(SERVERS, lambda: store.wait_leader(path, other_than=lost))
-        kill = Kill(phase.value, side, store.kind, Election(lost, elected, time.monotonic() - started), at)
+        return Killed(phase, side, store, path, lost, at, started)
+
+    async def elected(self, killed: Killed) -> Kill:
+        """Wait (bounded) for the store's next leader, every running member serving. The flag read
+        then must still be in the kill's phase or have left it after the kill: it landed there."""
+        store = killed.store
+        elected = await asyncio.get_running_loop().run_in_executor(
+            SERVERS, lambda: store.wait_leader(killed.path, other_than=killed.lost))
+        election = Election(killed.lost, elected, time.monotonic() - killed.started)
+        kill = Kill(killed.phase.value, killed.side, store.kind, election, killed.at)
         flag = await self._flag_now()
-        assert flag is not None and (flag.phase is phase or flag.phase_since >= at * 1000), (
-            f"the {side}'s leader was to die in {phase.value}, but the flag had left it before: {flag}")
+        assert flag is not None and (flag.phase is killed.phase or flag.phase_since >= killed.at * 1000), (
+            f"the {killed.side}'s leader was to die in {killed.phase.value}, but the flag had left it before: {flag}")
         self.kills.append(kill)
         print(f"leader loss: {kill.line()}", flush=True)
         return kill
@@ -240,10 +264,17 @@ class LeaderLossRun:
     def verdict(self) -> Any:
         return check(self.history.ops)
 
-    def freezes(self) -> tuple[float | None, list[tuple[float, float]]]:
-        """The longest stretch some agent's write gate was closed (s), and every closed interval."""
-        intervals = gate_intervals([a.log_path.read_text() for a in self.processes])
-        return longest_freeze(intervals), intervals
+    def freezes(self) -> tuple[float | None, list[tuple[float, float]], list[tuple[float, float]]]:
+        """The longest freeze (s: the union of the agents' gates closed by a migration's
+        PREPARATION, until they opened), every freeze interval, and every other stretch a gate was
+        closed (an agent's lease: no heartbeat got through while the source elected)."""
+        freezes: list[tuple[float, float]] = []
+        holds: list[tuple[float, float]] = []
+        for agent in self.processes:
+            frozen, held = _gate_closures(agent.log_path.read_text())
+            freezes += frozen
+            holds += held
+        return longest_freeze(freezes), freezes, holds
 
     def logs(self, chars: int = 3000) -> str:
         return "\n".join(f"--- {a.node_id}\n{a.log_tail(chars)}" for a in self.processes)
@@ -255,6 +286,31 @@ class LeaderLossRun:
             z.abandon()
         await asyncio.gather(*(g.abandon() for g in self.registers), return_exceptions=True)
         await self.cluster.close()
+
+
+def _gate_closures(log: str) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+    """An agent's JSON log's write-gate-closed intervals (wall clock, s): those begun in a frozen
+    phase (PREPARATION, COPYING: the freeze), and the others (``gate_intervals``' ends)."""
+    frozen: list[tuple[float, float]] = []
+    held: list[tuple[float, float]] = []
+    phase, closed, in_freeze, last = "", None, False, 0.0
+    for line in log.splitlines():
+        try:
+            entry = json.loads(line)
+            ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
+        except (ValueError, KeyError, TypeError):
+            continue
+        last, msg = ts, str(entry.get("msg", ""))
+        if msg.startswith("migration phase "):
+            phase = msg.split()[2]
+        elif msg.startswith("write gate closed") and closed is None:
+            closed, in_freeze = ts, phase in (Phase.PREPARATION.value, Phase.COPYING.value)
+        elif closed is not None and msg.startswith(("write gate open", "migration completed", "migration rolled back")):
+            (frozen if in_freeze else held).append((closed, ts))
+            closed = None
+    if closed is not None:
+        (frozen if in_freeze else held).append((closed, last))
+    return frozen, held
 
 
 def with_timeout(url: str) -> str:
