@@ -298,8 +298,12 @@ class OxiaConnection:
             self._channels[target] = got
         return got
 
-    def stub(self, shard: Shard) -> Any:
-        """The stub of ``shard``'s leader."""
+    def stub(self, shard: Shard, path: str | None = None) -> Any:
+        """The stub of ``shard``'s leader; ``StoreUnavailable`` while the assignments name none
+        (the shard elects one after its leader's loss: gRPC made a channel to '' and failed the
+        call as UNKNOWN, a plain error where a retry is due, logging its resolver's complaint)."""
+        if not shard.leader:
+            raise StoreUnavailable(f"oxia: shard {shard.id} has no leader now (one is being elected)", path)
         return self._channel(shard.leader)[1]
 
     async def call(self, path: str | None, fn: Callable[[], Awaitable[T]]) -> T:
@@ -328,14 +332,14 @@ class OxiaConnection:
 
     async def unary(self, path: str | None, method: str, shard: Shard, request: Any) -> Any:
         """One unary call (``Write``, ``CreateSession``, ...) to ``shard``'s leader."""
-        stub = self.stub(shard)
+        stub = self.stub(shard, path)
         return await self.call(
             path, lambda: getattr(stub, method)(request, timeout=self.timeout, metadata=self.metadata))
 
     async def streamed(self, path: str | None, method: str, shard: Shard, request: Any) -> list[Any]:
         """Every answer of a server-streaming call (``Read``, ``List``, ``RangeScan``). A listing
         or a scan may be long: it gets ``LISTING_TIMEOUTS`` times the call timeout."""
-        stub = self.stub(shard)
+        stub = self.stub(shard, path)
         timeout = self.timeout * (1 if method == "Read" else LISTING_TIMEOUTS)
 
         async def run() -> list[Any]:

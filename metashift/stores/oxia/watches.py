@@ -115,6 +115,10 @@ class Notifications:
             request = pb.NotificationsRequest(shard=shard_id)
             if offset is not None:
                 request.start_offset_exclusive = offset
+            if not shard.leader:  # being elected: the next assignments name the new leader
+                conn.liveness.down(("notifications", shard_id))
+                await asyncio.sleep(0.5)
+                continue
             call = open_stream(conn.stub(shard).GetNotifications, request, metadata=conn.metadata)
             calls[shard_id] = call
             probe = None if offset is None else asyncio.ensure_future(self._probe(shard, call))
