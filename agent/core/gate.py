@@ -255,8 +255,14 @@ class WriteGate:
         return self.router.active
 
     def leave(self) -> None:
-        """The end of a write that ``try_enter`` admitted."""
+        """The end of a write that ``try_enter`` admitted (its caller then asks ``lease_holds``
+        before it tells the write's success)."""
         self._leave()
+
+    def lease_holds(self) -> bool:
+        """Whether a write that has just succeeded may be told so: the lease still holds (``run``
+        and ``write`` ask themselves). False also tells the fence's owner (``on_lapse``)."""
+        return self._leased()
 
     def _enter(self) -> None:
         self._in_flight += 1

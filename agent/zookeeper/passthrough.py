@@ -248,6 +248,12 @@ class PassThroughBackend:
                 kept = on_ok(body)
                 if kept is None:
                     return
+                if not self.gate.lease_holds():
+                    # as on the gate's own paths: the heartbeat lapsed while the write ran, so a
+                    # migration may have gone on without this agent and the write landed in the
+                    # store the cluster left; its outcome is unknown to the client, never a success
+                    answer(self._reply(xid, Err.CONNECTIONLOSS))
+                    return
                 body = kept
             answer(self._reply(xid, err, body))
 
