@@ -323,7 +323,10 @@ async def open_lives(url: str) -> Store:
 
 
 async def wait_acknowledged(run: LeaderLossRun, epoch: int, count: int) -> None:
+    """Until ``count`` participants acknowledged ``epoch``, or the flag left PREPARATION (failed)."""
     async def enough() -> bool:
-        return await run.acknowledged(epoch) >= count
+        status = await run.cluster.status()
+        acked = sum(1 for p in status["participants"] if p["acknowledged"] == epoch)
+        return acked >= count or status["phase"] != Phase.PREPARATION.value or status["epoch"] != epoch
 
     await eventually(enough, within=120, what=f"{count} acknowledgements of epoch {epoch}")
