@@ -14,6 +14,9 @@ Python ``pulsar-client``. Used by ``metashift sandbox --pulsar`` and by the Puls
   properties, broker.conf keys, the bookie URI's options), and stores a caller made
 - ``secured_stores``: a ZooKeeper with TLS and SASL DIGEST-MD5, an Oxia with TLS and OIDC tokens,
   and the members' settings for each (``tests/test_pulsar_secured.py``)
+- ``replicated``: a ZooKeeper ensemble and an Oxia cluster of three, a store's leader killed in a
+  migration's phase, each migration's freeze; what Pulsar's own URLs of them take
+  (``tests/test_pulsar_replicated.py``)
 - ``admin``: Pulsar's admin REST API, and ``pulsar-admin`` from the release
 - ``traffic``: producers and consumers that count every message
 - ``evidence``: what the brokers' logs and metrics say (ledger ids, sessions, metadata errors)
