@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import statistics
@@ -103,7 +104,7 @@ async def bench_store(kind: str, kills: int) -> Run:
                 lost = cluster.kill_leader(NODE)
                 elected = await asyncio.to_thread(cluster.wait_leader, NODE, other_than=lost)
                 election = time.monotonic() - killed
-                await _until(lambda at=killed: writer.first_ack_after(at) is not None, RECOVERY_LIMIT)
+                await _until(functools.partial(_acked_after, writer, killed), RECOVERY_LIMIT)
                 run.kills.append(Kill(lost, elected, election, writer.first_ack_after(killed),
                                       writer.failures - failures))
                 cluster.restart(lost)  # this thread: a member dies with the thread that started it
@@ -159,3 +160,8 @@ if __name__ == "__main__":
     from metashift.stores.aio import run_loop
 
     run_loop(main())
+
+
+def _acked_after(writer: Writer, at: float) -> bool:
+    """The writer had a write acknowledged after ``at``."""
+    return writer.first_ack_after(at) is not None
