@@ -37,6 +37,10 @@ to hide the handshakes behind). The load average is printed at the start and end
 from __future__ import annotations
 
 import os
+import sys
+
+if __package__ in (None, ""):  # run as a script: the repository root, so that ``bench`` imports
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from metashift import grpc_env
 
@@ -51,7 +55,6 @@ import json
 import secrets
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -61,7 +64,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from metashift.migration.flag import read_flag
+from bench.agent_members import drop_member, migration_ended, registered_member
 from metashift.migration.phase import Phase
 from metashift.stores import open_store
 from metashift_lab.agents import AgentProcess, freeze_window, start_agents, stop_agents
@@ -291,32 +294,6 @@ async def copy_part(lab: Lab, topics: int, rounds: int) -> dict[str, Any]:
 # ---- 2. a migration with agent processes, ZooKeeper -> etcd ---------------------------------------------------
 
 
-def _member(hosts: str, path: str) -> KazooClient:
-    """A kazoo client registered (an ephemeral node) as a broker or a bookie registers."""
-    client = KazooClient(hosts=hosts, timeout=30)
-    client.start(60)
-    client.create(path, b"{}", ephemeral=True, makepath=True)
-    return client
-
-
-def _drop(client: KazooClient) -> None:
-    with contextlib.suppress(Exception):
-        client.stop()
-        client.close()
-
-
-async def _completed(url: str, began: float) -> tuple[Phase, float]:
-    """Poll the flag in the source every 0.2 s until it is COMPLETED and released (or FAILED):
-    its phase and the seconds from ``began``."""
-    async with await open_store(url, watch=False, create_root=False) as store:
-        while time.monotonic() - began < MIGRATION_WITHIN:
-            flag = await read_flag(store)
-            if flag is not None and (flag.phase is Phase.FAILED or (flag.phase is Phase.COMPLETED and flag.released)):
-                return flag.phase, time.monotonic() - began
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"the migration did not complete within {MIGRATION_WITHIN:g}s")
-
-
 async def migrate(name: str, source_url: str, target_url: str, work: Path, topics: int,
                   target_settings: dict[str, Any]) -> dict[str, Any]:
     """One migration of the tree with two agents and their members: its times."""
@@ -332,7 +309,7 @@ async def migrate(name: str, source_url: str, target_url: str, work: Path, topic
         await start_agents(agents)
         for agent in agents:
             assert agent.zk_listen is not None
-            members.append(await asyncio.to_thread(_member, agent.zk_listen, REGISTRATIONS[agent.node_id]))
+            members.append(await asyncio.to_thread(registered_member, agent.zk_listen, REGISTRATIONS[agent.node_id]))
         print(f"# migration {name}: {nodes} nodes, migrate start", file=sys.stderr, flush=True)
         began = time.monotonic()
         started = await asyncio.to_thread(run_cli_sync, "migrate", "start", "--source", source_url, "--target",
@@ -340,7 +317,7 @@ async def migrate(name: str, source_url: str, target_url: str, work: Path, topic
         start_s = time.monotonic() - began
         if started.returncode != 0:
             raise RuntimeError(f"migrate start ({name}) exited {started.returncode}: {_last_line(started.stderr)}")
-        phase, took = await _completed(source_url, began)
+        phase, took = await migration_ended(source_url, began, MIGRATION_WITHIN)
         if phase is not Phase.COMPLETED:
             raise RuntimeError(f"the {name} migration FAILED; agents' logs in {work}")
         status_run = await asyncio.to_thread(run_cli_sync, "migrate", "status", "--source", source_url, "--json",
@@ -354,7 +331,7 @@ async def migrate(name: str, source_url: str, target_url: str, work: Path, topic
                 "elapsed_s": status.get("elapsed_s"), "passes": passes}
     finally:
         for member in members:
-            await asyncio.to_thread(_drop, member)
+            await asyncio.to_thread(drop_member, member)
         await stop_agents(agents)
 
 

@@ -56,7 +56,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
-from metashift.migration.flag import read_flag
+from bench.agent_members import drop_member, migration_ended, registered_member
 from metashift.migration.phase import Phase
 from metashift.stores import open_store
 from metashift_lab.agents import AgentProcess, freeze_window, start_agents, stop_agents
@@ -109,29 +109,6 @@ class _Writer:
             n += 1
 
 
-def _member(hosts: str, path: str) -> KazooClient:
-    client = KazooClient(hosts=hosts, timeout=30)
-    client.start(60)
-    client.create(path, b"{}", ephemeral=True, makepath=True)
-    return client
-
-
-def _drop(client: KazooClient) -> None:
-    with contextlib.suppress(Exception):
-        client.stop()
-        client.close()
-
-
-async def _completed(url: str, began: float) -> Phase:
-    async with await open_store(url, watch=False, create_root=False) as store:
-        while time.monotonic() - began < MIGRATION_WITHIN:
-            flag = await read_flag(store)
-            if flag is not None and (flag.phase is Phase.FAILED or (flag.phase is Phase.COMPLETED and flag.released)):
-                return flag.phase
-            await asyncio.sleep(0.2)
-    raise RuntimeError(f"the migration did not complete within {MIGRATION_WITHIN:g}s")
-
-
 async def migrate(setting: Setting, source_url: str, target_url: str, far: str, work: Path,
                   topics: int) -> dict[str, Any]:  # fmt: skip
     """One migration of a fresh tree with two agents and their writing members: its figures."""
@@ -157,7 +134,7 @@ async def migrate(setting: Setting, source_url: str, target_url: str, far: str, 
             assert agent.zk_listen is not None
             port = int(agent.zk_listen.rpartition(":")[2])
             hosts = node.expose(port) if node is not None else agent.zk_listen
-            client = await asyncio.to_thread(_member, hosts, REGISTRATIONS[agent.node_id])
+            client = await asyncio.to_thread(registered_member, hosts, REGISTRATIONS[agent.node_id])
             members.append(client)
             writers.append(_Writer(client, agent.node_id))
         for writer in writers:
@@ -168,7 +145,7 @@ async def migrate(setting: Setting, source_url: str, target_url: str, far: str, 
                                           target_url, timeout=600)
         if started.returncode != 0:
             raise RuntimeError(f"migrate start ({setting.name}) exited {started.returncode}: {started.stderr[-400:]}")
-        phase = await _completed(source_url, began)
+        phase, _ = await migration_ended(source_url, began, MIGRATION_WITHIN)
         took = time.monotonic() - began
         if phase is not Phase.COMPLETED:
             raise RuntimeError(f"the {setting.name} migration FAILED; agents' logs in {work}")
@@ -191,7 +168,7 @@ async def migrate(setting: Setting, source_url: str, target_url: str, far: str, 
             if writer.thread.is_alive():
                 await asyncio.to_thread(writer.thread.join, 90)
         for member in members:
-            await asyncio.to_thread(_drop, member)
+            await asyncio.to_thread(drop_member, member)
         await stop_agents(agents)
         if node is not None:
             node.stop()
