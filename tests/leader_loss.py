@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -23,7 +21,7 @@ from metashift.client import connect
 from metashift.migration.flag import MigrationFlag, read_flag
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStoreError, Store, open_store
-from metashift_lab.agents import AgentProcess
+from metashift_lab.agents import AgentProcess, log_entries
 from metashift_lab.linearizability.checker import check
 from metashift_lab.replicated import ReplicatedStore
 from metashift_lab.sandbox.chaos import longest_freeze
@@ -294,13 +292,8 @@ def _gate_closures(log: str) -> tuple[list[tuple[float, float]], list[tuple[floa
     frozen: list[tuple[float, float]] = []
     held: list[tuple[float, float]] = []
     phase, closed, in_freeze, last = "", None, False, 0.0
-    for line in log.splitlines():
-        try:
-            entry = json.loads(line)
-            ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
-        except (ValueError, KeyError, TypeError):
-            continue
-        last, msg = ts, str(entry.get("msg", ""))
+    for ts, msg in log_entries(log):
+        last = ts
         if msg.startswith("migration phase "):
             phase = msg.split()[2]
         elif msg.startswith("write gate closed") and closed is None:

@@ -194,24 +194,28 @@ async def stores() -> AsyncIterator[list[Store]]:
         await bounded_teardown(f"store {s.url}", s.close())
 
 
+async def _two_stores(url: str, stores: list[Store]) -> tuple[Store, Store]:
+    """Two stores opened on ``url`` (the one under test, and another to write beside it), closed
+    at the test's end."""
+    store = await open_store(url)
+    stores.append(store)
+    other = await open_store(url)
+    stores.append(other)
+    return store, other
+
+
 async def _loss_under_writes(kind: str, victim: str, cluster: ReplicatedStore, namespace: str,
                              stores: list[Store]) -> None:  # fmt: skip
     """The scenario of the module doc; ``victim``: ``connected`` or ``leader``."""
-    # a session timeout above what an election takes on a loaded machine (ZooKeeper's took 22 s
-    # on 2 cores at a load of 44): the loss must not cost the session
-    url = _url(cluster, namespace) + "?session_timeout=60"
+    order: list[int] | None = None
     if kind in ("etcd", "oxia"):
         # the store's first host: a follower to lose alone, or the leader it talks to (etcd: its
         # channel fails over and the cluster elects; Oxia: the assignments' host)
         leader = await asyncio.to_thread(cluster.leader, namespace + "/eph")
         order = sorted(range(len(cluster.members)), key=lambda i: (i == leader) == (victim == "connected"))
-        scheme, rest = url.split("://", 1)
-        hosts = ",".join(f"127.0.0.1:{cluster.members[i].port}" for i in order)
-        url = f"{scheme}://{hosts}/{rest.split('/', 1)[1]}"
-    store = await open_store(url)
-    stores.append(store)
-    other = await open_store(url)
-    stores.append(other)
+    # a session timeout above what an election takes on a loaded machine (ZooKeeper's took 22 s
+    # on 2 cores at a load of 44): the loss must not cost the session
+    store, other = await _two_stores(cluster.url_in(order) + namespace + "?session_timeout=60", stores)
     events: list[SessionEvent] = []
     store.add_session_listener(events.append)
     seen: list[Notification] = []
@@ -328,12 +332,11 @@ async def test_a_write_in_flight_when_its_member_dies_is_outcome_unknown(
     the caller gets an error whose ``write_may_have_happened`` is True (etcd, Oxia: that member
     leads); the store serves again after, with the node as the outcome allows."""
     cluster = request.getfixturevalue(CLUSTERS[kind])
-    url = _url(cluster, namespace)
+    order: list[int] | None = None
     if kind == "etcd":  # the store's channel on the leader
         leader = await asyncio.to_thread(cluster.leader)
-        scheme, rest = url.split("://", 1)
         order = [leader] + [i for i in range(len(cluster.members)) if i != leader]
-        url = f"{scheme}://{','.join(f'127.0.0.1:{cluster.members[i].port}' for i in order)}/{rest.split('/', 1)[1]}"
+    url = cluster.url_in(order) + namespace
     store = await open_store(url)
     stores.append(store)
     await store.put("/inflight", b"before", expected_version=-1)
@@ -407,11 +410,7 @@ async def test_an_etcd_failover_under_a_call_in_flight_and_a_live_watch(
     leader = await asyncio.to_thread(cluster.leader)
     follower = next(i for i in range(len(cluster.members)) if i != leader)
     order = [follower] + [i for i in range(len(cluster.members)) if i != follower]
-    url = f"etcd://{','.join(f'127.0.0.1:{cluster.members[i].port}' for i in order)}{namespace}"
-    store = await open_store(url)
-    stores.append(store)
-    other = await open_store(url)
-    stores.append(other)
+    store, other = await _two_stores(cluster.url_in(order) + namespace, stores)
     seen: list[Notification] = []
     store.add_listener(seen.append, under="/watched")
     await store.watch_ready()
@@ -447,11 +446,7 @@ async def test_an_etcd_watch_moved_to_a_member_that_was_behind(
     behind = next(i for i in range(len(cluster.members)) if i != leader)
     first = next(i for i in range(len(cluster.members)) if i != behind)
     order = [first, behind] + [i for i in range(len(cluster.members)) if i not in (first, behind)]
-    url = f"etcd://{','.join(f'127.0.0.1:{cluster.members[i].port}' for i in order)}{namespace}"
-    store = await open_store(url)
-    stores.append(store)
-    other = await open_store(url)
-    stores.append(other)
+    store, other = await _two_stores(cluster.url_in(order) + namespace, stores)
     seen: list[Notification] = []
     store.add_listener(seen.append, under="/behind")
     await store.watch_ready()

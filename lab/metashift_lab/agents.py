@@ -317,21 +317,28 @@ async def stop_agents(agents: list[AgentProcess], grace: float = STOP_GRACE) -> 
                 agent.signal(signal.SIGKILL)
 
 
+def log_entries(text: str) -> list[tuple[float, str]]:
+    """(wall clock in seconds, message) of each JSON line of an agent's log, in order; other lines
+    (a traceback, a JVM's) are skipped. The agent writes ``ts`` in UTC (``...Z``)."""
+    out = []
+    for line in text.splitlines():
+        try:
+            entry = json.loads(line)
+            ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
+                tzinfo=datetime.UTC).timestamp()
+        except (ValueError, KeyError, TypeError):
+            continue
+        out.append((ts, str(entry.get("msg", ""))))
+    return out
+
+
 def freeze_window(logs: list[str]) -> tuple[float, float] | None:
     """The freeze, wall clock in seconds: from the first "write gate closed" to the last "write
     gate open" in the agents' JSON logs (``None`` when no gate closed)."""
     closed: list[float] = []
     opened: list[float] = []
     for text in logs:
-        for line in text.splitlines():
-            if '"write gate ' not in line:
-                continue
-            try:
-                entry = json.loads(line)
-                ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
-            except (ValueError, KeyError, TypeError):
-                continue
-            msg = str(entry.get("msg", ""))
+        for ts, msg in log_entries(text):
             if msg.startswith("write gate closed"):
                 closed.append(ts)
             elif msg.startswith("write gate open"):

@@ -21,8 +21,6 @@ docs/operator-guide.md, "Pulsar's members on replicated stores".
 from __future__ import annotations
 
 import asyncio
-import datetime
-import json
 import re
 import time
 from collections.abc import Collection, Mapping
@@ -33,6 +31,7 @@ from typing import Any
 
 from metashift.migration.flag import read_flag
 from metashift.stores import MetadataStoreError, open_store
+from metashift_lab.agents import log_entries
 from metashift_lab.replicated import OxiaCluster, ReplicatedStore, ZooKeeperEnsemble
 
 from .access import MemberAccess, Server
@@ -154,20 +153,6 @@ class LeaderKiller:
             thread.shutdown(wait=True, cancel_futures=True)
 
 
-def _entries(text: str) -> list[tuple[float, str]]:
-    """(wall clock, message) of each JSON line of an agent's log."""
-    out = []
-    for line in text.splitlines():
-        try:
-            entry = json.loads(line)
-            ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-                tzinfo=datetime.UTC).timestamp()
-        except (ValueError, KeyError, TypeError):
-            continue
-        out.append((ts, str(entry.get("msg", ""))))
-    return out
-
-
 def epoch_freezes(logs: list[str]) -> dict[int, tuple[float, float]]:
     """Each migration's freeze (wall clock, by epoch) from the agents' JSON logs: from the first
     write gate closed at its PREPARATION (on any agent) to the last one opened again after it (its
@@ -176,7 +161,7 @@ def epoch_freezes(logs: list[str]) -> dict[int, tuple[float, float]]:
     closed: dict[int, float] = {}
     opened: dict[int, float] = {}
     for text in logs:
-        entries = _entries(text)
+        entries = log_entries(text)
         for i, (ts, msg) in enumerate(entries):
             found = _PHASE_LINE.match(msg)
             if found is None or found.group(1) != "PREPARATION":
@@ -196,6 +181,6 @@ def epoch_freezes(logs: list[str]) -> dict[int, tuple[float, float]]:
 def released_into_source(text: str) -> bool:
     """An agent's log says a failed migration rolled back and its gate opened towards the source
     after it (its held writes went on there)."""
-    entries = _entries(text)
+    entries = log_entries(text)
     back = next((i for i, (_, m) in enumerate(entries) if m.startswith("migration rolled back")), None)
     return back is not None and any(m.startswith("write gate open towards source") for _, m in entries[back - 1 :])

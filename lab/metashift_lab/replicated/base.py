@@ -8,6 +8,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Self
 
@@ -55,12 +56,23 @@ class ReplicatedStore:
     @property
     def url(self) -> str:
         """The store's URL, every member in it (``scheme://h1,h2,h3``)."""
+        return self.url_in()
+
+    def url_in(self, order: Sequence[int] | None = None) -> str:
+        """The store's URL naming its members in ``order`` (member indices; every member by index
+        when ``None``): a client tries the hosts in that order (etcd's first channel, Oxia's
+        first assignments)."""
         raise NotImplementedError
 
     @property
     def hosts(self) -> str:
         """Every member's client address, comma-separated (ZooKeeper's connect string)."""
-        return ",".join(f"127.0.0.1:{m.port}" for m in self.members)
+        return self.hosts_in()
+
+    def hosts_in(self, order: Sequence[int] | None = None) -> str:
+        """The client addresses of the members in ``order`` (every member when ``None``), comma-separated."""
+        indices = range(len(self.members)) if order is None else order
+        return ",".join(f"127.0.0.1:{self.members[i].port}" for i in indices)
 
     @property
     def name(self) -> str:

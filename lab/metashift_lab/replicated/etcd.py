@@ -7,6 +7,7 @@ import http.client
 import json
 import secrets
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 
 from metashift_lab.ports import free_port
@@ -86,9 +87,8 @@ class EtcdCluster(ReplicatedStore):
             member.peers = list(self.members)
             member.token = token
 
-    @property
-    def url(self) -> str:
-        return f"etcd://{self.hosts}"
+    def url_in(self, order: Sequence[int] | None = None) -> str:
+        return f"etcd://{self.hosts_in(order)}"
 
     def leader(self, path: str = "/") -> int:
         ids: dict[int, int] = {}

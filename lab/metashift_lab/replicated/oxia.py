@@ -4,6 +4,7 @@ shard has its own leader, told by the shard assignments every data server stream
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import grpc
@@ -73,9 +74,8 @@ class OxiaCluster(ReplicatedStore):
         self.coordinator = OxiaCoordinator(self.directory / "coordinator", list(self.members), shards,
                                            min(replication_factor, replicas))
 
-    @property
-    def url(self) -> str:
-        return f"oxia://{self.hosts}/{NAMESPACE}"
+    def url_in(self, order: Sequence[int] | None = None) -> str:
+        return f"oxia://{self.hosts_in(order)}/{NAMESPACE}"
 
     def start(self, timeout: float = ELECTION_LIMIT) -> None:
         """Start the data servers, then the coordinator; return once every running server tells

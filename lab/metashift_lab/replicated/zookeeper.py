@@ -5,6 +5,7 @@ client, quorum and election ports, its ``myid`` and data directory; the leader i
 from __future__ import annotations
 
 import socket
+from collections.abc import Sequence
 from pathlib import Path
 
 from metashift_lab.ports import free_port
@@ -94,9 +95,8 @@ class ZooKeeperEnsemble(ReplicatedStore):
         for member in self.members:
             member.peers = list(self.members)
 
-    @property
-    def url(self) -> str:
-        return f"zk://{self.hosts}"
+    def url_in(self, order: Sequence[int] | None = None) -> str:
+        return f"zk://{self.hosts_in(order)}"
 
     def leader(self, path: str = "/") -> int:
         for index, member in enumerate(self.members):

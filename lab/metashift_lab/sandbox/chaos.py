@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,7 +17,7 @@ from typing import Any
 from metashift.migration import paths
 from metashift.migration.phase import Phase
 from metashift.stores import MetadataStoreError, open_store
-from metashift_lab.agents import AgentProcess
+from metashift_lab.agents import AgentProcess, log_entries
 from metashift_lab.netns import IsolatedNode
 from metashift_lab.servers import free_port
 
@@ -45,14 +44,8 @@ def gate_intervals(logs: list[str]) -> list[tuple[float, float]]:
     for text in logs:
         closed: float | None = None
         last = 0.0
-        for line in text.splitlines():
-            try:
-                entry = json.loads(line)
-                ts = datetime.datetime.strptime(entry["ts"], "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
-            except (ValueError, KeyError, TypeError):
-                continue
+        for ts, msg in log_entries(text):
             last = ts
-            msg = str(entry.get("msg", ""))
             if msg.startswith("write gate closed") and closed is None:
                 closed = ts
             elif closed is not None and msg.startswith(("write gate open", "migration completed",
