@@ -78,6 +78,10 @@ class Writer:
         return next((acked - moment for sent, acked in self.acks if sent > moment), None)
 
 
+def _acked_after(writer: Writer, moment: float) -> bool:
+    return writer.first_ack_after(moment) is not None
+
+
 async def _until(check: Callable[[], bool], within: float) -> bool:
     deadline = time.monotonic() + within
     while not check():
