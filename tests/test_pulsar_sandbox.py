@@ -34,7 +34,7 @@ SANDBOX_FIELDS = {
     "tree_check", "topics", "brokers", "bookies", "clients", "nodes", "copied_nodes", "phases",
     "writes_acknowledged", "writes_lost", "lost", "writes_failed", "failures", "ephemerals", "ephemerals_carried",
     "ephemerals_missing", "write_hold_ms", "write_ms", "freeze_ms", "passes", "pass_timings", "lives_on",
-    "killed_agent", "seconds",
+    "killed_agent", "seconds", "replicas",
 }  # fmt: skip
 PULSAR_FIELDS = {
     "pulsar_version", "messages_published", "messages_acknowledged", "messages_received", "messages_lost",

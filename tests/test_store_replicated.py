@@ -398,6 +398,37 @@ async def test_a_zookeeper_session_remembers_the_last_zxid_of_every_answer(
     assert handle.last_zxid >= position, f"last zxid {handle.last_zxid:#x} before the forwarded create's {position:#x}"
 
 
+async def test_a_zookeeper_read_on_a_lagging_follower_sees_every_acknowledged_write(
+    zk_ensemble: ReplicatedStore, namespace: str, stores: list[Store]
+) -> None:
+    """ZooKeeper serves a read from the session's own server, which may not have applied a write
+    the leader acknowledged to another session yet. On an ensemble (the URL naming more than one
+    host, or ``sync_reads=true``) the store sends a ``sync`` ahead of each turn's reads, so that a
+    read reflects every write acknowledged before it was asked for: here the reader's server is
+    stopped (SIGSTOP) while another session's write is acknowledged by the other two, the read
+    is asked for, and the server is let go; the read must answer the acknowledged write."""
+    cluster = zk_ensemble
+    leader = await asyncio.to_thread(cluster.leader)
+    follower = next(i for i in range(len(cluster.members)) if i != leader)
+    writer = await open_store(cluster.url_in([leader]) + namespace)
+    stores.append(writer)
+    reader = await open_store(cluster.url_in([follower]) + namespace + "?sync_reads=true")
+    stores.append(reader)
+    for round_ in range(5):
+        path = f"/lagging-{round_}"
+        await writer.put(path, b"before", expected_version=-1)
+        assert (await reader.get(path))[0] == b"before"
+        cluster.members[follower].pause()
+        try:
+            stat = await writer.put(path, b"acknowledged")  # the leader and the other follower
+            read = asyncio.create_task(reader.get(path))
+            await asyncio.sleep(0.2)  # the read's request written to the stopped server's socket
+        finally:
+            cluster.members[follower].resume()
+        got = await asyncio.wait_for(read, 60)
+        assert got is not None and (got[0], got[1].version) == (b"acknowledged", stat.version), (round_, got)
+
+
 async def test_an_etcd_failover_under_a_call_in_flight_and_a_live_watch(
     etcd_cluster: ReplicatedStore, namespace: str, stores: list[Store]
 ) -> None:

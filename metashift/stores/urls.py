@@ -9,6 +9,8 @@ Options (query string):
   ``cert=PATH`` and ``key=PATH`` (a client certificate: mutual TLS, ZooKeeper's x509 auth)
 - zk: ``multi_read=false``: bulk reads (the copy, its verification) one request per node instead
   of ZooKeeper 3.6's multiRead (used by default when the server answers it).
+  ``sync_reads=true|false``: reads follow a ``sync`` (linearizable across sessions on an
+  ensemble; on by default when the URL names more than one host).
   ``sasl=DIGEST-MD5`` with ``user:password@`` or ``username=`` and ``password_file=PATH``;
   ``sasl=GSSAPI`` (Kerberos) with ``principal=NAME``, ``keytab=PATH`` (else the credential cache)
   and ``service=NAME`` (the server principal's first part, default ``zookeeper``). SASL completes
@@ -42,7 +44,7 @@ _CREDENTIAL_OPTIONS = {"username", "password_file"}
 #: ZooKeeper's SASL (``sasl`` names the mechanism).
 _SASL_OPTIONS = {"sasl", "principal", "keytab", "service"}
 _OPTIONS = {
-    "zk": _COMMON_OPTIONS | {"multi_read"} | _CREDENTIAL_OPTIONS | _SASL_OPTIONS,
+    "zk": _COMMON_OPTIONS | {"multi_read", "sync_reads"} | _CREDENTIAL_OPTIONS | _SASL_OPTIONS,
     "etcd": _COMMON_OPTIONS | _CREDENTIAL_OPTIONS,
     "oxia": _COMMON_OPTIONS | {"token", "token_file"},
 }
@@ -90,6 +92,16 @@ class StoreURL:
     def multi_read(self) -> bool:
         """ZooKeeper: bulk reads may use multiRead (when the server answers it)."""
         return self.options.get("multi_read", "true").lower() in _TRUE
+
+    @property
+    def sync_reads(self) -> bool:
+        """ZooKeeper: each turn's reads follow a ``sync`` sent in the same write, so that a read
+        reflects every write acknowledged before it was asked for, through any server of the
+        ensemble (ZooKeeper's reads are served by the server the session is on, which may lag
+        the leader: sequentially consistent per session, not linearizable across sessions).
+        On by default when the URL names more than one host (``sync_reads=false`` turns it off)."""
+        default = "true" if len(self.hosts) > 1 else "false"
+        return self.options.get("sync_reads", default).lower() in _TRUE
 
     @property
     def tls(self) -> bool:
@@ -379,7 +391,7 @@ def _check_options(scheme: str, options: dict[str, str]) -> None:
                 value = -1.0
             if not value > 0:
                 raise InvalidStoreURL(f"option {key} must be a positive number of seconds, not {options[key]!r}")
-    for key in ("tls", "multi_read"):
+    for key in ("tls", "multi_read", "sync_reads"):
         if key in options and options[key].lower() not in _TRUE | _FALSE:
             raise InvalidStoreURL(f"option {key} must be true or false, not {options[key]!r}")
     if "token" in options and "token_file" in options:

@@ -8,6 +8,11 @@ and the answer path the store needs (``ZKConnection``), and ``discard``.
   handed back as ZooKeeper sent them (``RawReply``).
 - Answers are read whole (one timer, none when the bytes are already buffered), and the common
   ones parsed by ``struct`` (``fast_reads``, ``fast_writes``, ``counter_bumps``).
+- With ``sync_xid`` (``StoreURL.sync_reads``: an ensemble), the reads of one turn follow a
+  ``sync`` queued in front of the first of them: the server holds a session's later requests
+  behind its sync, so that each read reflects every write acknowledged anywhere before it was
+  asked for, at the cost of the leader's round trip in its latency (no round trip more for the
+  caller: the sync and the reads go out in one write).
 - A connection that ends tells its session at once (aiozk waited for the next missed heartbeat).
 - With a TLS context (``tls``), the socket is TLS to the host as named (its certificate checked
   against that name), and aiozk's ``srvr`` probe on a connection of its own is skipped: a TLS
@@ -43,6 +48,14 @@ from .wire.jute import REPLY as REPLY_HEADER
 
 log = logging.getLogger(__name__)
 
+#: The requests that read (a sync goes in front of a turn's first: ``ZKConnection._sync_first``).
+_READS = frozenset({Op.GET_DATA, Op.EXISTS, Op.GET_CHILDREN, Op.GET_CHILDREN2, Op.MULTI_READ, Op.GET_ACL})
+
+
+def _ignore_outcome(f: asyncio.Future[Any]) -> None:
+    if not f.cancelled():
+        f.exception()
+
 
 class ZKConnection(Connection):
     """A connection that reports its own end instead of waiting for the next missed heartbeat,
@@ -60,10 +73,15 @@ class ZKConnection(Connection):
         on_watch_event: Callable[[Any], None],
         on_dropped: Callable[[ZKConnection], None],
         tls: ssl.SSLContext | None = None,
+        sync_xid: Callable[[], int] | None = None,
     ) -> None:
         super().__init__(host, port, watch_handler=on_watch_event, read_timeout=read_timeout)
         self._on_dropped = on_dropped
         self.tls = tls
+        self._sync_xid = sync_xid
+        """The session's next xid, for the sync in front of a turn's reads (``None``: no sync)."""
+        self._synced = False
+        """A sync is queued in this turn's write: the turn's later reads follow it."""
         self._out: list[bytes] = []
         #: xids of the forwarded requests (``forward.RawRequest``) awaiting their answer
         self._raw: set[int] = set()
@@ -86,6 +104,8 @@ class ZKConnection(Connection):
         """Send a request already in wire form; ``pending`` gets its ``RawReply`` (or the error
         that ended the connection) from the read loop."""
         payload = request.serialize(xid)
+        if request.opcode in _READS:
+            self._sync_first()
         self.opcode_xref[xid] = request.opcode
         self.pending[xid] = pending
         self._raw.add(xid)
@@ -99,6 +119,8 @@ class ZKConnection(Connection):
         if request.special_xid:
             xid = request.special_xid
         payload = request.serialize(xid)
+        if request.opcode in _READS:
+            self._sync_first()
         self.opcode_xref[xid] = request.opcode
         if xid in protocol.SPECIAL_XIDS:
             self.pending_specials[xid].append(f)
@@ -106,6 +128,20 @@ class ZKConnection(Connection):
             self.pending[xid] = f
         self._queue(payload)
         return f
+
+    def _sync_first(self) -> None:
+        """A sync queued ahead of this turn's first read (its xid the session's next: answers are
+        matched by xid, and the server answers a session's requests in the order they came)."""
+        if self._sync_xid is None or self._synced:
+            return
+        self._synced = True
+        xid = self._sync_xid()
+        f: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        f.add_done_callback(_ignore_outcome)  # the reads behind it fail the same way if it fails
+        request = protocol.SyncRequest(path="/")
+        self.opcode_xref[xid] = request.opcode
+        self.pending[xid] = f
+        self._queue(request.serialize(xid))
 
     def _queue(self, payload: bytes) -> None:
         """``payload`` framed, to go out with the others of this turn (the first schedules the write)."""
@@ -121,6 +157,7 @@ class ZKConnection(Connection):
 
     def _flush(self) -> None:
         out, self._out = self._out, []
+        self._synced = False
         if not out or self.writer is None:
             return
         try:

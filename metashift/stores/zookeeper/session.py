@@ -126,12 +126,15 @@ class ZKSession(Session):
         *,
         tls_context: ssl.SSLContext | None = None,
         sasl_mechanism: Callable[[str], sasl.Mechanism | None] | None = None,
+        sync_reads: bool = False,
     ) -> None:
         super().__init__(servers, timeout, RetryPolicy(), False, read_timeout)
         self.state = StateMachine(self, on_transition)
         self._auth = auth
         self._tls = tls_context
         self._sasl_mechanism = sasl_mechanism
+        self._sync_reads = sync_reads
+        """Reads follow a sync (``StoreURL.sync_reads``; ``ZKConnection``)."""
         """A connection's SASL mechanism, made for the host it reaches (``None``: no SASL)."""
         self._refused: asyncio.Future[str] | None = None
         self._refusal_logged: str | None = None
@@ -206,7 +209,8 @@ class ZKSession(Session):
         return self.xid
 
     async def make_connection(self, host: str, port: int) -> Any:
-        conn = ZKConnection(host, port, self.read_timeout, self.event_dispatch, self.connection_dropped, self._tls)
+        conn = ZKConnection(host, port, self.read_timeout, self.event_dispatch, self.connection_dropped, self._tls,
+                            self._next_xid if self._sync_reads else None)
         try:
             await asyncio.wait_for(conn.connect(), self.read_timeout)
         except Exception as e:  # refused, timed out, not a ZooKeeper, an untrusted certificate, ...

@@ -91,6 +91,7 @@ class ZooKeeperStore(BatchedStore, Store):
             # a lambda: the watches are made after the session they send their requests on
             lambda event: self._watches.deliver(event),
             tls_context=self._tls,
+            sync_reads=url.sync_reads,
             sasl_mechanism=(lambda host: sasl.mechanism(url, host)) if url.sasl else None,
         )
         self._watches = Watches(self._session, namespace, self._notify, watch, url.call_timeout)
