@@ -433,7 +433,8 @@ async def test_an_etcd_failover_under_a_call_in_flight_and_a_live_watch(
     etcd_cluster: ReplicatedStore, namespace: str, stores: list[Store]
 ) -> None:
     """The store fails over (``failover``, as its lease loop does when a refresh fails) while a
-    write waits on a stopped member and its watch stream is open: the write is outcome-unknown,
+    write waits on a stopped member and its watch stream is open: the write is outcome-unknown
+    (or acknowledged by the next member, had it not left yet),
     never a ``CancelledError`` out of the caller's await (grpc.aio raised one for each call its
     channel's close ended, which ended the caller's task), and the watch opens again on the new
     member and goes on (its loop ended on the same CancelledError: no notification ever after)."""
@@ -453,15 +454,49 @@ async def test_an_etcd_failover_under_a_call_in_flight_and_a_live_watch(
         await eventually(lambda: received_bytes(member.port) > waiting, within=30,
                          what="the write in the stopped member's receive queue")
         await store._conn.failover()  # type: ignore[attr-defined]
-        with pytest.raises(MetadataStoreError) as err:
+        try:
             await write
-        assert err.value.write_may_have_happened, repr(err.value)
+        except MetadataStoreError as e:
+            assert e.write_may_have_happened, repr(e)
+        else:
+            # the bytes seen were another call's (the lease's refresh, a ping): the write had not
+            # left, found its channel gone, and was sent to the next member (``never_sent``)
+            assert await other.get("/watched/in-flight") is not None
     finally:
         member.resume()
     assert store.url.hosts[store._conn.host_index][1] != member.port  # type: ignore[attr-defined]
     await other.put("/watched/after", b"y", expected_version=-1)
     await eventually(lambda: any(n.path == "/watched/after" and n.type is NotificationType.CREATED for n in seen),
                      within=30, what="the watch's notification after the failover")
+
+
+async def test_etcd_calls_go_on_to_the_next_member_when_theirs_is_gone(
+    etcd_cluster: ReplicatedStore, namespace: str, stores: list[Store]
+) -> None:
+    """The member the store's channel is on is SIGKILLed: the first write after it is
+    acknowledged or outcome-unknown (never a failure that says nothing was written), and every
+    read and write after that goes on to the next member that answers instead of failing with
+    the dead member's refusal (a member's loss is not the caller's error; a read changes nothing
+    wherever it got, and a call refused before it was sent applied nowhere)."""
+    cluster = etcd_cluster
+    leader = await asyncio.to_thread(cluster.leader)
+    order = [leader] + [i for i in range(len(cluster.members)) if i != leader]
+    store = await open_store(cluster.url_in(order) + namespace + "?session_timeout=60")
+    stores.append(store)
+    await store.put("/gone", b"before", expected_version=-1)
+    with members_restored(cluster):
+        cluster.members[leader].kill()
+        try:
+            await store.put("/gone", b"first")
+        except MetadataStoreError as e:
+            assert e.write_may_have_happened, repr(e)
+        for i in range(10):
+            got = await store.get("/gone")
+            assert got is not None, i
+            stat = await store.put("/gone", b"%d" % i)
+            again = await store.get("/gone")
+            assert again is not None and (again[0], again[1].version) == (b"%d" % i, stat.version), (i, again, stat)
+        assert store.url.hosts[store._conn.host_index][1] != cluster.members[leader].port  # type: ignore[attr-defined]
 
 
 async def test_an_etcd_watch_moved_to_a_member_that_was_behind(

@@ -53,6 +53,14 @@ def stale_token(details: str | None) -> bool:
     return any(s in (details or "") for s in _STALE_TOKEN)
 
 
+def never_sent(e: grpc.aio.AioRpcError) -> bool:
+    """gRPC found no connection to the host to send the call on (it refused it, or none could be
+    made): the call was not sent, so nothing of it applied."""
+    details = e.details() or ""
+    return e.code() is grpc.StatusCode.UNAVAILABLE and (
+        "failed to connect to all addresses" in details or "Connection refused" in details)
+
+
 def denied(details: str | None) -> bool:
     """etcd refused a call (or a watch) for the user's permissions (``etcdserver: permission
     denied``; ``auth: permission denied`` for what needs the root role)."""
@@ -89,6 +97,9 @@ class EtcdConnection:
         #: Held while authenticating again: the calls that found the token stale together wait for
         #: one new token (each Authenticate costs etcd a bcrypt of the password).
         self._auth_lock = asyncio.Lock()
+        #: Held while failing over: the calls (and the lease loop) that found the same member gone
+        #: wait for that one failover, then go to the new host.
+        self._failover_lock = asyncio.Lock()
 
     async def open(self, deadline: float) -> None:
         """Connect to the first host that answers, by ``deadline`` (the loop's clock). Hosts that
@@ -197,8 +208,15 @@ class EtcdConnection:
         self.watch = rpc.WatchStub(channel)
         self.maintenance = rpc.MaintenanceStub(channel)
 
-    async def failover(self) -> None:
-        """Switch to the next host that answers, when the URL names several."""
+    async def failover(self, away_from: grpc.aio.Channel | None = None) -> None:
+        """Switch to the next host that answers, when the URL names several; with ``away_from``,
+        only if the connection is still on that channel (one failover for the calls that found
+        the same member gone together)."""
+        async with self._failover_lock:
+            if away_from is None or self.channel is away_from:
+                await self._failover()
+
+    async def _failover(self) -> None:
         n = len(self.url.hosts)
         if n < 2 or self.closed:
             return
@@ -221,20 +239,27 @@ class EtcdConnection:
 
     # ---- calls ----------------------------------------------------------------------------------
 
-    async def call(self, path: str | None, fn: Callable[[Metadata], Awaitable[T]], *, closing: bool = False) -> T:
+    async def call(self, path: str | None, fn: Callable[[Metadata], Awaitable[T]], *, closing: bool = False,
+                   read_only: bool = False) -> T:
         """Run one RPC (``fn(metadata)``), translating gRPC errors; authenticates again and sends
-        it once more when etcd refused it for a stale token (``stale_token``). ``closing``: a call
+        it once more when etcd refused it for a stale token (``stale_token``). A call that found
+        its member gone (``never_sent``; any unavailable answer for a ``read_only`` one, which
+        changes nothing wherever it got) goes once more to the next member that answers, when
+        the URL names several: a member's loss is not the caller's error. ``closing``: a call
         the store's close makes, after the connection was marked closed (revoking its lease)."""
         if self.closed and not closing:
             raise StoreUnavailable("store is closed", path)
         for attempt in range(2):
-            used = self.metadata
+            used, channel = self.metadata, self.channel
             try:
                 response = await fn(used)
             except grpc.aio.AioRpcError as e:
                 if attempt == 0 and self.url.username is not None and stale_token(e.details()):
                     await self.reauthenticate(used)
                     continue
+                gone = never_sent(e) or (read_only and e.code() in _UNAVAILABLE_CODES)
+                if attempt == 0 and gone and await self._moved_from(channel):
+                    continue  # refused before it was sent: nothing applied, safe to send again
                 raise self._translate(e, path) from None
             except asyncio.CancelledError:
                 if cancelled_by_caller():
@@ -251,9 +276,17 @@ class EtcdConnection:
             return response
         raise AssertionError("unreachable")
 
+    async def _moved_from(self, channel: grpc.aio.Channel | None) -> bool:
+        """The connection is on another host than ``channel``'s now: failed over by this call (a
+        member that refuses connections, the URL naming others) or by another meanwhile."""
+        if len(self.url.hosts) < 2 or self.closed or channel is None:
+            return False
+        await self.failover(away_from=channel)
+        return self.channel is not channel and self.channel is not None
+
     async def range(self, path: str | None, req: Any) -> Any:
         """One ``Range``."""
-        return await self.call(path, lambda md: self.kv.Range(req, timeout=self.timeout, metadata=md))
+        return await self.call(path, lambda md: self.kv.Range(req, timeout=self.timeout, metadata=md), read_only=True)
 
     async def put(self, path: str | None, req: Any) -> Any:
         """One ``Put``."""

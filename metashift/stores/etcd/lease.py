@@ -124,6 +124,7 @@ class SessionLease:
             else:
                 await asyncio.sleep(RETRY_SECONDS)
             conn.poke.clear()
+            channel = conn.channel
             try:
                 ttl = await self._keepalive_once() if self.id else 0
             except asyncio.CancelledError:
@@ -138,7 +139,7 @@ class SessionLease:
                 if not session_lost and now - last_ok > self.ttl:
                     session_lost = True
                     self._emit(SessionEvent.SESSION_LOST)
-                await conn.failover()
+                await conn.failover(away_from=channel)  # unless a call moved it meanwhile
                 continue
             except Exception:
                 log.exception("%s: lease keep-alive failed", conn.url)
