@@ -499,6 +499,31 @@ async def test_etcd_calls_go_on_to_the_next_member_when_theirs_is_gone(
         assert store.url.hosts[store._conn.host_index][1] != cluster.members[leader].port  # type: ignore[attr-defined]
 
 
+async def test_oxia_calls_wait_for_the_shards_next_leader(
+    oxia_cluster: ReplicatedStore, namespace: str, stores: list[Store]
+) -> None:
+    """The leader of a key's shard is SIGKILLed: the first write after it is acknowledged or
+    outcome-unknown, and the reads and writes after it wait for the shard's next leader (within
+    the call timeout) instead of failing while the coordinator elects one ("no leader", "node is
+    not leader", the dead leader's refusal are a pause, not the caller's error)."""
+    cluster = oxia_cluster
+    store = await open_store(cluster.url + namespace + "?session_timeout=60&timeout=30")
+    stores.append(store)
+    await store.put("/moved", b"before", expected_version=-1)
+    with members_restored(cluster):
+        lost = await asyncio.to_thread(cluster.kill_leader, namespace + "/moved")
+        try:
+            await store.put("/moved", b"first")
+        except MetadataStoreError as e:
+            assert e.write_may_have_happened, repr(e)
+        for i in range(10):
+            stat = await store.put("/moved", b"%d" % i)
+            got = await store.get("/moved")
+            assert got is not None and (got[0], got[1].version) == (b"%d" % i, stat.version), (i, got, stat)
+        elected = await asyncio.to_thread(cluster.leader, namespace + "/moved")
+        assert elected != lost, (lost, elected)
+
+
 async def test_an_etcd_watch_moved_to_a_member_that_was_behind(
     etcd_cluster: ReplicatedStore, namespace: str, stores: list[Store]
 ) -> None:

@@ -53,12 +53,33 @@ _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCE
 #: Oxia's reasons (``common/constant/errors.go``) that mean "try again": a leader moving, a shard
 #: being (re)assigned.
 _RETRYABLE_TEXT = ("not leader", "not initialized", "resource unavailable", "invalid status", "shard not found")
+#: Oxia's refusals of a call by a server that is not (or not yet) the shard's leader: nothing applied.
+_NOT_LEADER_TEXT = ("node is not leader", "not initialized")
+#: gRPC's words for a call it found no connection to send on: nothing sent.
+_NOT_SENT_TEXT = ("failed to connect to all addresses", "Connection refused")
 #: The address gRPC names in a connection failure ("ipv4:127.0.0.1:6648: Tls handshake failed").
 _PEER = re.compile(r"ipv[46]:\[?([0-9a-fA-F.:]+?)\]?:(\d+):")
 #: Pause between two rounds of connection attempts while opening.
 RETRY_PAUSE_SECONDS = 0.25
 #: A listing or a range scan of a shard may take this many call timeouts (a big subtree).
 LISTING_TIMEOUTS = 6
+
+
+#: Pause between two tries of a call whose shard leader moved, unless the assignments change first.
+LEADER_RETRY_SECONDS = 0.25
+
+
+class LeaderMoved(StoreUnavailable):
+    """The call reached no shard leader and nothing of it applied: the assignments named none
+    (one being elected), the server named refused it as not (or not yet) the leader, or no
+    connection to it could be made. Sent again to the shard's leader once there is one."""
+
+    write_may_have_happened = False
+
+    def __init__(self, message: str, path: str | None = None, *, unreachable: bool = False) -> None:
+        super().__init__(message, path)
+        self.unreachable = unreachable
+        """No connection to the server could be made (rather than its refusal as not the leader)."""
 
 
 class SessionNotFound(MetadataStoreError):
@@ -147,6 +168,8 @@ class OxiaConnection:
         self._metadata_token: str | None = None
         self.closed = False
         self.shards: list[Shard] = []
+        #: Set (and replaced) at each update of the assignments: what a call whose leader moved waits on.
+        self._assigned = asyncio.Event()
         self._mins: list[int] = []
         self._channels: dict[str, tuple[grpc.aio.Channel, Any]] = {}
         self._assignments: asyncio.Task[None] | None = None
@@ -232,6 +255,8 @@ class OxiaConnection:
         )
         self.shards = shards
         self._mins = [s.min_hash for s in shards]
+        self._assigned.set()
+        self._assigned = asyncio.Event()
 
     async def _follow(self, stream: Any) -> None:
         """Apply every later update of the assignments; when the stream breaks, report the
@@ -303,8 +328,31 @@ class OxiaConnection:
         (the shard elects one after its leader's loss: gRPC made a channel to '' and failed the
         call as UNKNOWN, a plain error where a retry is due, logging its resolver's complaint)."""
         if not shard.leader:
-            raise StoreUnavailable(f"oxia: shard {shard.id} has no leader now (one is being elected)", path)
+            raise LeaderMoved(f"oxia: shard {shard.id} has no leader now (one is being elected)", path)
         return self._channel(shard.leader)[1]
+
+    async def to_leader(self, path: str | None, shard: Shard, send: Callable[[Any], Awaitable[T]]) -> T:
+        """``send(stub)`` to ``shard``'s leader; while the leader moves (``LeaderMoved``: nothing
+        applied), again to the leader the assignments name next, within the call timeout: an
+        election is a pause for the caller, not its error (Oxia elects in about a second)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        while True:
+            try:
+                return await send(self.stub(shard, path))
+            except LeaderMoved as e:
+                remaining = deadline - loop.time()
+                if remaining <= 0 or self.closed or (e.unreachable and not self._replicated()):
+                    raise  # a standalone server that refuses: no other leader to wait for
+                changed = self._assigned
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(min(remaining, LEADER_RETRY_SECONDS)):
+                        await changed.wait()
+                shard = next((s for s in self.shards if s.id == shard.id), shard)
+
+    def _replicated(self) -> bool:
+        """More than one server could lead a shard (the URL or the assignments name several)."""
+        return len({s.leader for s in self.shards if s.leader} | set(self.url.host_string().split(","))) > 1
 
     async def call(self, path: str | None, fn: Callable[[], Awaitable[T]]) -> T:
         """Run one RPC, translating gRPC errors. Waits first while the notification streams are
@@ -332,21 +380,22 @@ class OxiaConnection:
 
     async def unary(self, path: str | None, method: str, shard: Shard, request: Any) -> Any:
         """One unary call (``Write``, ``CreateSession``, ...) to ``shard``'s leader."""
-        stub = self.stub(shard, path)
-        return await self.call(
-            path, lambda: getattr(stub, method)(request, timeout=self.timeout, metadata=self.metadata))
+        return await self.to_leader(path, shard, lambda stub: self.call(
+            path, lambda: getattr(stub, method)(request, timeout=self.timeout, metadata=self.metadata)))
 
     async def streamed(self, path: str | None, method: str, shard: Shard, request: Any) -> list[Any]:
         """Every answer of a server-streaming call (``Read``, ``List``, ``RangeScan``). A listing
         or a scan may be long: it gets ``LISTING_TIMEOUTS`` times the call timeout."""
-        stub = self.stub(shard, path)
         timeout = self.timeout * (1 if method == "Read" else LISTING_TIMEOUTS)
 
-        async def run() -> list[Any]:
-            return [answer async for answer in getattr(stub, method)(
-                request, timeout=timeout, metadata=self.metadata)]
+        async def send(stub: Any) -> list[Any]:
+            async def run() -> list[Any]:
+                return [answer async for answer in getattr(stub, method)(
+                    request, timeout=timeout, metadata=self.metadata)]
 
-        return await self.call(path, run)
+            return await self.call(path, run)
+
+        return await self.to_leader(path, shard, send)
 
     def _translate(self, e: grpc.aio.AioRpcError, path: str | None) -> MetadataStoreError:
         code = e.code()
@@ -369,6 +418,10 @@ class OxiaConnection:
             return _NamespaceMissing(f"{where} has no namespace {self.namespace!r}", path)
         if "session not found" in lower:
             return SessionNotFound(f"{where}: {details}", path)
+        if any(t in lower for t in _NOT_LEADER_TEXT):
+            return LeaderMoved(f"{where}: no shard leader took the call ({code.name}: {details})", path)
+        if code == grpc.StatusCode.UNAVAILABLE and any(t in details for t in _NOT_SENT_TEXT):
+            return LeaderMoved(f"{where} unavailable ({code.name}: {details})", path, unreachable=True)
         if code in _UNAVAILABLE_CODES or any(t in lower for t in _RETRYABLE_TEXT):
             return StoreUnavailable(f"{where} unavailable ({code.name}: {details})", path)
         if code == grpc.StatusCode.PERMISSION_DENIED:
