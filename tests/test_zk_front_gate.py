@@ -77,3 +77,39 @@ async def test_held_read_is_answered_from_the_store_the_gate_opens_towards(
     finally:
         await asyncio.to_thread(k.stop)
         await asyncio.to_thread(k.close)
+
+
+async def test_a_passed_through_write_whose_lease_lapsed_meanwhile_is_outcome_unknown(
+    gateways: Gateways, zk_url: str, open_stores: Callable[..., Any]
+) -> None:
+    """A write passed through to a ZooKeeper source (the front's fast path) was admitted while
+    the heartbeat lease held, and ZooKeeper's OK comes after it lapsed: a migration may have gone
+    on without this agent, so the client is told CONNECTIONLOSS (the outcome unknown), never OK,
+    though the write is in the source. The lease's first look is the admission's, every later
+    one finds it lapsed; the owner hears of the lapse."""
+    from kazoo.exceptions import ConnectionLoss
+
+    agent = await gateways.start(zk_url, {"zookeeper.listen": "127.0.0.1:0"})
+    k = KazooClient(hosts=agent.zookeeper.address, timeout=10)
+    await asyncio.to_thread(k.start, 15)
+    looks: list[bool] = []
+    lapses: list[bool] = []
+
+    def lease() -> bool:
+        looks.append(not looks)  # true once: at the admission
+        return looks[-1]
+
+    try:
+        agent.gate.fence_with(lease, lambda: lapses.append(True))
+        try:
+            await asyncio.to_thread(k.create, "/lapsed", b"v")
+            raise AssertionError("a write acknowledged after the lease lapsed")
+        except ConnectionLoss:
+            pass
+        assert looks[:2] == [True, False] and lapses, (looks, lapses)
+        source = await open_stores(zk_url)
+        got = await source.get("/lapsed")
+        assert got is not None and got[0] == b"v", got
+    finally:
+        await asyncio.to_thread(k.stop)
+        await asyncio.to_thread(k.close)
