@@ -177,7 +177,18 @@ class Coordinator:
         self._changed.clear()
 
     async def _check_leader(self) -> None:
-        if self._deposed or not await self.election.holds():
+        if self._deposed:
+            raise Deposed()
+        try:
+            holds = await self.election.holds()
+        except StoreUnavailable:
+            if self.election.fresh():
+                # the store's member went (a leader's loss): the lease is still ours, and every
+                # write into the target is fenced by it (``_fence``); look again next round rather
+                # than resign, which hands the freeze to a standby that must make a full last pass
+                return
+            raise
+        if not holds:
             raise Deposed()
 
     def _fence(self) -> None:

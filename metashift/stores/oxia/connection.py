@@ -25,7 +25,7 @@ import grpc
 from metashift.stores.oxia.proto import client_pb2 as pb
 from metashift.stores.oxia.proto import client_pb2_grpc as pb_grpc
 
-from ..errors import AuthFailed, MetadataStoreError, StoreUnavailable
+from ..errors import AuthFailed, MetadataStoreError, StoreFull, StoreUnavailable
 from ..notifications import SessionEvent
 from ..urls import StoreURL
 from .credentials import TokenSource, channel_credentials, tls_failure
@@ -53,6 +53,8 @@ _UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCE
 #: Oxia's reasons (``common/constant/errors.go``) that mean "try again": a leader moving, a shard
 #: being (re)assigned.
 _RETRYABLE_TEXT = ("not leader", "not initialized", "resource unavailable", "invalid status", "shard not found")
+#: The streamed calls that change nothing (sent again after any unavailable answer: ``to_leader``).
+_READ_ONLY = frozenset({"Read", "List", "RangeScan"})
 #: Oxia's refusals of a call by a server that is not (or not yet) the shard's leader: nothing applied.
 _NOT_LEADER_TEXT = ("node is not leader", "not initialized")
 #: gRPC's words for a call it found no connection to send on: nothing sent.
@@ -331,18 +333,24 @@ class OxiaConnection:
             raise LeaderMoved(f"oxia: shard {shard.id} has no leader now (one is being elected)", path)
         return self._channel(shard.leader)[1]
 
-    async def to_leader(self, path: str | None, shard: Shard, send: Callable[[Any], Awaitable[T]]) -> T:
+    async def to_leader(self, path: str | None, shard: Shard, send: Callable[[Any], Awaitable[T]], *,
+                        read_only: bool = False) -> T:
         """``send(stub)`` to ``shard``'s leader; while the leader moves (``LeaderMoved``: nothing
         applied), again to the leader the assignments name next, within the call timeout: an
-        election is a pause for the caller, not its error (Oxia elects in about a second)."""
+        election is a pause for the caller, not its error (Oxia elects in about a second). A
+        ``read_only`` call (it changes nothing wherever it got) goes again after any unavailable
+        answer of a replicated cluster, the stream its leader's death cut short too."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout
         while True:
             try:
                 return await send(self.stub(shard, path))
-            except LeaderMoved as e:
+            except StoreUnavailable as e:
+                if not (isinstance(e, LeaderMoved) or read_only) or isinstance(e, StoreFull):
+                    raise
                 remaining = deadline - loop.time()
-                if remaining <= 0 or self.closed or (e.unreachable and not self._replicated()):
+                unreachable = e.unreachable if isinstance(e, LeaderMoved) else True
+                if remaining <= 0 or self.closed or (unreachable and not self._replicated()):
                     raise  # a standalone server that refuses: no other leader to wait for
                 changed = self._assigned
                 with contextlib.suppress(TimeoutError):
@@ -395,7 +403,7 @@ class OxiaConnection:
 
             return await self.call(path, run)
 
-        return await self.to_leader(path, shard, send)
+        return await self.to_leader(path, shard, send, read_only=method in _READ_ONLY)
 
     def _translate(self, e: grpc.aio.AioRpcError, path: str | None) -> MetadataStoreError:
         code = e.code()
