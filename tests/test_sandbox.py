@@ -60,46 +60,24 @@ def test_sandbox_migrates_with_agents_as_processes_and_loses_no_write() -> None:
     assert len(re.findall(r"(?:broker|bookie)-\d \(pid \d+\)", stderr)) == 5, stderr
 
 
-def test_sandbox_clients_over_the_zookeeper_front_lose_no_write() -> None:
-    """``--client-protocol zookeeper``: the clients speak ZooKeeper's protocol to each agent's
-    ZooKeeper front, as stock brokers do; their ephemerals are the front's sessions' and move with
-    them."""
-    code, report, stderr = _run_json("--client-protocol", "zookeeper")
-    assert report["client_protocol"] == "zookeeper", report
-    assert report["phase"] == "COMPLETED", (report, stderr[-3000:])
-    assert report["verified"] is True and report["tree_verified"] is True, report
-    assert report["writes_lost"] == 0 and report["writes_failed"] == 0, (report["lost"], report["failures"])
-    assert report["writes_acknowledged"] > 0
-    assert report["ephemerals_carried"] >= 5 and report["ephemerals_carried"] == report["ephemerals"], report
-    assert code == 0, stderr[-3000:]
-
-
-# the sandbox's --source/--target with agent processes, once (zk -> oxia in processes: the Pulsar
-# sandbox, tests/test_pulsar_sandbox.py; every pair with in-process agents: test_migration_pairs.py)
-@pytest.mark.parametrize(("source", "target"), [("oxia", "etcd")], ids=lambda k: k)
-def test_sandbox_between_other_stores_loses_no_write(source: str, target: str) -> None:
-    """``--source`` and ``--target``: the tree generated on the source's kind, the agents on it,
-    the migration into the target's kind, every acknowledged write checked there."""
-    code, report, stderr = _run_json("--source", source, "--target", target)
-    assert (report["source"], report["target"]) == (source, target), report
-    assert report["phase"] == "COMPLETED", (report, stderr[-3000:])
-    assert report["verified"] is True and report["tree_verified"] is True, report
-    assert report["writes_lost"] == 0 and report["writes_acknowledged"] > 0, report["lost"]
-    assert report["ephemerals_carried"] >= 5 and report["ephemerals_carried"] == report["ephemerals"], report
-    assert report["lives_on"] == {"oxia": "Oxia", "etcd": "etcd"}[target] + " (target)", report
-    assert code == 0, stderr[-3000:]
-
-
 # six servers and a coordinator of Oxia beside the agents and Spark: on a loaded machine (load 40,
 # other runs beside it) the run took 600 to 800 s, so it gets more than the others
 @pytest.mark.timeout(1700)
-def test_sandbox_on_replicated_stores_loses_no_write() -> None:
-    """``--replicas 3``: a ZooKeeper ensemble of three migrated into an Oxia cluster of three data
-    servers, every URL naming every member, nothing lost."""
+def test_sandbox_on_replicated_stores_with_zookeeper_clients_loses_no_write() -> None:
+    """``--replicas 3 --source zk --target oxia --client-protocol zookeeper``: a ZooKeeper
+    ensemble of three migrated into an Oxia cluster of three data servers, every URL naming every
+    member, the agents as processes and the clients speaking ZooKeeper's protocol to each agent's
+    ZooKeeper front, as stock brokers do (their ephemerals are the front's sessions' and move with
+    them): nothing lost, nothing failed. (The sandbox's ``--source``/``--target`` in processes
+    once; every pair with in-process agents: test_migration_pairs.py; with agent processes and a
+    leader killed: test_migration_leader_loss.py.)"""
     require_oxia()
     code, report, stderr = _run_json("--replicas", "3", "--source", "zk", "--target", "oxia", "--brokers", "2",
-                                     "--bookies", "1", timeout=1500)  # fmt: skip
+                                     "--bookies", "1", "--client-protocol", "zookeeper", timeout=1500)  # fmt: skip
     assert report["replicas"] == 3 and (report["source"], report["target"]) == ("zk", "oxia"), report
+    assert report["client_protocol"] == "zookeeper", report
+    assert report["writes_failed"] == 0, report["failures"]
+    assert report["lives_on"] == "Oxia (target)", report
     member = r"127\.0\.0\.1:\d+"
     assert re.search(rf"at zk://{member},{member},{member}, ", stderr), stderr[:3000]
     assert re.search(rf"at oxia://{member},{member},{member}/default\n", stderr), stderr[:3000]
