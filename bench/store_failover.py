@@ -79,6 +79,7 @@ class Writer:
 
 
 def _acked_after(writer: Writer, moment: float) -> bool:
+    """The writer had a write acknowledged after ``moment`` (it ran below ``if __name__``, too late)."""
     return writer.first_ack_after(moment) is not None
 
 
@@ -164,8 +165,3 @@ if __name__ == "__main__":
     from metashift.stores.aio import run_loop
 
     run_loop(main())
-
-
-def _acked_after(writer: Writer, at: float) -> bool:
-    """The writer had a write acknowledged after ``at``."""
-    return writer.first_ack_after(at) is not None

@@ -426,7 +426,8 @@ async def test_a_zookeeper_read_on_a_lagging_follower_sees_every_acknowledged_wr
     for round_ in range(5):
         path = f"/lagging-{round_}"
         await writer.put(path, b"before", expected_version=-1)
-        assert (await reader.get(path))[0] == b"before"
+        first = await reader.get(path)
+        assert first is not None and first[0] == b"before", first
         cluster.members[follower].pause()
         try:
             stat = await writer.put(path, b"acknowledged")  # the leader and the other follower
