@@ -32,13 +32,18 @@ def test_etcd_defaults() -> None:
     [
         "", "localhost:2181", "mysql://h:1", "zk://", "zk://h:notaport", "zk://h:70000", "zk://h:2181,",
         "zk://h/a//b", "zk://:pw@h", "zk://h?bogus=1", "etcd://h?timeout=-1", "etcd://h?tls=maybe",
-        "zk://h?multi_read=maybe", "etcd://h?multi_read=false",
+        "zk://h?multi_read=maybe", "etcd://h?multi_read=false", "zk://h?sync_reads=maybe", "oxia://h?sync_reads=true",
         "etcd://h?cert=/x.pem", "etcd://h?ca=/definitely/not/here.pem",
     ],
 )
 def test_bad_urls_are_rejected_with_a_clear_error(bad: str) -> None:
     with pytest.raises(InvalidStoreURL):
         parse_url(bad)
+
+
+def test_zookeeper_reads_follow_a_sync_by_default_only_on_an_ensemble() -> None:
+    assert parse_url("zk://a,b,c").sync_reads and not parse_url("zk://a").sync_reads
+    assert parse_url("zk://a?sync_reads=true").sync_reads and not parse_url("zk://a,b?sync_reads=false").sync_reads
 
 
 def test_password_never_in_the_error() -> None:
