@@ -1,5 +1,6 @@
 """What the migration tests share: a seeded source, a participant that never acknowledges, the
-leader's name, the end of a migration checked (nothing lost), status awaited, the copy job paused."""
+leader's name, the end of a migration checked (nothing lost, the clients' ephemerals carried),
+status awaited, the copy job paused."""
 
 from __future__ import annotations
 
@@ -50,6 +51,17 @@ async def finish_and_check(cluster: Cluster, expect: Phase) -> dict[str, Any]:
     lives = await cluster.open(cluster.target_url if expect is Phase.COMPLETED else cluster.source_url)
     assert await cluster.missing_writes(lives) == []
     return status
+
+
+async def check_writers_carried(cluster: Cluster, lives: Any) -> None:
+    """No client's write failed, and every client's ephemeral is in ``lives`` (the store the
+    cluster lives on), with its data, still its own through its agent."""
+    for writer in cluster.writers.values():
+        assert writer.failed == 0, writer.errors
+        got = await lives.get(writer.ephemeral)  # carried into the target, still the client's
+        assert got is not None and got[0] == writer.node_id.encode() and got[1].ephemeral
+        through_agent = await writer.client.get(writer.ephemeral)
+        assert through_agent is not None and through_agent[1].created_by_self
 
 
 async def eventually_status(cluster: Cluster, check: Any, within: float = 420.0) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from metashift.migration.phase import Phase
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually, retry_while_unavailable
 from tests.migration_support import (
+    check_writers_carried,
     copy_job_paused,
     copy_job_pid,
     eventually_status,
@@ -87,12 +88,7 @@ async def test_full_migration_zk_to_etcd_loses_no_acknowledged_write(cluster: Cl
     await cluster.stop_writers()
     target = await cluster.open(cluster.target_url)
     assert await cluster.missing_writes(target) == []
-    for writer in cluster.writers.values():
-        assert writer.failed == 0, writer.errors
-        got = await target.get(writer.ephemeral)  # carried into the target, still the client's
-        assert got is not None and got[0] == writer.node_id.encode() and got[1].ephemeral
-        through_agent = await writer.client.get(writer.ephemeral)
-        assert through_agent is not None and through_agent[1].created_by_self
+    await check_writers_carried(cluster, target)
     # nothing reaches the source after the freeze: the writers' last values are only in the target
     assert await cluster.missing_writes(source) != []
 

@@ -15,7 +15,7 @@ from metashift.migration.phase import Phase
 from metashift.stores.sequence_floors import read_floor
 from tests.cluster import Cluster
 from tests.harness import Gateways, eventually
-from tests.migration_support import finish_and_check, hold_preparation, seed
+from tests.migration_support import check_writers_carried, finish_and_check, hold_preparation, seed
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -56,12 +56,7 @@ async def _check_after_switch(cluster: Cluster, held: str) -> None:
     later = await cluster.writers["broker-2"].client.put(LOCK_QUEUE + "lock-", b"newcomer", ephemeral=True,
                                                          sequential=True)
     assert int(later.path.rsplit("-", 1)[1]) > 57 and await lives.exists(held), later.path
-    for writer in cluster.writers.values():
-        assert writer.failed == 0, writer.errors
-        got = await lives.get(writer.ephemeral)  # carried into the target, still the client's
-        assert got is not None and got[0] == writer.node_id.encode() and got[1].ephemeral
-        through_agent = await writer.client.get(writer.ephemeral)
-        assert through_agent is not None and through_agent[1].created_by_self
+    await check_writers_carried(cluster, lives)
 
 
 async def test_every_floor_is_in_the_target_before_any_agent_switches(

@@ -16,6 +16,7 @@ from aetcd import rpc
 from .. import paths
 from ..aio import cancelled_by_caller
 from ..errors import AuthFailed, MetadataStoreError, StoreFull, StoreUnavailable
+from ..grpc_errors import UNAVAILABLE_CODES, never_sent
 from ..urls import StoreURL
 from .keys import Keys
 
@@ -39,7 +40,6 @@ _GRPC_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_timeout_ms", 5_000),
 ]
 
-_UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 
 #: What etcd answers a call whose token no longer counts: a simple token lives ``--auth-token-ttl``
 #: seconds (300 by default) after its last use, and a token issued before a change of users or roles
@@ -51,14 +51,6 @@ _STALE_TOKEN = ("invalid auth token", "revision of auth store is old")
 def stale_token(details: str | None) -> bool:
     """etcd refused a call (or a watch) for its token only (``_STALE_TOKEN``)."""
     return any(s in (details or "") for s in _STALE_TOKEN)
-
-
-def never_sent(e: grpc.aio.AioRpcError) -> bool:
-    """gRPC found no connection to the host to send the call on (it refused it, or none could be
-    made): the call was not sent, so nothing of it applied."""
-    details = e.details() or ""
-    return e.code() is grpc.StatusCode.UNAVAILABLE and (
-        "failed to connect to all addresses" in details or "Connection refused" in details)
 
 
 def denied(details: str | None) -> bool:
@@ -179,7 +171,7 @@ class EtcdConnection:
                 timeout=budget,
             )
         except grpc.aio.AioRpcError as e:
-            if e.code() in _UNAVAILABLE_CODES:
+            if e.code() in UNAVAILABLE_CODES:
                 raise StoreUnavailable(f"etcd unreachable while authenticating ({e.details()})") from None
             if "authentication is not enabled" in (e.details() or ""):
                 log.warning("%s: credentials given but etcd authentication is not enabled", self.url)
@@ -257,7 +249,7 @@ class EtcdConnection:
                 if attempt == 0 and self.url.username is not None and stale_token(e.details()):
                     await self.reauthenticate(used)
                     continue
-                gone = never_sent(e) or (read_only and e.code() in _UNAVAILABLE_CODES)
+                gone = never_sent(e) or (read_only and e.code() in UNAVAILABLE_CODES)
                 if attempt == 0 and gone and await self._moved_from(channel):
                     continue  # refused before it was sent: nothing applied, safe to send again
                 raise self._translate(e, path) from None
@@ -326,7 +318,7 @@ class EtcdConnection:
         host = self._host()
         if "database space exceeded" in details:
             return StoreFull(f"etcd at {host} is out of space (NOSPACE alarm: {details})", path)
-        if code in _UNAVAILABLE_CODES:
+        if code in UNAVAILABLE_CODES:
             self.poke.set()
             return StoreUnavailable(f"etcd at {host} unavailable ({code.name}: {details})", path)
         refused = self.refusal(details)

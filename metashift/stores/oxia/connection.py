@@ -26,6 +26,7 @@ from metashift.stores.oxia.proto import client_pb2 as pb
 from metashift.stores.oxia.proto import client_pb2_grpc as pb_grpc
 
 from ..errors import AuthFailed, MetadataStoreError, StoreFull, StoreUnavailable
+from ..grpc_errors import UNAVAILABLE_CODES, never_sent
 from ..notifications import SessionEvent
 from ..urls import StoreURL
 from .credentials import TokenSource, channel_credentials, tls_failure
@@ -49,7 +50,6 @@ _GRPC_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.keepalive_permit_without_calls", 1),
 ]
 
-_UNAVAILABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
 #: Oxia's reasons (``common/constant/errors.go``) that mean "try again": a leader moving, a shard
 #: being (re)assigned.
 _RETRYABLE_TEXT = ("not leader", "not initialized", "resource unavailable", "invalid status", "shard not found")
@@ -57,8 +57,6 @@ _RETRYABLE_TEXT = ("not leader", "not initialized", "resource unavailable", "inv
 _READ_ONLY = frozenset({"Read", "List", "RangeScan"})
 #: Oxia's refusals of a call by a server that is not (or not yet) the shard's leader: nothing applied.
 _NOT_LEADER_TEXT = ("node is not leader", "not initialized")
-#: gRPC's words for a call it found no connection to send on: nothing sent.
-_NOT_SENT_TEXT = ("failed to connect to all addresses", "Connection refused")
 #: The address gRPC names in a connection failure ("ipv4:127.0.0.1:6648: Tls handshake failed").
 _PEER = re.compile(r"ipv[46]:\[?([0-9a-fA-F.:]+?)\]?:(\d+):")
 #: Pause between two rounds of connection attempts while opening.
@@ -428,9 +426,9 @@ class OxiaConnection:
             return SessionNotFound(f"{where}: {details}", path)
         if any(t in lower for t in _NOT_LEADER_TEXT):
             return LeaderMoved(f"{where}: no shard leader took the call ({code.name}: {details})", path)
-        if code == grpc.StatusCode.UNAVAILABLE and any(t in details for t in _NOT_SENT_TEXT):
+        if never_sent(e):
             return LeaderMoved(f"{where} unavailable ({code.name}: {details})", path, unreachable=True)
-        if code in _UNAVAILABLE_CODES or any(t in lower for t in _RETRYABLE_TEXT):
+        if code in UNAVAILABLE_CODES or any(t in lower for t in _RETRYABLE_TEXT):
             return StoreUnavailable(f"{where} unavailable ({code.name}: {details})", path)
         if code == grpc.StatusCode.PERMISSION_DENIED:
             return AuthFailed(f"{where} refused the call ({details})", path)
