@@ -1,0 +1,49 @@
+"""The Spark driver's class archive: mapped when it is good, and never the reason Spark won't start."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from spark.session import CLASS_ARCHIVE_ENV, class_archive_options
+
+ROOT = Path(__file__).resolve().parent.parent
+#: A context's first job, printing its sum and the driver JVM's options as Spark was given them.
+_JOB = """
+from spark.session import get_context
+context = get_context("local[1]")
+print(context.parallelize(range(10), 2).sum())
+print(context.getConf().get("spark.driver.extraJavaOptions"))
+"""
+
+
+def _run_job(archive: Path) -> list[str]:
+    env = dict(os.environ, **{CLASS_ARCHIVE_ENV: str(archive), "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        [sys.executable, "-c", _JOB], env=env, capture_output=True, text=True, timeout=300, check=True
+    )
+    return done.stdout.splitlines()[-2:]
+
+
+def test_no_archive_adds_no_option(tmp_path: Path) -> None:
+    assert class_archive_options(None) == ""
+    assert class_archive_options(tmp_path / "absent.jsa") == ""
+
+
+def test_the_archive_setup_made_is_mapped() -> None:
+    total, options = _run_job(ROOT / ".cache" / "spark" / "driver.jsa")
+    assert total == "45"
+    assert "-XX:SharedArchiveFile=" in options
+
+
+def test_a_truncated_archive_is_dropped_and_spark_starts_without_it(tmp_path: Path) -> None:
+    made = ROOT / ".cache" / "spark" / "driver.jsa"  # by make setup
+    assert made.is_file(), f"{made} is missing: make setup makes it"
+    archive = tmp_path / "driver.jsa"
+    # an archive cut short after its header: a JVM given it exits at once (one of zeros it ignores)
+    archive.write_bytes(made.read_bytes()[:1_000_000])
+    total, options = _run_job(archive)
+    assert total == "45"
+    assert "SharedArchiveFile" not in options
