@@ -51,13 +51,13 @@ oxia: .stamp-debs
 	fi
 	@touch $@
 
-# metashift (the runtime, with the test extras) and its lab (lab/: the sandbox, the Pulsar harness,
-# the benchmarks, a distribution of its own), both editable
 $(SPARK_ARCHIVE): .stamp-venv spark/class_archive.py
 	@echo "making the Spark driver's class archive ($@) ..."
-	@$(BIN)/python -m spark.class_archive $@ >/dev/null 2>&1 || \
-		{ echo "making $@ failed: run '$(BIN)/python -m spark.class_archive $@' to see why"; exit 1; }
+	@$(BIN)/python -m metashift.spark.class_archive $@ >/dev/null 2>&1 || \
+		{ echo "making $@ failed: run '$(BIN)/python -m metashift.spark.class_archive $@' to see why"; exit 1; }
 
+# metashift (the runtime, with the test extras) and its lab (lab/: the sandbox, the Pulsar harness,
+# the benchmarks, a distribution of its own), both editable
 .stamp-venv: pyproject.toml lab/pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "metashift needs Python 3.11 or newer ($(PYTHON) is older)"; exit 1; }

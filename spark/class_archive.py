@@ -1,4 +1,4 @@
-"""``python -m spark.class_archive PATH``: make the Spark driver's class archive at PATH.
+"""``python -m metashift.spark.class_archive PATH``: make the Spark driver's class archive at PATH.
 
 It starts a context and runs one small job with the JVM told to archive the classes it loaded
 (``-XX:ArchiveClassesAtExit``), into a file beside PATH; the archive replaces PATH only once a
@@ -19,7 +19,7 @@ from .session import CLASS_ARCHIVE_ENV, QUIET_CDS
 _WARM_UP = """
 import sys
 from pyspark import SparkContext
-from spark.session import get_context, stop_context
+from metashift.spark.session import get_context, stop_context
 context = get_context("local[*]", "metashift-class-archive", sys.argv[1])
 context.parallelize(range(64), 4).map(lambda x: x * 2).sum()
 jvm = SparkContext._gateway.proc
@@ -32,8 +32,6 @@ jvm.wait(timeout=300)
 def _run(options: str) -> None:
     """One context and job in a fresh interpreter whose driver JVM takes ``options``."""
     env = {k: v for k, v in os.environ.items() if k != CLASS_ARCHIVE_ENV}
-    root = str(Path(__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     subprocess.run(
         [sys.executable, "-c", _WARM_UP, options], env=env, check=True, stdout=subprocess.DEVNULL
     )
@@ -53,13 +51,13 @@ def make_archive(path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """The command: make the archive, or say in one line why it could not."""
-    parser = argparse.ArgumentParser(prog="python -m spark.class_archive", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m metashift.spark.class_archive", description=__doc__)
     parser.add_argument("path", type=Path, help="where the archive goes")
     args = parser.parse_args(argv)
     try:
         make_archive(args.path)
     except (OSError, subprocess.CalledProcessError) as e:
-        print(f"spark.class_archive: could not make {args.path}: {e}", file=sys.stderr)
+        print(f"metashift.spark.class_archive: could not make {args.path}: {e}", file=sys.stderr)
         return 1
     return 0
 

@@ -9,8 +9,8 @@ CPU (12 core-seconds against 5 on this machine's 2 cores). The driver's JVM runs
 compiler only and the serial collector: in a metashift job it schedules tasks and forwards small
 pickled results, so C2's compile threads and G1's concurrent ones only take CPU from the stores.
 
-A class archive (``METASHIFT_SPARK_CLASS_ARCHIVE``, made once by ``python -m spark.class_archive
-PATH``) lets the driver map Spark's classes instead of loading and verifying them: on this
+A class archive (``METASHIFT_SPARK_CLASS_ARCHIVE``, made once by ``python -m
+metashift.spark.class_archive PATH``) lets the driver map Spark's classes instead of loading and verifying them: on this
 machine's 2 cores a context and its first job took 3.8-4.1 s and 8.3-8.8 core-seconds without it,
 1.6-2.0 s and 4.6-5.6 core-seconds with it. An archive the JVM refuses (another Java, another
 Spark, a truncated file) costs one failed start: the context is started again without it.
