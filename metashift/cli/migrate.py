@@ -259,6 +259,8 @@ async def _follow(source: Any, epoch: int, *, show: bool) -> dict[str, Any]:
             elif now["phase"] == Phase.COPYING.value:
                 description = f"copying ({copy.get('stage') or 'starting'})"
                 done, total = int(copy.get("done") or 0), int(copy.get("total") or 0) or None
+            elif now["phase"] == Phase.COMPLETED.value and not now["released"]:
+                description, done, total = "switching: releasing held writes", 0, 1
             else:
                 description, done, total = now["phase"].lower(), 1, 1
             bar.update(task, description=description, completed=done, total=total)
@@ -266,7 +268,9 @@ async def _follow(source: Any, epoch: int, *, show: bool) -> dict[str, Any]:
             if show and not sys.stderr.isatty() and line != last_line:
                 print(line, file=sys.stderr, flush=True)
                 last_line = line
-            if now["phase"] in (Phase.COMPLETED.value, Phase.FAILED.value):
+            # COMPLETED is the end once released: until then the coordinator still carries the
+            # source's last changes, and the switch's position is not yet recorded
+            if now["phase"] == Phase.FAILED.value or (now["phase"] == Phase.COMPLETED.value and now["released"]):
                 return now
             await asyncio.sleep(FOLLOW_SECONDS)
 
