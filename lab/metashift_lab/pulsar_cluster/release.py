@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from metashift_lab import CACHE
+from metashift_lab.jvm import LEAN_JVM_FLAGS
 
 #: Environment variable naming the folder that holds ``<version>/lib/`` and ``admin-lib/`` (default:
 #: the checkout's ``.cache/pulsar``, filled by ``make setup``).
@@ -40,9 +41,6 @@ PULSAR_JVM_FLAGS = (
     "-Dbookkeeper.metadata.bookie.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataBookieDriver",
     "-Dbookkeeper.metadata.client.drivers=org.apache.pulsar.metadata.bookkeeper.PulsarMetadataClientDriver",
 )  # fmt: skip
-#: Two cores: the client compiler only and the serial collector (a JVM starts on a fraction of
-#: the CPU the defaults take, which matters with five JVMs starting at once).
-LEAN_JVM_FLAGS = ("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xss512k")
 
 
 class PulsarNotInstalled(RuntimeError):

@@ -8,8 +8,9 @@ import socket
 from collections.abc import Sequence
 from pathlib import Path
 
+from metashift_lab.jvm import LEAN_JVM_FLAGS
 from metashift_lab.ports import free_port
-from metashift_lab.servers import ZOOKEEPER_CLASSPATH
+from metashift_lab.servers import ZOOKEEPER_CLASSPATH, ZOOKEEPER_LAB_SETTINGS
 
 from .base import ReplicatedStore, StoreMember
 
@@ -60,12 +61,13 @@ class EnsembleMember(StoreMember):
             "maxSessionTimeout=120000",
             "autopurge.snapRetainCount=3",
             "autopurge.purgeInterval=1",
+            *ZOOKEEPER_LAB_SETTINGS,
             *(f"server.{p.myid}=127.0.0.1:{p.quorum_port}:{p.election_port}" for p in self.peers),
         ]
         cfg = self.data_dir / "zoo.cfg"
         cfg.write_text("\n".join(lines) + "\n")
         return [
-            "java", f"-Xmx{self.heap_mb}m", "-Dzookeeper.admin.enableServer=false",
+            "java", f"-Xmx{self.heap_mb}m", *LEAN_JVM_FLAGS, "-Dzookeeper.admin.enableServer=false",
             "-cp", ":".join(ZOOKEEPER_CLASSPATH), "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg),
         ]
 

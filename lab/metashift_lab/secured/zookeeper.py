@@ -36,9 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlencode
 
+from metashift_lab.jvm import LEAN_JVM_FLAGS
 from metashift_lab.ports import free_port
 from metashift_lab.secured.kdc import LocalKDC
-from metashift_lab.servers import ZOOKEEPER_CLASSPATH, LocalZooKeeper
+from metashift_lab.servers import ZOOKEEPER_CLASSPATH, ZOOKEEPER_LAB_SETTINGS, LocalZooKeeper
 
 #: Netty jars the secure port needs that Debian's zookeeper.jar manifest omits (``libnetty-java``).
 NETTY_JARS = ("/usr/share/java/netty-codec.jar", "/usr/share/java/netty-resolver.jar")
@@ -150,12 +151,12 @@ class LocalSecuredZooKeeper(LocalZooKeeper):
         lines = [
             "tickTime=2000", f"dataDir={d / 'data'}", "admin.enableServer=false",
             f"4lw.commands.whitelist={self.four_letter_words}", "maxClientCnxns=0",
-            "minSessionTimeout=2000", "maxSessionTimeout=120000",
+            "minSessionTimeout=2000", "maxSessionTimeout=120000", *ZOOKEEPER_LAB_SETTINGS,
         ]
         plain = self.port if self.tls is None else self.plain_port
         if plain is not None:
             lines += [f"clientPort={plain}", "clientPortAddress=127.0.0.1"]
-        props = [f"-Xmx{self.heap_mb}m", "-Dzookeeper.admin.enableServer=false"]
+        props = [f"-Xmx{self.heap_mb}m", *LEAN_JVM_FLAGS, "-Dzookeeper.admin.enableServer=false"]
         if self.tls is not None:
             lines += [f"secureClientPort={self.port}", "secureClientPortAddress=127.0.0.1"]
             keystore = d / "keystore.pem"  # ZooKeeper's PEM key store: key and certificate in one file
