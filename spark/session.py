@@ -32,6 +32,8 @@ _MASTER = re.compile(
     r"local(\[(\*|[1-9]\d*)(,[1-9]\d*)?\])?|local-cluster\[\d+,\d+,\d+\]|(spark|k8s|mesos)://\S+|yarn"
 )
 _LOG_CONFIG = Path(__file__).with_name("log4j2.properties")
+#: The module Spark's Python workers fork from (daemon.py: pyspark from its installed package).
+DAEMON_MODULE = "metashift.spark.daemon"
 #: JVM options of the driver (and of the launcher JVM that spark-submit runs before it): a quick
 #: start for a JVM that mostly waits (module doc).
 LEAN_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -115,6 +117,7 @@ def _start(master: str, app_name: str, extra_driver_options: str) -> Any:
         .set("spark.ui.enabled", "false")
         .set("spark.ui.showConsoleProgress", "false")
         .set("spark.python.worker.reuse", "true")
+        .set("spark.python.daemon.module", DAEMON_MODULE)
         # a failed task is a store error the job reports itself: never re-run a half-done write
         .set("spark.task.maxFailures", "1")
         .set("spark.driver.memory", os.environ.get("METASHIFT_SPARK_DRIVER_MEMORY", "1g"))
