@@ -90,7 +90,9 @@ class Writer:
                 self.failed += 1
                 self.errors.append(repr(e))
                 return
-            await asyncio.sleep(0.02)
+            # a broker's pace, not a benchmark's: at 20 ms a writer's agent, store and client
+            # took most of a migration test's CPU (the test process 8.7 core-s against 5.2)
+            await asyncio.sleep(0.1)
 
     async def _read(self, path: str) -> Any:
         """The node as the store has it, read again until the store answers (``None`` if never)."""
@@ -194,6 +196,8 @@ class Cluster:
                 return now
             if time.monotonic() > deadline:
                 pytest.fail(f"phase {now['phase']} after {within}s, waiting for {[p.value for p in phases]}: {now}")
+            # a broker's pace, not a benchmark's: at 20 ms a writer's agent, store and client
+            # took most of a migration test's CPU (the test process 8.7 core-s against 5.2)
             await asyncio.sleep(0.1)
 
     def all_on_target(self) -> bool:
