@@ -118,6 +118,7 @@ def _start(master: str, app_name: str, extra_driver_options: str) -> Any:
         .set("spark.ui.showConsoleProgress", "false")
         .set("spark.python.worker.reuse", "true")
         .set("spark.python.daemon.module", DAEMON_MODULE)
+        .set("spark.python.unix.domain.socket.enabled", "true")
         # a failed task is a store error the job reports itself: never re-run a half-done write
         .set("spark.task.maxFailures", "1")
         .set("spark.driver.memory", os.environ.get("METASHIFT_SPARK_DRIVER_MEMORY", "1g"))
