@@ -39,12 +39,16 @@ class MemberGuard:
         self.tracker = tracker
         self.tolerated: dict[str, Holder] = {}
         """Ephemerals of the sessions ``--force`` accepted, as the last scan found them."""
+        self.registered: dict[int, list[tuple[str, str, str]]] = {}
+        """The broker and bookie registrations of each session no agent holds, as the last scan
+        found them: a new ephemeral of such a session is named by its member, not as "a client"."""
 
     async def scan(self, flag: MigrationFlag) -> str | None:
         """Every live ephemeral of the source: why the migration must fail, or ``None``."""
         found = await census(self.source, await list_participants(self.source))
         accepted = _accepted(flag)
         self.tolerated = {p: h for h in found.bypassing if h.owner in accepted for p in h.paths}
+        self.registered = {h.owner: h.members for h in found.bypassing if h.members}
         return _verdict(flag, found.bypassing)
 
     async def check(self, flag: MigrationFlag) -> str | None:
@@ -81,6 +85,9 @@ class MemberGuard:
         found = Census(agents={r.owner: r.node_id for r in await list_participants(self.source) if r.owner})
         for path, owner in owned:
             found.add(path, owner)
+        for holder in found.bypassing:
+            if not holder.members:
+                holder.members = list(self.registered.get(holder.owner, ()))
         # a new ephemeral is a write: from a session --force accepted too
         return _verdict(flag, found.bypassing, accept=False)
 

@@ -4,12 +4,44 @@ one (Linux ``/proc``)."""
 from __future__ import annotations
 
 import os
+import random
 import socket
+
+#: The ports this process handed out: never twice (a server may not have bound its port yet).
+_handed_out: set[int] = set()
+#: How many ports below the kernel's ephemeral range ``free_port`` draws from.
+_SPAN = 16384
+#: Linux's default ``ip_local_port_range`` start, when ``/proc`` does not say.
+_EPHEMERAL_START = 32768
+
+
+def _ephemeral_start() -> int:
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return _EPHEMERAL_START
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nobody listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A TCP port on 127.0.0.1 that nobody listens on right now, below the kernel's ephemeral
+    range: a port from that range (``bind(0)``'s) can be taken by any outgoing connection, of any
+    process, between this call and the server's bind ("Address already in use")."""
+    high = _ephemeral_start()
+    low = max(1024, high - _SPAN)
+    rng = random.SystemRandom()
+    for _ in range(256):
+        port = rng.randrange(low, high)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # a crowded range: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 

@@ -155,8 +155,17 @@ def disconnections(text: str) -> list[tuple[float, float | None]]:
 
 
 def metadata_errors(text: str) -> list[str]:
-    """ERROR lines about the metadata store."""
-    return [line for _ts, level, line in lines(text) if level == "ERROR" and _METADATA.search(line)]
+    """ERROR lines about the metadata store, each with the exception logged under it (the next
+    line, when it is not a line of its own): the cause is what a failure report needs."""
+    out = []
+    rows = text.splitlines()
+    for i, line in enumerate(rows):
+        found = _LINE.match(line)
+        if not found or found.group(2) != "ERROR" or not _METADATA.search(line):
+            continue
+        cause = rows[i + 1].strip() if i + 1 < len(rows) and not _LINE.match(rows[i + 1]) else ""
+        out.append(f"{line} | {cause}" if cause else line)
+    return out
 
 
 def restarts(text: str, ready_marker: str) -> int:

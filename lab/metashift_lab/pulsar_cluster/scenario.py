@@ -259,7 +259,7 @@ class MigrationRun:
             errors = evidence.metadata_errors(text)
             if self.pip454 is not None and self.pip454.start is not None:  # the start refused on purpose
                 errors = [line for line in errors if not START_FAILED.search(line)]
-            f.troubles += [f"{name} metadata error: {line[:300]}" for line in errors[:5]]
+            f.troubles += [f"{name} metadata error: {line[:600]}" for line in errors[:5]]
         worst = None
         for web in c.web_urls:
             try:
