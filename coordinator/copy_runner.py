@@ -85,7 +85,7 @@ class CopyRunner:
         if rules is not None:  # the counters' rules (``metashift.copy.rules.configured_rules``)
             self._job.update(ledgers_roots=list(rules.ledgers_roots), counters=list(rules.counters))
         self._lease = lease
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: processes.AsyncChild | None = None
 
     async def run(self, on_progress: ProgressListener) -> CopyOutcome:
         env = dict(os.environ)
@@ -153,7 +153,7 @@ class CopyRunner:
             outcome = CopyOutcome(False, error=f"the copy process ended with status {code} ({detail[-300:]})")
         return outcome
 
-    async def _reap(self, proc: asyncio.subprocess.Process, stderr_task: asyncio.Task[None],
+    async def _reap(self, proc: processes.AsyncChild, stderr_task: asyncio.Task[None],
                     feeding: asyncio.Task[None] | None) -> None:
         """Let a job that reported exit as it does (Spark stops and removes its files), reading
         what it still prints; killed if it takes longer than ``EXIT_SECONDS``."""
@@ -168,7 +168,7 @@ class CopyRunner:
         finally:
             await self._end(proc, stderr_task, feeding)
 
-    async def _end(self, proc: asyncio.subprocess.Process, stderr_task: asyncio.Task[None],
+    async def _end(self, proc: processes.AsyncChild, stderr_task: asyncio.Task[None],
                    feeding: asyncio.Task[None] | None) -> None:
         """Kill the job if it still runs, and stop reading it and feeding it the lease."""
         if proc.returncode is None:

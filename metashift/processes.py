@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -43,6 +44,7 @@ __all__ = [
     "PR_SET_PDEATHSIG",
     "STOP_GRACE",
     "TAIL_CHARS",
+    "AsyncChild",
     "LineTail",
     "descendants",
     "die_with_parent",
@@ -110,14 +112,123 @@ def run(
     return subprocess.CompletedProcess(list(command), proc.returncode, out, err)
 
 
-async def start_async(command: Sequence[str], *, own_group: bool = True, **kwargs: Any) -> asyncio.subprocess.Process:
-    """``start`` for asyncio: ``kwargs`` go to ``asyncio.create_subprocess_exec``."""
+class AsyncChild:
+    """A child started by ``subprocess.Popen`` and awaited from asyncio, with the part of
+    ``asyncio.subprocess.Process`` the callers use (``pid``, ``returncode``, the ``stdin``,
+    ``stdout`` and ``stderr`` streams, ``wait``, ``communicate``, signals).
+
+    Not ``loop.subprocess_exec``: uvloop's forks through libuv and runs the interpreter's at-fork
+    hooks in the child before ``exec`` (MagicStack/uvloop#749). In a process with other threads
+    (gRPC's, a thread pool's) the child can then wait for ever on a lock or the GIL a thread of
+    the parent held at the fork, spinning a core: a ``metashift`` status check from the sandbox
+    was seen so for minutes (185 s of CPU). ``Popen`` (``_posixsubprocess``) runs no Python in
+    the child when there is no ``preexec_fn``."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.stdin: asyncio.StreamWriter | None = None
+        self.stdout: asyncio.StreamReader | None = None
+        self.stderr: asyncio.StreamReader | None = None
+        self._exited: asyncio.Future[int] | None = None
+
+    async def _connect(self, limit: int) -> None:
+        loop = asyncio.get_running_loop()
+        popen = self._popen
+        if popen.stdin is not None:
+            transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, popen.stdin)
+            self.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
+        for name in ("stdout", "stderr"):
+            pipe = getattr(popen, name)
+            if pipe is not None:
+                reader = asyncio.StreamReader(limit=limit, loop=loop)
+                protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+                await loop.connect_read_pipe(functools.partial(_same, protocol), pipe)
+                setattr(self, name, reader)
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the child ended (reaped on reading), else ``None``."""
+        return self._popen.poll()
+
+    async def wait(self) -> int:
+        """Wait for the child to end; its exit status."""
+        code = self._popen.poll()
+        if code is not None:
+            return code
+        if self._exited is None:
+            self._exited = self._watch()
+        return await asyncio.shield(self._exited)
+
+    def _watch(self) -> asyncio.Future[int]:
+        """A future of the exit status: told by a pidfd when the kernel has one, else by a thread."""
+        loop = asyncio.get_running_loop()
+        try:
+            fd = os.pidfd_open(self.pid)
+        except (AttributeError, OSError):
+            return asyncio.ensure_future(asyncio.to_thread(self._popen.wait))
+        exited: asyncio.Future[int] = loop.create_future()
+
+        def readable() -> None:
+            code = self._popen.poll()
+            if code is None:
+                return
+            loop.remove_reader(fd)
+            os.close(fd)
+            if not exited.done():
+                exited.set_result(code)
+
+        loop.add_reader(fd, readable)
+        readable()  # it may have ended between poll and pidfd_open
+        return exited
+
+    async def communicate(self, input: bytes | None = None) -> tuple[bytes, bytes]:
+        """Write ``input`` (then close stdin), read stdout and stderr to their ends, wait."""
+        if self.stdin is not None:
+            if input:
+                self.stdin.write(input)
+                with contextlib.suppress(ConnectionError):
+                    await self.stdin.drain()
+            self.stdin.close()
+        out, err = await asyncio.gather(_read_all(self.stdout), _read_all(self.stderr))
+        await self.wait()
+        return out, err
+
+    def send_signal(self, sig: int) -> None:
+        self._popen.send_signal(sig)
+
+    def terminate(self) -> None:
+        self._popen.terminate()
+
+    def kill(self) -> None:
+        self._popen.kill()
+
+
+async def _read_all(stream: asyncio.StreamReader | None) -> bytes:
+    return b"" if stream is None else await stream.read()
+
+
+def _same(protocol: asyncio.StreamReaderProtocol) -> asyncio.StreamReaderProtocol:
+    return protocol
+
+
+async def start_async(command: Sequence[str], *, own_group: bool = True, limit: int = 2**16,
+                      **kwargs: Any) -> AsyncChild:
+    """``start`` for asyncio (``AsyncChild``: never uvloop's fork); ``kwargs`` go to
+    ``subprocess.Popen`` (stdin, stdout, stderr as ``asyncio.subprocess.PIPE`` and the like, cwd,
+    env); ``limit`` bounds a line read from its streams, as for ``create_subprocess_exec``."""
     argv, policy = die_with_parent(command, own_group=own_group)
-    program, *args = argv
-    return await asyncio.create_subprocess_exec(program, *args, **policy, **kwargs)
+    # Popen returns once the child has exec'd (or failed to): a fork and an exec, not a wait
+    child = AsyncChild(subprocess.Popen(argv, **policy, **kwargs))  # noqa: ASYNC220
+    try:
+        await child._connect(limit)
+    except BaseException:
+        kill(child._popen)
+        raise
+    return child
 
 
-Child: TypeAlias = subprocess.Popen[Any] | asyncio.subprocess.Process
+Child: TypeAlias = subprocess.Popen[Any] | AsyncChild
 
 
 def _running(proc: Child) -> bool:
@@ -162,7 +273,7 @@ def kill(proc: subprocess.Popen[Any]) -> int | None:
         return None
 
 
-async def stop_async(proc: asyncio.subprocess.Process, grace: float = STOP_GRACE) -> int | None:
+async def stop_async(proc: AsyncChild, grace: float = STOP_GRACE) -> int | None:
     """``stop`` for asyncio."""
     signal_group(proc, signal.SIGTERM)
     try:
@@ -171,7 +282,7 @@ async def stop_async(proc: asyncio.subprocess.Process, grace: float = STOP_GRACE
         return await kill_async(proc)
 
 
-async def kill_async(proc: asyncio.subprocess.Process) -> int | None:
+async def kill_async(proc: AsyncChild) -> int | None:
     """``kill`` for asyncio."""
     signal_group(proc, signal.SIGKILL)
     try:

@@ -93,7 +93,7 @@ class CuratorHolder:
     writing until ``stop()``; its output lines arrive in ``lines`` as it prints them."""
 
     node_id: str
-    proc: asyncio.subprocess.Process
+    proc: processes.AsyncChild
     lines: list[str] = field(default_factory=list)
     reader: asyncio.Task[None] | None = None
 

@@ -75,7 +75,7 @@ class AgentProcess:
     command_prefix: tuple[str, ...] = ()
     """What the agent's command runs under (``netns.IsolatedNode.command``'s ``ip netns exec NAME``:
     a node of its own, whose links to the stores a test can cut)."""
-    process: asyncio.subprocess.Process | None = None
+    process: processes.AsyncChild | None = None
     killed: bool = False
     restarts: list[AgentRestart] = field(default_factory=list)
     """Every ``restart`` of this agent, in order."""

@@ -19,7 +19,7 @@ def cli_command(*args: str) -> list[str]:
 
 
 async def run_cli(
-    *args: str, within: float | None = None, procs: list[asyncio.subprocess.Process] | None = None,
+    *args: str, within: float | None = None, procs: list[processes.AsyncChild] | None = None,
 ) -> tuple[int, str, str]:
     """Run ``metashift ARGS`` to its end: (exit status, stdout, stderr). Past ``within`` seconds
     it is killed (with what it started) and the status is -1, stderr saying so. ``procs``, when
@@ -51,7 +51,7 @@ def json_report(args: list[str], code: int, out: str, err: str) -> dict[str, Any
 
 
 async def run_cli_json(
-    args: list[str], procs: list[asyncio.subprocess.Process] | None = None, within: float | None = None,
+    args: list[str], procs: list[processes.AsyncChild] | None = None, within: float | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Run ``metashift ARGS`` (with ``--json``): its JSON report and exit status (``json_report``
     says when there is none)."""

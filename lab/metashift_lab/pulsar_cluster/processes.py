@@ -30,7 +30,7 @@ class JavaProcess:
         self.command = command
         self.log_path = log_path
         self.cwd = cwd
-        self.process: asyncio.subprocess.Process | None = None
+        self.process: processes.AsyncChild | None = None
         self.started = 0.0
         """Wall clock (s) of the last start."""
         self.starts = 0

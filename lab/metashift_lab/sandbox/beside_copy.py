@@ -11,12 +11,12 @@ agents on the same cores.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from metashift import processes
 from metashift.coordinator.progress import pass_timing
 from metashift_lab.cli_runner import run_cli_json
 from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper
@@ -49,7 +49,7 @@ class BesideCopy:
         }
 
 
-async def copy_beside(source_url: str, work_dir: Path, procs: list[asyncio.subprocess.Process],
+async def copy_beside(source_url: str, work_dir: Path, procs: list[processes.AsyncChild],
                       target: LocalZooKeeper | LocalEtcd | LocalOxia | None = None) -> BesideCopy:  # fmt: skip
     """Run ``metashift copy --verify`` from ``source_url`` into ``target`` (a new etcd under
     ``work_dir`` unless given; started and removed here); ``procs`` gets the child process (the

@@ -80,7 +80,7 @@ class Sandbox:
         self.agents: list[AgentProcess] = []
         self.clients: list[SimClient] = []
         self.stores: list[MetadataStore] = []
-        self.procs: list[asyncio.subprocess.Process] = []
+        self.procs: list[processes.AsyncChild] = []
         self._started = time.monotonic()
         self._mark = self._started
         self._copying_since: float | None = None
