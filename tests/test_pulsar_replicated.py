@@ -28,6 +28,7 @@ printed, not asserted, but the freeze's promise.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import sys
@@ -37,7 +38,8 @@ from pathlib import Path
 
 import pytest
 
-from metashift.migration.flag import read_flag
+from metashift.migration.flag import MigrationFlag, read_flag
+from metashift.migration.phase import Phase
 from metashift.stores import open_store, parse_url
 from metashift_lab.pulsar_cluster import PulsarCluster, PulsarNotInstalled, find_release
 from metashift_lab.pulsar_cluster.replicated import (
@@ -45,6 +47,7 @@ from metashift_lab.pulsar_cluster.replicated import (
     LeaderLoss,
     ReplicatedPulsarStores,
     epoch_freezes,
+    phase_at_kill,
     released_into_source,
 )
 from metashift_lab.pulsar_cluster.restarts import KEEP_ENV
@@ -217,3 +220,17 @@ async def test_a_stock_pulsar_on_a_zookeeper_ensemble_migrates_to_an_oxia_cluste
         killer.close()
         if KEEP:
             say(f"kept {tmp_path}")
+
+
+def test_a_kill_lands_in_the_phase_in_force_at_it_not_in_the_failure_it_brought_about() -> None:
+    killed_at = 1_800_000_000.0
+    freeze = MigrationFlag(Phase.PREPARATION, "oxia://t", 1, phase_since=int(killed_at * 1000) - 500)
+    failed_after = dataclasses.replace(freeze, phase=Phase.FAILED, phase_since=int(killed_at * 1000) + 300)
+    failed_before = dataclasses.replace(failed_after, phase_since=int(killed_at * 1000) - 100)
+    copying = dataclasses.replace(freeze, phase=Phase.COPYING, phase_since=int(killed_at * 1000) - 100)
+    assert phase_at_kill(killed_at, freeze, failed_after) == "PREPARATION"  # the kill's own consequence
+    assert phase_at_kill(killed_at, freeze, failed_before) == "FAILED"  # failed already: the kill came late
+    assert phase_at_kill(killed_at, freeze, copying) == "COPYING"  # moved on before the kill
+    assert phase_at_kill(killed_at, freeze, "unknown (no answer)") == "PREPARATION"
+    next_epoch = dataclasses.replace(failed_after, epoch=2, phase=Phase.SYNCING)
+    assert phase_at_kill(killed_at, freeze, next_epoch) == "SYNCING"

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from metashift.migration.flag import read_flag
+from metashift.migration.flag import MigrationFlag, read_flag
 from metashift.stores import MetadataStoreError, open_store
 from metashift_lab.agents import log_entries
 from metashift_lab.replicated import OxiaCluster, ReplicatedStore, ZooKeeperEnsemble
@@ -76,7 +76,9 @@ class LeaderLoss:
     path: str
     """Whose leader (Oxia: the leader of the shard holding this path's key)."""
     phase: str
-    """The phase the flag was in right after the kill (where the kill landed)."""
+    """The phase in force at the kill (where it landed): the flag's right after it, unless that
+    phase was written after the kill (a FAILED the kill itself brought about), then the one read
+    just before it."""
     lost: int
     elected: int
     election_s: float
@@ -118,12 +120,17 @@ class LeaderKiller:
             await asyncio.sleep(delay)
         store = self.stores[kind]
         loop = asyncio.get_running_loop()
+        before = await self._flag_now()
         killed_at = time.time()
         started = time.monotonic()
         lost = await loop.run_in_executor(self._threads[kind], store.kill_leader, path)
         # where the kill landed: the flag right after it (a kill aimed at a short phase may land in
-        # the next one); the flag is on the source, which may be the store just hit: bounded
-        phase = await self._phase_now()
+        # the next one), unless its phase was written after the kill: then the kill's consequence
+        # (the coordinator failing the migration on its broken watch, which a loaded machine
+        # writes before this read comes) and the kill landed in the phase read before it. The flag
+        # is on the source, which may be the store just hit: bounded
+        after = await self._flag_now()
+        phase = phase_at_kill(killed_at, before, after)
         elected = await loop.run_in_executor(self._threads[kind], lambda: store.wait_leader(path, other_than=lost))
         loss = LeaderLoss(kind, path, phase, lost, elected, time.monotonic() - started, killed_at)
         self.losses.append(loss)
@@ -136,7 +143,8 @@ class LeaderKiller:
         await asyncio.get_running_loop().run_in_executor(self._threads[loss.store], store.restart, loss.lost)
         loss.restart_s = time.monotonic() - started
 
-    async def _phase_now(self) -> str:
+    async def _flag_now(self) -> MigrationFlag | str:
+        """The source's flag now, or why it could not be read."""
         try:
             store = await asyncio.wait_for(open_store(self.source_url, watch=False, create_root=False), 30.0)
             try:
@@ -145,12 +153,21 @@ class LeaderKiller:
                 await store.close()
         except (MetadataStoreError, TimeoutError) as e:
             return f"unknown ({e})"
-        return flag.phase.value if flag is not None else "unknown (no flag)"
+        return flag if flag is not None else "unknown (no flag)"
 
     def close(self) -> None:
         """End the threads (call after the stores were stopped: a member started in one dies with it)."""
         for thread in self._threads.values():
             thread.shutdown(wait=True, cancel_futures=True)
+
+
+def phase_at_kill(killed_at: float, before: MigrationFlag | str, after: MigrationFlag | str) -> str:
+    """The phase in force at ``killed_at`` (wall clock, s) from the flag read before and after."""
+    if isinstance(after, str):
+        return before.phase.value if isinstance(before, MigrationFlag) else after
+    if after.phase_since > killed_at * 1000 and isinstance(before, MigrationFlag) and before.epoch == after.epoch:
+        return before.phase.value
+    return after.phase.value
 
 
 def epoch_freezes(logs: list[str]) -> dict[int, tuple[float, float]]:
