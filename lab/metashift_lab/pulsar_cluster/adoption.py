@@ -72,12 +72,17 @@ class AdoptionFigures:
     def ok(self) -> bool:
         """The check named every member still on the store before each step and went green after
         the last; a forgotten member was named and refused; forced past, the flag carried the
-        reason, and the abort took it back (FAILED, aborted)."""
+        reason, and the abort took it back (FAILED, aborted) or the member guard failed it first."""
         named_all = all(not s["ready_before"] and s["named_before"] for s in self.steps)
         if self.forgotten is not None:
             f, forced = self.forgotten, self.forgotten.get("forced") or {}
             recorded = (forced.get("forced") or {}).get("reason") == FORCE_REASON
-            aborted = forced.get("phase") == "FAILED" and forced.get("reason") == "aborted"
+            # taken back by the abort; or failed before it by the coordinator's member guard, on the
+            # forgotten member's first write around the agents (nothing left to abort then)
+            reason = forced.get("reason") or ""
+            aborted = forced.get("phase") == "FAILED" and (
+                reason == "aborted" or (forced.get("abort_exit") != 0 and "reaches the source directly" in reason
+                                       and any(m in reason for m in f["check_named"])))
             if not (f["check_exit"] == 1 and f["check_named"] and f["start_exit"] == 2 and f["nothing_written"]
                     and recorded and aborted):
                 return False
