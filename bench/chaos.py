@@ -83,7 +83,8 @@ async def one_run(plan: FaultPlan, options: Options, verify_tree: bool) -> dict[
     work = loop.create_task(sandbox.run(), name="chaos run")
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, work.cancel)
-    row: dict[str, Any] = {"seed": plan.seed, "fault": plan.fault, "phase": plan.phase}
+    # the replicas from the start: a run that errors must still replay on the stores it ran on
+    row: dict[str, Any] = {"seed": plan.seed, "fault": plan.fault, "phase": plan.phase, "replicas": plan.replicas}
     try:
         try:
             await work
