@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import functools
 import os
 import shutil
 import signal
@@ -138,13 +137,10 @@ class AsyncChild:
         if popen.stdin is not None:
             transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, popen.stdin)
             self.stdin = asyncio.StreamWriter(transport, protocol, None, loop)
-        for name in ("stdout", "stderr"):
-            pipe = getattr(popen, name)
-            if pipe is not None:
-                reader = asyncio.StreamReader(limit=limit, loop=loop)
-                protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
-                await loop.connect_read_pipe(functools.partial(_same, protocol), pipe)
-                setattr(self, name, reader)
+        if popen.stdout is not None:
+            self.stdout = await _reader(popen.stdout, limit)
+        if popen.stderr is not None:
+            self.stderr = await _reader(popen.stderr, limit)
 
     @property
     def returncode(self) -> int | None:
@@ -208,8 +204,13 @@ async def _read_all(stream: asyncio.StreamReader | None) -> bytes:
     return b"" if stream is None else await stream.read()
 
 
-def _same(protocol: asyncio.StreamReaderProtocol) -> asyncio.StreamReaderProtocol:
-    return protocol
+async def _reader(pipe: Any, limit: int) -> asyncio.StreamReader:
+    """A stream reading ``pipe`` (a child's stdout or stderr) on the running loop."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=limit, loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    await loop.connect_read_pipe(lambda: protocol, pipe)
+    return reader
 
 
 async def start_async(command: Sequence[str], *, own_group: bool = True, limit: int = 2**16,
