@@ -293,6 +293,7 @@ class Coordinator:
                 if current is None or current.version != flag.version:
                     return
         await self._check_leader()
+        await self.passes.flush_progress()  # ``status`` shows the verification once the phase is read
         if result.failure is not None:
             await self._fail(flag, result.failure)
             return

@@ -34,7 +34,7 @@ from .freeze_passes import FreezePasses
 from .member_guard import MemberGuard
 from .outage import Reachability
 from .pass_results import Abandoned, FreezeBroken, MembersJoined, PassResult, Unreachable
-from .progress import TIMINGS_SHOWN, ProgressNode, counters_shown, pass_timing
+from .progress import PROGRESS_FLUSH_S, TIMINGS_SHOWN, ProgressNode, counters_shown, pass_timing
 
 log = logging.getLogger(__name__)
 
@@ -319,6 +319,11 @@ class Passes(FreezePasses):
                report: dict[str, Any] | None = None, at: int | None = None) -> None:
         timing = pass_timing(kind, self.passes, seconds, paths=paths, report=report)
         self.timings.insert(len(self.timings) if at is None else at, timing)
+
+    async def flush_progress(self) -> None:
+        """The progress last reported, written before the flag's next phase is (bounded: a source
+        that does not answer costs the freeze at most ``PROGRESS_FLUSH_S``)."""
+        await self._progress.flush(PROGRESS_FLUSH_S)
 
     @property
     def progress(self) -> dict[str, object]:

@@ -4,6 +4,7 @@ subtree, written at most once a second unless a stage ends (a lost write is only
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -18,6 +19,8 @@ log = logging.getLogger(__name__)
 
 #: Least time between two progress writes.
 PROGRESS_EVERY = 1.0
+#: Most seconds a phase's write waits for the progress before it to be written.
+PROGRESS_FLUSH_S = 2.0
 #: Counters at most in the progress that ``status`` shows (``counters_total`` says how many there are).
 COUNTERS_SHOWN = 50
 #: Passes whose times the progress shows (the latest).
@@ -25,28 +28,43 @@ TIMINGS_SHOWN = 20
 
 
 class ProgressNode:
-    """The progress node of one coordinator: the last body written, and the writes."""
+    """The progress node of one coordinator: the last body written, and the writes, one at a time
+    and in order (two in flight could land the older last: a COMPLETED migration shown unverified)."""
 
     def __init__(self, source: Store) -> None:
         self.source = source
         self.shown: dict[str, object] = {}
         self._last = 0.0
+        self._pending: bytes | None = None
+        self._writer: asyncio.Task[None] | None = None
 
     def report(self, body: Callable[[], dict[str, object]], *, force: bool = False) -> None:
         """Write ``body()`` unless one was written less than ``PROGRESS_EVERY`` ago (``force``:
-        a stage ended, always)."""
+        a stage ended, always); a body not yet written when a newer one comes is skipped."""
         if not force and time.monotonic() - self._last < PROGRESS_EVERY:
             return
         self._last = time.monotonic()
         self.shown = body()
-        task = asyncio.get_running_loop().create_task(self._write(json.dumps(self.shown).encode()))
-        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # observed; failures are logged below
+        self._pending = json.dumps(self.shown).encode()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_pending(), name="progress")
+            self._writer.add_done_callback(lambda t: t.cancelled() or t.exception())  # observed
 
-    async def _write(self, body: bytes) -> None:
-        try:
-            await self.source.put(paths.PROGRESS, body)
-        except MetadataStoreError as e:
-            log.debug("progress not written: %s", e)
+    async def flush(self, within: float) -> None:
+        """Wait until the last body reported is written (or failed to be), at most ``within``
+        seconds: what ``status`` shows once the phase that follows is written."""
+        writer = self._writer
+        if writer is not None and not writer.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(writer), within)
+
+    async def _write_pending(self) -> None:
+        while self._pending is not None:
+            body, self._pending = self._pending, None
+            try:
+                await self.source.put(paths.PROGRESS, body)
+            except MetadataStoreError as e:
+                log.debug("progress not written: %s", e)
 
 
 def counters_shown(counters: dict[str, CounterCarry]) -> dict[str, dict[str, object]]:
