@@ -56,8 +56,12 @@ class ParticipantWatch:
             return False
         if record.path not in self._dead_logged:
             self._dead_logged.add(record.path)
-            log.warning("participant %s (%s) gave no heartbeat for %.1fs (its timeout: %gs): dead to the migration",
-                        record.node_id, record.path, self.liveness.age(record.path), record.timeout)
+            # its record is still there: its store session (and its members' ephemerals) lives on,
+            # and an agent restarting slower than its timeout is not waited for either
+            log.warning("participant %s (%s) gave no heartbeat for %.1fs (its timeout: %gs): dead to the migration; "
+                        "if only its agent is down, its members' ephemerals are missing from the target from the "
+                        "switch until that agent is back", record.node_id, record.path, self.liveness.age(record.path),
+                        record.timeout)
         return True
 
     async def acknowledgements(self, epoch: int) -> Acknowledgements:

@@ -11,7 +11,10 @@ One cluster goes through every case in turn (a cluster costs minutes of two core
 - a migration zk -> etcd (``metashift migrate start --wait``) with the agent of the broker that
   does not coordinate restarted (SIGTERM) in SYNCING and the bookie's agent killed inside the
   freeze (on the flag's notification of PREPARATION), started again 2 s later; it ends COMPLETED
-  and every acknowledged message is read back from the ``backlog`` subscription.
+  and every acknowledged message is read back from the ``backlog`` subscription. Every agent's
+  ``participant_timeout`` is its store session's timeout, so that the freeze waits for the
+  restart however slow the machine makes it (the default 5 s drops an agent that is not back in
+  time, and its members' ephemerals are missing from the target until it is: the runbook).
 
 Each case is watched past the old sessions' timeouts (the members' ZooKeeper session timeout and
 the agents' store session timeout, read from the configs the cluster wrote: a registration held
@@ -41,6 +44,7 @@ from typing import Any
 
 import pytest
 
+from metashift.stores import parse_url
 from metashift_lab.agents import HAS_STATE_DIR
 from metashift_lab.pulsar_cluster import PulsarCluster, PulsarNotInstalled, find_release
 from metashift_lab.pulsar_cluster.cluster import AGENT
@@ -96,6 +100,14 @@ async def lab(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Lab]:
     work_dir = tmp_path_factory.mktemp("pulsar-agent-restart")
     cluster = PulsarCluster(work_dir, release, source="zk", target="etcd", say=say, candidates=BROKERS,
                             broker_settings={"loadBalancerSheddingEnabled": False})  # fmt: skip
+    session_timeout = max(parse_url(url).session_timeout for url in (cluster.source_url, cluster.target_url))
+    for agent in cluster.agents:
+        # a restart inside the freeze is waited for only while it is back within the agent's
+        # participant_timeout (5 s by default): the signal, the 2 s down and the start, which on a
+        # loaded machine took 12 s (the bookie dropped, its registration missing from the target
+        # until it was back). As long as the store session lasts: past that its ephemerals are
+        # gone anyway (the runbook's "an agent restarts inside a freeze")
+        agent.coordinator_settings["participant_timeout"] = session_timeout
     run = MigrationRun(cluster, say)
     lab = Lab(cluster, run)
     try:
