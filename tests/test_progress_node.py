@@ -10,7 +10,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from coordinator.progress import ProgressNode
+from metashift.coordinator.progress import ProgressNode
 from metashift.migration import paths
 
 
