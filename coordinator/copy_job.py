@@ -107,11 +107,7 @@ def main() -> int:
     except MetadataStoreError as e:
         _emit({"event": "error", "kind": type(e).__name__, "message": str(e)})
         return 1
-    body = report.to_dict()
-    body["event"] = "report"
-    body["conflict_paths"] = [p for p, _ in report.conflicts]
-    body["ok"] = report.verify is not None and report.verify.ok and not report.conflicts
-    _emit(body)
+    _emit({"event": "report", **report.to_dict()})  # read back as a ``CopyReport`` (``copy_runner``)
     return 0
 
 

@@ -10,10 +10,11 @@ import os
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from metashift import processes
+from metashift.copy.report import CopyReport, Mismatch
 from metashift.copy.rules import Rules
 
 log = logging.getLogger(__name__)
@@ -32,11 +33,20 @@ LEASE_FEED_SECONDS = 0.2
 class CopyOutcome:
     """How the copy ended: its report when it ran to the end, else the error."""
 
-    ok: bool
-    report: dict[str, Any] = field(default_factory=dict)
+    report: CopyReport | None = None
     error: str = ""
     kind: str = ""
     """The class name of the store error the copy ended with (``StoreUnavailable``, ...)."""
+
+    @property
+    def ok(self) -> bool:
+        """The copy ran to the end and its verification passed (``CopyReport.passed``)."""
+        return self.report is not None and self.report.passed
+
+    @property
+    def verified(self) -> bool:
+        """The copy ran its verification (whatever it found)."""
+        return self.report is not None and self.report.verify is not None
 
     @property
     def unreachable(self) -> bool:
@@ -46,22 +56,21 @@ class CopyOutcome:
     @property
     def conflicts(self) -> list[str]:
         """Nodes the target had ahead of the source (the copy wrote nothing at or below them)."""
-        return [str(p) for p in self.report.get("conflict_paths", [])]
+        return self.report.conflict_paths if self.report is not None else []
 
     @property
-    def mismatches(self) -> list[dict[str, Any]]:
-        """The verification's mismatches (``path``, ``kind``, ``detail``)."""
-        verify = self.report.get("verify") or {}
-        return list(verify.get("mismatches") or [])
+    def mismatches(self) -> list[Mismatch]:
+        """The verification's mismatches."""
+        verify = self.report.verify if self.report is not None else None
+        return list(verify.mismatches) if verify is not None else []
 
     def failure(self) -> str:
         """A one-line reason for the flag."""
         if self.error:
             return self.error
-        verify = self.report.get("verify") or {}
-        mismatches = verify.get("mismatches") or []
+        mismatches = self.mismatches
         if mismatches:
-            shown = ", ".join(f"{m.get('path')} ({m.get('kind')})" for m in mismatches[:5])
+            shown = ", ".join(f"{m.path} ({m.kind})" for m in mismatches[:5])
             return f"verification found {len(mismatches)} mismatch(es): {shown}"
         return "verification did not pass"
 
@@ -130,10 +139,13 @@ class CopyRunner:
                 if kind == "progress":
                     on_progress(str(event.get("stage", "")), int(event.get("done", 0)), int(event.get("total", 0)))
                 elif kind == "report":
-                    outcome = CopyOutcome(bool(event.get("ok")), event)
+                    try:
+                        outcome = CopyOutcome(CopyReport.from_dict(event))
+                    except (KeyError, TypeError, ValueError) as e:
+                        outcome = CopyOutcome(error=f"the copy job's report could not be read "
+                                                    f"({type(e).__name__}: {e})")
                 elif kind == "error":
-                    outcome = CopyOutcome(False, error=f"copy failed: {event.get('message')}",
-                                          kind=str(event.get("kind")))
+                    outcome = CopyOutcome(error=f"copy failed: {event.get('message')}", kind=str(event.get("kind")))
                 if outcome is not None:
                     # the job is done: Spark's shutdown (seconds) need not hold the migration up
                     exiting = True
@@ -150,7 +162,7 @@ class CopyRunner:
                 await self._end(proc, stderr_task, feeding)
         if outcome is None:
             detail = stderr_tail.last()
-            outcome = CopyOutcome(False, error=f"the copy process ended with status {code} ({detail[-300:]})")
+            outcome = CopyOutcome(error=f"the copy process ended with status {code} ({detail[-300:]})")
         return outcome
 
     async def _reap(self, proc: processes.AsyncChild, stderr_task: asyncio.Task[None],

@@ -9,10 +9,10 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from metashift.copy.counters import CounterCarry, merge_into
 from metashift.copy.delta import carry
+from metashift.copy.report import CopyReport
 from metashift.copy.rules import Rules
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag
@@ -46,7 +46,7 @@ class DeltaRounds:
         raise NotImplementedError
 
     def _timed(self, kind: str, seconds: float, *, paths: int | None = None,
-               report: dict[str, Any] | None = None, at: int | None = None) -> None:
+               report: CopyReport | None = None, at: int | None = None) -> None:
         raise NotImplementedError
 
     async def _members_joined(self, flag: MigrationFlag, *, wait: bool = False) -> str | None:

@@ -70,10 +70,10 @@ class FreezePasses(DeltaRounds):
                 raise Unreachable(outcome.error)
             report = outcome.report  # the final timing shows the Spark pass's stages
             if whole:  # what differs is what changed: carried (deletions too) and checked below
-                changed |= {str(m.get("path")) for m in outcome.mismatches}
+                changed |= {m.path for m in outcome.mismatches}
                 self._final_changed |= changed
             # the copy never deletes: what was deleted in the source still differs, and is carried next
-            unexpected = [m for m in outcome.mismatches if str(m.get("path")) not in changed]
+            unexpected = [m for m in outcome.mismatches if m.path not in changed]
             if outcome.error or unexpected:
                 return PassResult(outcome.failure(), self.passes)
         # a write that bypassed the agents in the freeze is the reason, not what it left unequal
@@ -104,7 +104,7 @@ class FreezePasses(DeltaRounds):
                 if outcome.unreachable:
                     raise Unreachable(outcome.error)
                 return outcome.failure()
-            changed = {str(m.get("path")) for m in outcome.mismatches}
+            changed = {m.path for m in outcome.mismatches}
         if not changed:
             return None
         log.warning("%d path(s) written in the source after the last check, before COMPLETED (bypassing the "
@@ -132,6 +132,5 @@ class FreezePasses(DeltaRounds):
         if violation is not None:
             return violation
         if mismatches:
-            path, detail = mismatches[0]
-            return f"{checked}: {path}: {detail}"
+            return f"{checked}: {mismatches[0].path}: {mismatches[0].detail}"
         return None

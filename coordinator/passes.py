@@ -19,9 +19,9 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from metashift.copy.counters import CounterCarry, merge_into
+from metashift.copy.report import CopyReport, Mismatch
 from metashift.copy.rules import Rules
 from metashift.migration import paths
 from metashift.migration.flag import MigrationFlag, now_ms, read_flag
@@ -161,13 +161,12 @@ class Passes(FreezePasses):
                 return PassResult(failure, self.passes)
         if early is not None:
             return PassResult(early, self.passes)
-        if not outcome.ok and not outcome.report.get("verify"):
+        if not outcome.ok and not outcome.verified:
             return PassResult(outcome.failure(), self.passes)
         # the copy never deletes: what only the target has, the source deleted after an earlier
         # pass copied it; a full pass leaves the target equal to the source, deletions included
-        stale = [str(m.get("path")) for m in outcome.mismatches
-                 if m.get("kind") == "extra" and str(m.get("path")) not in self.tracker.since_pass
-                 and not _under(str(m.get("path")), outcome.conflicts)]  # fmt: skip
+        stale = [m.path for m in outcome.mismatches if m.kind == "extra" and m.path not in self.tracker.since_pass
+                 and not _under(m.path, outcome.conflicts)]
         if stale:
             log.info("full pass %d: %d node(s) only in the target, deleted in the source since an earlier "
                      "pass: removing them", self.passes, len(stale))
@@ -176,11 +175,11 @@ class Passes(FreezePasses):
         if failure is not None:
             return PassResult(failure, self.passes)
         unexpected = [m for m in outcome.mismatches
-                      if not self._expected(m) and not _under(str(m.get("path")), outcome.conflicts)]
+                      if not self._expected(m) and not _under(m.path, outcome.conflicts)]
         if unexpected:
             m = unexpected[0]
             return PassResult(
-                f"verification while writes flowed: {m.get('path')} ({m.get('kind')}: {m.get('detail')}) "
+                f"verification while writes flowed: {m.path} ({m.kind}: {m.detail}) "
                 f"did not change since the copy and still differs", self.passes,
             )
         if self.tracker.broken is not None:
@@ -229,12 +228,12 @@ class Passes(FreezePasses):
         log.info("both stores answer: another full pass")
         return None
 
-    def _expected(self, mismatch: dict[str, object]) -> bool:
+    def _expected(self, mismatch: Mismatch) -> bool:
         """A mismatch on a path that changed since the pass began (carried in the freeze)."""
-        path = str(mismatch.get("path"))
+        path = mismatch.path
         if path in self.tracker.since_pass:
             return True
-        if mismatch.get("kind") == "counter":  # a counter moves with its children
+        if mismatch.kind == "counter":  # a counter moves with its children
             root = self.rules.ledger_root_of(path)
             if root is not None:  # a ledger-id generator's next id: with any node of it, or their children
                 return any(root in (self.rules.ledger_root_of(p), self.rules.ledger_root_of(store_paths.parent(p) or p))
@@ -291,7 +290,8 @@ class Passes(FreezePasses):
             outcome = copying.result()
             if outcome.kind == "LeaseExpired":
                 raise Abandoned()  # this coordinator was paused or cut off: is it still the leader?
-            merge_into(self.counters, {p: CounterCarry(**c) for p, c in (outcome.report.get("counters") or {}).items()})
+            if outcome.report is not None:
+                merge_into(self.counters, outcome.report.counters)
             return outcome, (await early)[1] if early is not None else None
         finally:
             if not copying.done():
@@ -316,7 +316,7 @@ class Passes(FreezePasses):
         }, force=force)
 
     def _timed(self, kind: str, seconds: float, *, paths: int | None = None,
-               report: dict[str, Any] | None = None, at: int | None = None) -> None:
+               report: CopyReport | None = None, at: int | None = None) -> None:
         timing = pass_timing(kind, self.passes, seconds, paths=paths, report=report)
         self.timings.insert(len(self.timings) if at is None else at, timing)
 

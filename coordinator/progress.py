@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from metashift.copy.counters import LEDGER_IDS, CounterCarry
+from metashift.copy.report import CopyReport
 from metashift.migration import paths
 from metashift.stores import MetadataStoreError, Store
 
@@ -76,7 +77,7 @@ def counters_shown(counters: dict[str, CounterCarry]) -> dict[str, dict[str, obj
 
 
 def pass_timing(kind: str, number: int, seconds: float, *, paths: int | None = None,
-                report: dict[str, Any] | None = None) -> dict[str, object]:
+                report: CopyReport | None = None) -> dict[str, object]:
     """One pass's times as ``status`` shows them: its kind (``full``, ``delta``, ``final``), its
     wall time and, for a Spark pass, the stages of its copy job (``process``: the wall time outside
     the job's copy and verification, such as starting the job's process; ``spark_ready``: Spark's
@@ -85,23 +86,22 @@ def pass_timing(kind: str, number: int, seconds: float, *, paths: int | None = N
     timing: dict[str, object] = {"pass": number, "kind": kind, "seconds": round(seconds, 3)}
     if paths is not None:
         timing["paths"] = paths
-    if report:
-        job = float(report.get("seconds") or 0.0)
-        verify = report.get("verify") or {}
-        timeline = report.get("timeline") or {}
+    if report is not None:
+        verify = report.verify
+        verify_seconds = verify.seconds if verify is not None else 0.0
         # the job's own seconds end before its verification: both are inside the pass's seconds
         stages = {
-            "process": max(seconds - job - float(verify.get("seconds") or 0.0), 0.0),
-            "spark_ready": float(timeline.get("spark_ready") or 0.0),
-            "listing": float(report.get("listing_seconds") or 0.0),
-            "copy": float(report.get("copy_seconds") or 0.0),
-            "compaction": float(report.get("compaction_seconds") or 0.0),
-            "verify": float(verify.get("seconds") or 0.0),
+            "process": max(seconds - report.seconds - verify_seconds, 0.0),
+            "spark_ready": report.timeline.get("spark_ready", 0.0),
+            "listing": report.listing_seconds,
+            "copy": report.copy_seconds,
+            "compaction": report.compaction_seconds,
+            "verify": verify_seconds,
         }
         timing["stages"] = {k: round(v, 3) for k, v in stages.items()}
         # what the pass did, for the account of the whole migration (``migration_text``)
-        timing["nodes"] = int(report.get("nodes") or 0)
-        timing["verified"] = int(verify.get("nodes") or 0) if verify else 0
+        timing["nodes"] = report.nodes
+        timing["verified"] = verify.nodes if verify is not None else 0
     return timing
 
 

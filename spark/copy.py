@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from metashift.copy.counters import CounterCarry, merge
+from metashift.copy.report import CopyReport
 from metashift.copy.rules import Rules
 from metashift.stores import open_store
 from metashift.stores.aio import run_loop as run
@@ -41,7 +42,7 @@ from . import tasks
 from .child import ChildRun
 from .job import SparkStarter, check_urls, run_partitions
 from .plan import Split, min_roots, split_tree
-from .report import CopyConflict, CopyReport, EmptySource, NoProgress, Progress, raise_task_error
+from .report import CopyConflict, EmptySource, NoProgress, Progress, raise_task_error
 from .session import check_master
 
 #: Growth of the target's backend (data and history, etcd) between two compactions during the copy.

@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from metashift.copy.counters import CounterCheck
+from metashift.copy.report import Mismatch, VerifyReport
 from metashift.copy.rules import Rules
 from metashift.stores import open_store
 from metashift.stores.aio import run_loop as run
@@ -20,7 +21,7 @@ from metashift.stores.aio import run_loop as run
 from . import tasks
 from .job import SparkStarter, check_urls, run_partitions
 from .plan import Split, min_roots, split_tree
-from .report import EmptySource, Mismatch, NoProgress, Progress, VerifyReport, raise_task_error
+from .report import EmptySource, NoProgress, Progress, raise_task_error
 from .session import check_master
 
 

@@ -60,7 +60,7 @@ async def test_a_renewed_lease_lets_the_copy_finish(zk_url: str, etcd_url: str) 
     runner = CopyRunner(zk_url, etcd_url, "local[1]", lease=lambda: time.monotonic() + 1.0)
     outcome = await runner.run(lambda stage, done, total: None)
     assert outcome.ok and outcome.kind == "", outcome
-    assert (outcome.report.get("verify") or {}).get("ok") is True
+    assert outcome.report is not None and outcome.report.verify is not None and outcome.report.verify.ok
 
 
 async def test_emptying_a_target_stops_at_the_fence(etcd_url: str) -> None:

@@ -66,8 +66,9 @@ def _spark_missing() -> bool:
 def _copy(args: argparse.Namespace) -> int:
     if _spark_missing():
         return 2
+    from metashift.copy.report import dumps
     from metashift.spark.copy import copy_tree
-    from metashift.spark.report import CopyConflict, dumps, make_progress
+    from metashift.spark.report import CopyConflict, make_progress
 
     try:
         report = copy_tree(
@@ -96,7 +97,8 @@ def add_copy(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def _verify(args: argparse.Namespace) -> int:
     if _spark_missing():
         return 2
-    from metashift.spark.report import dumps, make_progress
+    from metashift.copy.report import dumps
+    from metashift.spark.report import make_progress
     from metashift.spark.verify import verify_tree
 
     report = verify_tree(

@@ -22,6 +22,7 @@ from metashift.stores import (
 
 from . import counters
 from .counters import CounterCarry, CounterCheck
+from .report import Mismatch
 from .rules import Judgement, Rules, Side, Verdict, judge, restore_version
 
 #: Paths read per batch.
@@ -178,27 +179,26 @@ async def _delete_all(target: Store, doomed: list[str], report: DeltaReport) -> 
 
 async def check(
     source: Store, target: Store, changed: Collection[str], rules: Rules, states: dict[str, CounterCheck] | None = None
-) -> list[tuple[str, str]]:
+) -> list[Mismatch]:
     """Exactly ``changed`` compared on both sides (and the counters above them): each mismatch as
-    (path, why). A path the source no longer has must be gone from the target too. ``states``:
+    the full verification reports it. A path the source no longer has must be gone from the target too. ``states``:
     where to put what the counters' checks found."""
-    mismatches: list[tuple[str, str]] = []
+    mismatches: list[Mismatch] = []
     wanted = sorted(p for p in changed if not rules.is_excluded(p) and not rules.is_generated_id(p))
     for start in range(0, len(wanted), _CHUNK):
         for path, src, tgt in await _read(source, target, wanted[start : start + _CHUNK]):
             if src is None or src.ephemeral:
                 if tgt is not None and not tgt.ephemeral:
-                    mismatches.append((path, "only in the target: deleted in the source"))
+                    mismatches.append(Mismatch(path, "extra", "only in the target: deleted in the source"))
                 continue
             keep = rules.keeps_version(path)
             j: Judgement = judge(src, tgt, counter=rules.is_counter(path), keep_version=keep)
             if j.verdict is not Verdict.EQUAL:
-                mismatches.append((path, j.detail))
+                mismatches.append(Mismatch(path, j.kind, j.detail))
     for path in counters_touched(changed, rules):  # what the full verification checks
         for at, state in (await counters.check(source, target, path, rules)).items():
             if states is not None:
                 states[at] = state
             if not state.ok:
-                _, _, detail = counters.mismatch(at, state)
-                mismatches.append((at, detail))
+                mismatches.append(Mismatch(*counters.mismatch(at, state)))
     return mismatches

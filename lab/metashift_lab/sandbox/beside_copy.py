@@ -18,6 +18,7 @@ from typing import Any
 
 from metashift import processes
 from metashift.coordinator.progress import pass_timing
+from metashift.copy.report import CopyReport
 from metashift_lab.cli_runner import run_cli_json
 from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper
 
@@ -66,7 +67,7 @@ async def copy_beside(source_url: str, work_dir: Path, procs: list[processes.Asy
         seconds = time.monotonic() - began
         verify = body.get("verify") or {}
         ok = status == 0 and bool(verify.get("ok"))
-        stages = pass_timing("full", 1, seconds, report=body).get("stages")
+        stages = pass_timing("full", 1, seconds, report=CopyReport.from_dict(body)).get("stages")
         return BesideCopy(seconds, int(body.get("nodes") or 0), ok, "" if ok else "copy --verify did not pass",
                           stages if isinstance(stages, dict) else None)
     finally:
