@@ -24,6 +24,7 @@ from typing import Any
 from metashift.agent.config_values import ConfigError, from_text, typed  # ConfigError: raised from here too
 from metashift.agent.requirements import missing_for_coordinator
 from metashift.agent.zookeeper.sasl_users import UsersFileError, read_users
+from metashift.migration.settings import CoordinatorSettings
 from metashift.stores import StoreURL, parse_url, reserved
 from metashift.stores.errors import InvalidPath, InvalidStoreURL
 from metashift.stores.urls import SECURITY_OPTIONS, with_settings
@@ -51,32 +52,6 @@ class TLSConfig:
     key: Path | None = None
     client_ca: Path | None = None
     allow_insecure_tcp: bool = False
-
-
-@dataclass(frozen=True)
-class CoordinatorSettings:
-    """The ``[coordinator]`` section: whether this agent stands for election, and how it leads."""
-
-    enabled: bool = True
-    prepare_timeout: float = 20.0
-    """Longest wait for every live participant's acknowledgement before the migration FAILS."""
-    participant_timeout: float = 5.0
-    """Seconds without a heartbeat after which an agent is dead to the migration: a participant is
-    no longer waited for, a coordinator is replaced; also the longest a store may stay unreachable
-    inside the freeze before the migration FAILS. Agents beat four times as often."""
-    outage_timeout: float = 300.0
-    """Seconds the source or the target may stay unreachable in SYNCING (the coordinator waits,
-    then runs another pass) before the migration FAILS."""
-    spark_master: str = "local[*]"
-    spark_delta_threshold: int = 10_000
-    """Changed paths in the freeze's last delta from which a Spark pass carries them (fewer: the
-    store layer directly, no Spark job inside the freeze)."""
-    ledgers_roots: tuple[str, ...] | None = None
-    """BookKeeper ledgers roots whose ledger-id generators the copy carries by a jump (``None``:
-    the copy's default, ``/ledgers``)."""
-    counters: tuple[str, ...] | None = None
-    """Patterns of the other sequential parents, carried exactly (``None``: the copy's default,
-    ``/counters/*``)."""
 
 
 @dataclass(frozen=True)

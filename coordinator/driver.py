@@ -42,6 +42,7 @@ from metashift.migration.flag import FlagChanged, MigrationFlag, move, read_flag
 from metashift.migration.liveness import BEATS_PER_TIMEOUT
 from metashift.migration.origin import read_state, write_origin
 from metashift.migration.phase import Phase
+from metashift.migration.settings import CoordinatorSettings
 from metashift.stores import MetadataStoreError, Notification, Store, StoreUnavailable, StoreURL, open_store
 from metashift.stores.aio import wait_event
 
@@ -59,8 +60,6 @@ TargetOpener = Callable[[str], Awaitable[Store]]
 POLL_SECONDS = 0.5
 #: Shortest pause between two looks at the acknowledgements (each heartbeat is a notification).
 MIN_WAIT_SECONDS = 0.05
-#: Paths in the last delta from which the freeze runs a Spark pass instead of the store layer.
-SPARK_DELTA_THRESHOLD = 10_000
 
 
 class Deposed(Exception):
@@ -77,27 +76,23 @@ class Coordinator:
         node_id: str,
         open_target: TargetOpener,
         url_for: Callable[[str], StoreURL],
-        prepare_timeout: float = 20.0,
-        participant_timeout: float = 5.0,
-        outage_timeout: float = 300.0,
-        spark_master: str | None = None,
-        spark_delta_threshold: int = SPARK_DELTA_THRESHOLD,
+        settings: CoordinatorSettings,
         rules: Rules | None = None,
     ) -> None:
         self.source = source
         self.node_id = node_id
         self._open_target = open_target
-        self.prepare_timeout = prepare_timeout
-        self.participant_timeout = participant_timeout
+        self.prepare_timeout = settings.prepare_timeout
+        self.participant_timeout = participant_timeout = settings.participant_timeout
         self.election = LeaderElection(source, node_id, participant_timeout)
         self.tracker = ChangeTracker(source)
         self.participants = ParticipantWatch(source)
         self.passes = Passes(
             source, self.tracker, source_url=source.url, target_url=url_for, open_target=open_target,
             still_leader=self._check_leader, leader_fence=self._fence,
-            leader_lease=lambda: self.election.lease_until, spark_master=spark_master,
-            spark_delta_threshold=spark_delta_threshold,
-            outage_timeout=outage_timeout, freeze_outage_timeout=participant_timeout,
+            leader_lease=lambda: self.election.lease_until, spark_master=settings.spark_master,
+            spark_delta_threshold=settings.spark_delta_threshold,
+            outage_timeout=settings.outage_timeout, freeze_outage_timeout=participant_timeout,
             rules=rules or Rules(),
         )
         self.after_switch = Follower(source, lambda url: open_store(url_for(url), create_root=False), node_id)

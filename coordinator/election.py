@@ -33,7 +33,7 @@ POLL_SECONDS = 1.0
 class LeaderElection:
     """One candidate: ``campaign`` returns once this agent holds the leader node."""
 
-    def __init__(self, store: MetadataStore, node_id: str, timeout: float = 5.0) -> None:
+    def __init__(self, store: MetadataStore, node_id: str, timeout: float) -> None:
         self.store = store
         self.node_id = node_id
         self.timeout = timeout
@@ -124,16 +124,17 @@ class LeaderElection:
         self._version = got[1].version
         return True
 
-    async def leader(self) -> str | None:
-        """The node id of the current leader, if any."""
-        got = await self.store.get(paths.LEADER)
-        return _holder(got[0])[0] if got is not None else None
-
     async def resign(self) -> None:
         with contextlib.suppress(MetadataStoreError):
             got = await self.store.get(paths.LEADER)
             if got is not None and got[1].created_by_self:
                 await self.store.delete(paths.LEADER, expected_version=got[1].version)
+
+
+async def read_leader(store: MetadataStore) -> str | None:
+    """The node id of the current leader in ``store``, if any."""
+    got = await store.get(paths.LEADER)
+    return _holder(got[0])[0] if got is not None else None
 
 
 def _holder(data: bytes) -> tuple[str | None, float | None]:

@@ -64,8 +64,8 @@ class Passes(FreezePasses):
         leader_lease: Callable[[], float] | None = None,
         spark_master: str | None,
         spark_delta_threshold: int,
-        outage_timeout: float = 300.0,
-        freeze_outage_timeout: float = 5.0,
+        outage_timeout: float,
+        freeze_outage_timeout: float,
         rules: Rules | None = None,
     ) -> None:
         self.source = source

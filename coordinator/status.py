@@ -25,7 +25,7 @@ from metashift.migration.phase import Phase
 from metashift.stores import MetadataStore, MetadataStoreError, open_store, parse_url
 
 from .after_switch import AfterSwitch, kept_writes, writes_after
-from .election import LeaderElection
+from .election import read_leader
 from .progress import migration_text
 
 
@@ -106,7 +106,7 @@ async def status(source: MetadataStore, *, after_switch: bool = False, scan: boo
                 full = [t for t in timings if t.get("kind") == "full"]
                 if full and not copy.get("total"):  # the whole tree was copied: say how much
                     copy["done"] = copy["total"] = full[-1].get("nodes")
-    leader = await LeaderElection(source, "").leader()
+    leader = await read_leader(source)
     written = agents_now = None
     if after_switch and state.left_for is not None and flag is not None:
         if flag.switch_position is not None:

@@ -79,7 +79,7 @@ class WriteGate:
         self,
         router: Router,
         *,
-        hold_timeout: float = 30.0,
+        hold_timeout: float,
         on_change: Callable[[WriteGate], None] | None = None,
         on_released: Callable[[float], None] | None = None,
     ) -> None:

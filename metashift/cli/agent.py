@@ -38,11 +38,7 @@ def coordinator_for(agent: Agent, store: Store) -> Coordinator:
         node_id=config.node_id,
         open_target=agent.open_target,
         url_for=agent.url_with_credentials,
-        prepare_timeout=settings.prepare_timeout,
-        participant_timeout=settings.participant_timeout,
-        outage_timeout=settings.outage_timeout,
-        spark_master=settings.spark_master,
-        spark_delta_threshold=settings.spark_delta_threshold,
+        settings=settings,
         rules=configured_rules(settings.ledgers_roots, settings.counters),
     )
 
