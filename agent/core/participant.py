@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from metashift.agent.core.dry_open import CheckAnswerer
 from metashift.agent.core.gate import WriteGate
 from metashift.agent.core.home import Home
+from metashift.agent.core.participant_states import LEASE_OK, LEASE_OUT, FreezeState, LeaseState, check_move
 from metashift.agent.core.registration import Registration
 from metashift.agent.core.sequence_floors import floor_carried_sequentials
 from metashift.agent.core.sessions import SessionRegistry
@@ -105,18 +106,18 @@ class Participant:
         self._on_phase = on_phase
         self.phase = Phase.NOT_STARTED
         self.epoch = 0
-        self._prepared: int | None = None
-        """The epoch whose freeze this agent has done (gate closed, ephemerals re-created)."""
+        self.freeze_state = FreezeState.FOLLOWING
+        """Where this agent stands in a freeze (``participant_states``: moved by ``_move`` only)."""
+        self._freeze_epoch: int | None = None
+        """The epoch of the freeze this agent holds (FROZEN) or has done (PREPARED)."""
         self._target: MetadataStore | None = None
         """The target of the migration in progress (opened at its freeze)."""
         self._arrived: MetadataStore | None = None
         """The target of the last migration that completed (the home since)."""
-        self._holding = False
-        """This participant closed the gate for a migration and has not reopened it yet."""
-        self._lapsed_at: float | None = None
-        """When the heartbeat lease lapsed (monotonic), until the flag is read again after a heartbeat."""
-        self._fenced = False
-        """The gate is closed because the lease lapsed."""
+        self.lease_state = LeaseState.HELD
+        """Where this agent stands with its heartbeat lease (moved by ``_lease_to`` only)."""
+        self._lapsed_at = 0.0
+        """When the lease last lapsed (monotonic): a heartbeat after it renews it."""
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._removers: list[Callable[[], None]] = []
@@ -177,7 +178,7 @@ class Participant:
             raise MetadataStoreError(f"more than {MAX_HOPS} completed migrations to follow from {self.source.url}")
         flag = state.current_flag
         if flag is not None and flag.holds_writes:
-            await self._freeze()
+            await self._freeze(flag.epoch)
         await self.registration.ensure()
         self._arm_lease_timer()
         loop = asyncio.get_running_loop()
@@ -220,12 +221,13 @@ class Participant:
 
     def lease_ok(self) -> bool:
         """Writes to the home may be acknowledged now (the write gate asks, as each ends)."""
-        return self._lapsed_at is None and self.registration.fresh()
+        return self.lease_state in LEASE_OK and self.registration.fresh()
 
     def _on_lapse(self) -> None:
         """The lease ran out (the timer, or the gate found it so): hold writes, look again."""
-        if self._lapsed_at is not None:
+        if self.lease_state in LEASE_OUT:
             return
+        self._lease_to(LeaseState.LAPSED)
         self._lapsed_at = time.monotonic()
         log.warning("no heartbeat got through for %.1fs: holding writes until one does and the flag is "
                     "read again (a coordinator may have gone on without this agent)",
@@ -257,7 +259,7 @@ class Participant:
                 log.warning("heartbeat to %s failed: %s", self.registration.store.url, e or "no answer in time")
                 continue
             self._arm_lease_timer()
-            if self._lapsed_at is not None:
+            if self.lease_state in LEASE_OUT:
                 self._wake.set()  # a heartbeat got through: read the flag again, then writes may flow
 
     # ---- following the flag ----------------------------------------------------------------------
@@ -294,16 +296,16 @@ class Participant:
 
     async def step(self) -> None:
         """Read the flag once and do what it asks of this agent."""
-        if self._lapsed_at is not None and not self._fenced:
+        if self.lease_state is LeaseState.LAPSED:
             await self._fence()
-        lapsed_at = self._lapsed_at
+        fenced = self.lease_state is LeaseState.FENCED  # nothing lapses while fenced: still so below
         renewed_at = self.registration.renewed_at
         state = self.state = await read_state(self.home.store)
         await self.registration.ensure()
-        if lapsed_at is not None:
-            if renewed_at <= lapsed_at or not self.registration.fresh():
+        if fenced:
+            if renewed_at <= self._lapsed_at or not self.registration.fresh():
                 return  # no heartbeat got through since: the flag we read proves nothing yet
-            self._lapsed_at = None  # read after a heartbeat got through: act on what it says
+            self._lease_to(LeaseState.RENEWED)  # read after a heartbeat got through: act on what it says
             self._arm_lease_timer()
             self.gate.wake_readers()
         if state.released_to is not None:
@@ -314,21 +316,21 @@ class Participant:
             return
         flag = state.current_flag
         if flag is None:
-            if self._holding:
+            if self.holding:
                 await self._roll_back("the migration flag was removed")
             self._seen(Phase.NOT_STARTED, state.arrived_epoch)
         else:
             self._seen(flag.phase, flag.epoch)
             if flag.phase is Phase.SYNCING:
-                if self._holding or self._target is not None:  # a freeze of an older epoch never ended here
+                if self.holding or self._target is not None:  # a freeze of an older epoch never ended here
                     await self._roll_back("a new migration started")
             elif flag.holds_writes:  # a COMPLETED not yet released too: its coordinator carries the last changes
                 await self._prepare(flag)
             elif flag.phase is Phase.FAILED:
-                if self._holding or self._target is not None:
+                if self.holding or self._target is not None:
                     await self._roll_back(flag.reason or "failed")
-        if self._fenced and not self._holding:
-            self._fenced = False
+        if self.lease_state is LeaseState.RENEWED and not self.holding:
+            self._lease_to(LeaseState.HELD)
             await self.gate.open()
             log.info("heartbeat and flag read again: writes flow")
 
@@ -339,51 +341,77 @@ class Participant:
             if self._on_phase is not None:
                 self._on_phase(phase)
 
+    # ---- the states (``participant_states``: every move through these two) -----------------------
+
+    @property
+    def holding(self) -> bool:
+        """This participant closed the gate for a migration and has not reopened it yet."""
+        return self.freeze_state is not FreezeState.FOLLOWING
+
+    def _prepared_for(self, epoch: int) -> bool:
+        return self.freeze_state is FreezeState.PREPARED and self._freeze_epoch == epoch
+
+    def _move(self, new: FreezeState, epoch: int | None = None) -> None:
+        self.freeze_state = check_move(self.freeze_state, new)
+        self._freeze_epoch = None if new is FreezeState.FOLLOWING else epoch
+
+    def _lease_to(self, new: LeaseState) -> None:
+        self.lease_state = check_move(self.lease_state, new)
+
+    def _gate_opened(self) -> None:
+        """The gate reopened at a switch or a rollback: the freeze is over here, and so is a fence
+        whose lease was renewed (one still out is fenced again at the next step)."""
+        self._move(FreezeState.FOLLOWING)
+        if self.lease_state is LeaseState.RENEWED:
+            self._lease_to(LeaseState.HELD)
+        elif self.lease_state is LeaseState.FENCED:
+            self._lease_to(LeaseState.LAPSED)
+
     async def _fence(self) -> None:
         """Close the gate for a lapsed lease (writes in flight drain; what they end with is
         unknown to their callers when the lease is still out)."""
-        self._fenced = True
+        self._lease_to(LeaseState.FENCED)
         with contextlib.suppress(TimeoutError):
             await self.gate.close(self.drain_timeout)
 
     # ---- the phases ------------------------------------------------------------------------------
 
     async def _prepare(self, flag: MigrationFlag) -> None:
-        if self._prepared != flag.epoch:
-            if self._prepared is not None:  # a freeze of an older epoch never ended here
+        if not self._prepared_for(flag.epoch):
+            if self.freeze_state is FreezeState.PREPARED:  # a freeze of an older epoch never ended here
                 await self._roll_back("a new migration started")
-            await self._freeze()
+            await self._freeze(flag.epoch)
             if self._target is None:
                 self._target = await self._open_target(flag.target_url)
             carried = await self.registry.recreate_in(self._target)
             # before the acknowledgement: every agent's floors are in place before anyone switches
             await floor_carried_sequentials(self._target, self.registry.ephemerals(), skip=self._carried_counter)
-            self._prepared = flag.epoch
+            self._move(FreezeState.PREPARED, flag.epoch)
             self.carried = carried
         await self.registration.acknowledge(flag.epoch)
 
-    async def _freeze(self) -> None:
-        """Close the gate (held writes wait) and drain the writes in flight."""
-        self._holding = True
+    async def _freeze(self, epoch: int) -> None:
+        """Close the gate for the freeze of ``epoch`` (held writes wait) and drain the writes in flight."""
+        self._move(FreezeState.FROZEN, epoch)
         await self.gate.close(self.drain_timeout)
 
     async def _complete(self, flag: MigrationFlag, *, starting: bool = False) -> None:
         """The migration ``flag`` completed: the target becomes the home (register there, leave
         the old one), then route to it and release the held writes there."""
-        if self._prepared != flag.epoch or self._target is None:
+        if not self._prepared_for(flag.epoch) or self._target is None:
             # started (or restarted) after the freeze: nothing of ours is in the target yet
-            await self._freeze()
+            await self._freeze(flag.epoch)
             if self._target is None:
                 self._target = await self._open_target(flag.target_url)
             await self.registry.recreate_in(self._target)
-            self._prepared = flag.epoch
+            self._move(FreezeState.PREPARED, flag.epoch)
         target, old_home = self._target, self.home.store
         left_behind = self.registry.ephemerals()
         old_registration = await self._move_home(target)
         # the counters are carried by now: what the freeze left to them is looked at again
         await floor_carried_sequentials(target, self.registry.ephemerals())
         await self.gate.open(towards=target)
-        self._holding = self._fenced = False
+        self._gate_opened()
         # only now, serving from the target: an agent gone from the old home has switched (what
         # ``_clear_old_home`` of the others waits for)
         await self._leave(old_registration, leave=not starting)
@@ -435,7 +463,7 @@ class Participant:
         self.registration = fresh
         self.home.move(store)
         self._listen()
-        self._arrived, self._target, self._prepared = store, None, None
+        self._arrived, self._target = store, None
         self._arm_lease_timer()
         return old
 
@@ -454,7 +482,8 @@ class Participant:
     async def _roll_back(self, reason: str) -> None:
         log.info("migration rolled back (%s): serving from %s", reason, self.home.store.url)
         target, self._target = self._target, None
-        self._prepared = None
+        if self.freeze_state is FreezeState.PREPARED:  # undone: re-created again if it freezes again
+            self._move(FreezeState.FROZEN, self._freeze_epoch)
         if self.router.active is not self.home.store:
             # COMPLETED is final: only a flag removed by hand gets here; never leave the target then
             log.error("not routing back to %s: this agent already serves from %s", self.home.store.url,
@@ -462,7 +491,7 @@ class Participant:
             self._target = target
             return
         await self.gate.open(towards=self.home.store)
-        self._holding = self._fenced = False
+        self._gate_opened()
         if target is not None:
             # closing the target session deletes every ephemeral re-created there
             with contextlib.suppress(Exception):
