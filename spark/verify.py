@@ -61,7 +61,7 @@ def verify_tree(
     for r in results:
         if r["error"]:
             raise_task_error(r["error"])
-    mismatches = [Mismatch(*m) for m in sorted({tuple(m) for r in results for m in r["mismatches"]})]
+    mismatches = [Mismatch.from_value(m) for m in sorted({tuple(m) for r in results for m in r["mismatches"]})]
     report.nodes = sum(r["nodes"] for r in results)
     report.bytes = sum(r["bytes"] for r in results)
     report.vanished = sum(r["vanished"] for r in results)

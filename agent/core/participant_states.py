@@ -65,7 +65,7 @@ S = TypeVar("S", FreezeState, LeaseState)
 class ParticipantStateError(RuntimeError):
     """A move of the participant's state that its table does not allow (a bug in whoever drives it)."""
 
-    def __init__(self, old: enum.Enum, new: enum.Enum, allowed: frozenset[S]) -> None:
+    def __init__(self, old: enum.Enum, new: enum.Enum, allowed: frozenset[enum.Enum]) -> None:
         self.old, self.new = old, new
         listed = ", ".join(sorted(s.name for s in allowed))
         super().__init__(f"participant: illegal move {old.name} -> {new.name} (from {old.name}: {listed})")
@@ -73,7 +73,7 @@ class ParticipantStateError(RuntimeError):
 
 def check_move(old: S, new: S) -> S:
     """``new``, if the table of its kind allows the move from ``old``; else ``ParticipantStateError``."""
-    table: dict[S, frozenset[S]] = FREEZE_MOVES if isinstance(old, FreezeState) else LEASE_MOVES  # type: ignore[assignment]
-    if new not in table[old]:
-        raise ParticipantStateError(old, new, table[old])
+    allowed: frozenset[enum.Enum] = FREEZE_MOVES[old] if isinstance(old, FreezeState) else LEASE_MOVES[old]
+    if new not in allowed:
+        raise ParticipantStateError(old, new, allowed)
     return new

@@ -181,8 +181,8 @@ async def check(
     source: Store, target: Store, changed: Collection[str], rules: Rules, states: dict[str, CounterCheck] | None = None
 ) -> list[Mismatch]:
     """Exactly ``changed`` compared on both sides (and the counters above them): each mismatch as
-    the full verification reports it. A path the source no longer has must be gone from the target too. ``states``:
-    where to put what the counters' checks found."""
+    the full verification reports it. A path the source no longer has must be gone from the target
+    too. ``states``: where to put what the counters' checks found."""
     mismatches: list[Mismatch] = []
     wanted = sorted(p for p in changed if not rules.is_excluded(p) and not rules.is_generated_id(p))
     for start in range(0, len(wanted), _CHUNK):
@@ -200,5 +200,5 @@ async def check(
             if states is not None:
                 states[at] = state
             if not state.ok:
-                mismatches.append(Mismatch(*counters.mismatch(at, state)))
+                mismatches.append(Mismatch.from_value(counters.mismatch(at, state)))
     return mismatches

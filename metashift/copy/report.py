@@ -33,7 +33,8 @@ class Mismatch:
 
     @classmethod
     def from_value(cls, value: dict[str, Any] | Iterable[Any]) -> Mismatch:
-        """A mismatch from JSON: an object (``to_dict``'s) or a ``[path, kind, detail]`` triple."""
+        """A mismatch from JSON (``to_dict``'s object) or from a task's ``(path, kind, detail)``
+        triple (what Spark's tasks and ``counters.mismatch`` answer)."""
         if isinstance(value, dict):
             return cls(str(value["path"]), str(value["kind"]), str(value.get("detail", "")))
         path, kind, detail = value
