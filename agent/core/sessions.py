@@ -51,6 +51,10 @@ class ClientSession:
     """Real path -> latest value of every ephemeral this session owns."""
     last_seen: float = field(default_factory=time.monotonic)
     ended: bool = False
+    on_expired: Callable[[], None] | None = None
+    """How the front tells its client the agent expired the session (``SessionRegistry.expire``):
+    gRPC ends the stream with SESSION_LOST, ZooKeeper drops the connection and tells the
+    reconnect that the session expired."""
 
     def touch(self) -> None:
         self.last_seen = time.monotonic()
@@ -145,6 +149,17 @@ class SessionRegistry:
         task = asyncio.get_running_loop().create_task(self.end(session, reason))
         self._cleanups.add(task)
         task.add_done_callback(self._cleanup_done)
+        return task
+
+    def expire(self, session: ClientSession, reason: str) -> asyncio.Task[int]:
+        """End ``session`` as its store would expire it: its remaining ephemerals are deleted and
+        its client is told (``on_expired``), so that it makes a new session and registers again.
+        The agent does this when one of the session's ephemerals vanished from the store without
+        the client's doing: ZooKeeper promises an ephemeral lives exactly as long as its session."""
+        log.warning("expiring session %s (%s): %s", session.id, session.name or "-", reason)
+        task = self.end_soon(session, reason)
+        if session.on_expired is not None:
+            session.on_expired()
         return task
 
     def _cleanup_done(self, task: asyncio.Task[int]) -> None:
@@ -249,6 +264,10 @@ class SessionRegistry:
             if active is not store:
                 got = await active.get(path)
                 if got is None or not got[1].ephemeral or not got[1].created_by_self:
+                    if self._unsure:  # the store session is being taken again: revalidate decides
+                        log.info("not re-creating ephemeral %s yet: the agent's session in %s is "
+                                 "being re-established", path, active.url)
+                        continue
                     log.info("not re-creating ephemeral %s: it is no longer ours in %s", path, active.url)
                     self.record_delete(path)
                     continue
@@ -297,10 +316,10 @@ class SessionRegistry:
     async def _deliver(self, previous: asyncio.Task[None] | None, event: SessionEvent, check: bool) -> None:
         if previous is not None:
             await asyncio.wait([previous])
-        if check:
-            await self.revalidate()
+        expired = await self.revalidate() if check else set()
         for session in list(self.sessions.values()):
-            session.sink(event)
+            if session not in expired:
+                session.sink(event)
 
     def _delivered(self, task: asyncio.Task[None]) -> None:
         if self._events is task:
@@ -308,11 +327,15 @@ class SessionRegistry:
         if not task.cancelled() and task.exception() is not None:
             log.error("forwarding a store session event failed", exc_info=task.exception())
 
-    async def revalidate(self) -> int:
-        """Forget every tracked ephemeral that is no longer an ephemeral of the agent's own store
-        session (the store lost it, or someone replaced it); returns how many are still tracked."""
+    async def revalidate(self) -> set[ClientSession]:
+        """Check every tracked ephemeral is still an ephemeral of the agent's own store session
+        now; the client session of one that is not (the store expired the agent's session, or
+        someone replaced the node) is expired (``expire``): its client must learn that its
+        registration is gone, as its own ZooKeeper session would have told it. Returns the
+        sessions expired."""
         store = self.gate.router.active
-        for path in list(self._owner):
+        lost: dict[ClientSession, str] = {}
+        for path, owner in list(self._owner.items()):
             try:
                 got = await store.get(path)
             except MetadataStoreError as e:  # the store went away again: keep it, check next time
@@ -320,10 +343,14 @@ class SessionRegistry:
                 self._unsure = True
                 continue
             if got is None or not got[1].ephemeral or not got[1].created_by_self:
-                log.info("ephemeral %s did not survive the store outage; forgotten", path)
+                log.info("ephemeral %s did not survive the store outage", path)
                 self.record_delete(path)
-        log.info("%d client ephemeral(s) survived the store outage", len(self._owner))
-        return len(self._owner)
+                lost.setdefault(owner, path)
+        for session, path in lost.items():
+            self.expire(session, f"its ephemeral {path} did not survive the store outage")
+        log.info("%d client ephemeral(s) survived the store outage; %d session(s) expired",
+                 len(self._owner), len(lost))
+        return set(lost)
 
     def _changed(self) -> None:
         if self._on_change is not None:

@@ -60,6 +60,7 @@ class SessionStreams:
         timeout = min(max(timeout, 0.5), self.session_max_timeout)
         out: asyncio.Queue[tuple[Any, ...]] = asyncio.Queue()
         session = self.registry.open(hello.client_name[:200], timeout, lambda ev: out.put_nowait(("event", ev)))
+        session.on_expired = lambda: out.put_nowait(("expired",))
         self.metrics.sessions.set(len(self.registry))
         self._streams.add(out)
         reader = asyncio.create_task(self._read(context, session, out))
@@ -86,6 +87,10 @@ class SessionStreams:
                 elif kind == "event":
                     event = pb.SessionEvent(type=wire.SESSION_EVENT_TO_PB[item[1]])
                     await context.write(pb.SessionResponse(event=event))
+                elif kind == "expired":  # the registry ended it (an ephemeral of it vanished)
+                    reason = "expired by the agent"
+                    await context.write(pb.SessionResponse(event=pb.SessionEvent(type=pb.SESSION_LOST)))
+                    return
                 elif kind == "close":
                     reason = "closed by the client"
                     await self._end(session, reason)

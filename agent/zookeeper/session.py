@@ -100,6 +100,7 @@ class ZkSessions:
         holder: list[ZkSession] = []
         client = self.registry.open(f"zk:{name}:{sid:#x}", timeout_ms / 1000, lambda ev: self._store_event(holder, ev))
         session = ZkSession(sid, secrets.token_bytes(16), timeout_ms, client)
+        client.on_expired = lambda: self._expired(session)
         holder.append(session)
         self.by_id[sid] = session
         self._by_client[client.id] = session
@@ -116,6 +117,7 @@ class ZkSessions:
         client = self.registry.restore(carried.id, carried.name, carried.timeout,
                                        lambda ev: self._store_event(holder, ev), ephemerals, last_seen)
         session = ZkSession(carried.zk_id, carried.zk_passwd, int(carried.timeout * 1000), client, carried=True)
+        client.on_expired = lambda: self._expired(session)
         holder.append(session)
         self.by_id[session.id] = session
         self._by_client[client.id] = session
@@ -161,6 +163,15 @@ class ZkSessions:
         self._by_client.pop(session.client.id, None)
         if self._on_end is not None:
             self._on_end(session)
+
+    def _expired(self, session: ZkSession) -> None:
+        """The registry expired the session: drop its connection, so that the client reconnects
+        and is told its session expired (it then makes a new one and registers again)."""
+        conn, session.conn = session.conn, None
+        session.closing = True
+        self._forget(session)
+        if conn is not None:
+            conn.close()
 
     async def _reap(self) -> None:
         while True:

@@ -11,8 +11,8 @@ different degree, and ``SessionHandle`` carries exactly what each needs:
 - Oxia: the client identity and the session id on each shard. Oxia's sessions are kept alive by
   ``KeepAlive(shard, session_id)`` from any client; its docs say sessions are "not designed to be
   reattached across process restarts", meaning its own clients make new ones: the server keeps a
-  session for as long as heartbeats come, whoever sends them, and a record's ``client_identity``
-  is what ``created_by_self`` compares.
+  session for as long as heartbeats come, whoever sends them; ``created_by_self`` compares a
+  record's ``client_identity`` and its session with the ones the store holds.
 
 The password and the ids are secrets of the session (whoever has them can act as it): they are
 kept in the agent's state file (mode 0600 on a tmpfs), never logged, never in the store.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import urllib.request
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 _LINE = re.compile(r"^(\d{13}) (\w+)\s")
@@ -154,14 +155,31 @@ def disconnections(text: str) -> list[tuple[float, float | None]]:
     return out
 
 
-def metadata_errors(text: str) -> list[str]:
+#: Pulsar's own race when two brokers create one topic's schema at once (a system topic's, at a
+#: cluster's start): the one whose compare-and-set of the schema locator fails deletes the ledger
+#: it wrote the schema to (BookkeeperSchemaStorage) while that ledger's close may still be
+#: updating its metadata, which then logs an ERROR from MetadataUpdateLoop for that ledger.
+_SCHEMA_RACE = re.compile(r"Failed to create schema locator with position, schemaId \S+, ledgerId (\d+)")
+_UPDATE_LOOP = re.compile(r"MetadataUpdateLoop - UpdateLoop\(ledgerId=(\d+),")
+
+
+def schema_race_ledgers(texts: list[str]) -> set[int]:
+    """Ledgers a broker deleted after losing the race for a schema locator (``_SCHEMA_RACE``)."""
+    return {int(m.group(1)) for text in texts for m in _SCHEMA_RACE.finditer(text)}
+
+
+def metadata_errors(text: str, schema_races: Collection[int] = ()) -> list[str]:
     """ERROR lines about the metadata store, each with the exception logged under it (the next
-    line, when it is not a line of its own): the cause is what a failure report needs."""
+    line, when it is not a line of its own): the cause is what a failure report needs. The
+    MetadataUpdateLoop errors of ``schema_races`` ledgers (``schema_race_ledgers``) are Pulsar's
+    own, not the metadata store's, and are left out."""
     out = []
     rows = text.splitlines()
     for i, line in enumerate(rows):
         found = _LINE.match(line)
         if not found or found.group(2) != "ERROR" or not _METADATA.search(line):
+            continue
+        if (loop := _UPDATE_LOOP.search(line)) and int(loop.group(1)) in schema_races:
             continue
         cause = rows[i + 1].strip() if i + 1 < len(rows) and not _LINE.match(rows[i + 1]) else ""
         out.append(f"{line} | {cause}" if cause else line)

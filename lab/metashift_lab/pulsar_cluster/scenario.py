@@ -243,6 +243,7 @@ class MigrationRun:
         """The Pulsar processes' own account: still the same processes, no lost session, no metadata
         error, ledger ids, the longest metadata operation."""
         f, c = self.figures, self.cluster
+        schema_races = evidence.schema_race_ledgers(c.broker_logs())
         for process in c.pulsar_processes:
             text = process.log_text()
             marker = BOOKIE_READY if process.name.startswith("bookie") else BROKER_READY
@@ -256,7 +257,7 @@ class MigrationRun:
                 else:
                     f.disconnections.append(f"{name}: no answer from its metadata store for {until - since:.1f} s "
                                             f"from {_clock(since)} (ConnectionLost, then reconnected by itself)")
-            errors = evidence.metadata_errors(text)
+            errors = evidence.metadata_errors(text, schema_races)
             if self.pip454 is not None and self.pip454.start is not None:  # the start refused on purpose
                 errors = [line for line in errors if not START_FAILED.search(line)]
             f.troubles += [f"{name} metadata error: {line[:600]}" for line in errors[:5]]

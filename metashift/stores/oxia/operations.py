@@ -11,7 +11,9 @@
   ``expected_version_id`` = the ``version_id`` read, which fails if anyone wrote in between: two
   round trips, atomic all the same.
 - ephemeral = a record of the store's session on its shard, with the store's client identity;
-  ``created_by_self`` = that identity is ours (Pulsar's rule); ``Stat.owner`` = the session id
+  ``created_by_self`` = that identity is ours and the record's session is the one the store holds
+  on its shard now (stricter than Pulsar's rule, the identity alone, which reads a lost session's
+  records as ours until the server expires them); ``Stat.owner`` = the session id
   with its shard's id in the top bits (``session.owner_id``: each shard numbers its own sessions).
 - sequential (Pulsar's rule): a blind put of empty bytes on the parent (``/`` at top level), which
   wipes the parent's value as Pulsar's does; the child is ``path + "%010d"`` of the parent's

@@ -31,9 +31,12 @@ class Records:
         """The store's ``Stat`` of a record's ``Version``."""
         ephemeral = version.HasField("session_id")
         identity = version.client_identity if version.HasField("client_identity") else None
-        shard = self._conn.shard_for(self._keys.key(path)).id if ephemeral and not identity else 0
+        shard = self._conn.shard_for(self._keys.key(path)).id if ephemeral else 0
         owner = owner_id(identity, shard, version.session_id) if ephemeral else 0
-        own = identity is not None and identity == self._sessions.identity
+        # Ours = our identity AND the session we hold on its shard now. Pulsar's rule (the
+        # identity alone) reads a lost session's records as ours until the server expires them,
+        # up to a session timeout after it is back: a registration checked then vanishes later.
+        own = ephemeral and identity == self._sessions.identity and self._sessions.holds(shard, version.session_id)
         return Stat(
             path, int(version.modifications_count), int(version.created_timestamp), int(version.modified_timestamp),
             ephemeral=ephemeral, created_by_self=own, owner=owner,

@@ -78,6 +78,10 @@ class Sessions:
         self._wake = asyncio.Event()
         self.on_new_session: Callable[[], None] | None = None
 
+    def holds(self, shard_id: int, session_id: int) -> bool:
+        """True when ``session_id`` is this store's live session on shard ``shard_id``."""
+        return self.ids.get(shard_id) == session_id
+
     async def adopt(self, handed: tuple[tuple[int, int], ...]) -> bool:
         """Take over the sessions a predecessor with this identity left (shard id, session id):
         each one that still answers a heartbeat is this store's from now on. True when every

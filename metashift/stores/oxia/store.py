@@ -83,8 +83,8 @@ class OxiaStore(Store):
         when the server has no such namespace. ``watch=False``: no notifications ever.
 
         ``resume``: the handle a predecessor left (``session_handle``): the store takes its
-        client identity (so its records read as ``created_by_self``) and keeps alive every one of
-        its sessions the server still has (``resumed`` when all of them were)."""
+        client identity and keeps alive every one of its sessions the server still has (their
+        records read as ``created_by_self``; ``resumed`` when all of them were)."""
         if url.scheme != "oxia":
             raise InvalidStoreURL(f"not an oxia URL: {url}")
         store = cls(url)
