@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -570,3 +571,50 @@ async def test_an_etcd_watch_moved_to_a_member_that_was_behind(
     await other.put("/behind/last", b"", expected_version=-1)  # one stream: heard last, after any repeat
     await eventually(lambda: "/behind/last" in heard(), within=30, what="the changes after the failover")
     assert heard() == Counter({f"/behind/k{i:02d}": 1 for i in range(40)} | {"/behind/last": 1}), heard()
+
+
+#: Members a test starts again while its event loop runs (the heartbeats go on meanwhile) are
+#: started in this thread: a member dies with the thread that started it (``processes``'
+#: PR_SET_PDEATHSIG), and this one lives as long as the test process, as the shared clusters do.
+_MEMBERS_THREAD = ThreadPoolExecutor(1, thread_name_prefix="members")
+
+
+def _restart_all(cluster: ReplicatedStore) -> None:
+    for member in cluster.members:
+        member.start()
+    cluster.wait_serving()
+
+
+async def test_an_oxia_cluster_restarted_inside_the_session_timeout_keeps_the_session(
+    oxia_cluster: ReplicatedStore, namespace: str, stores: list[Store]
+) -> None:
+    """Every data server SIGKILLed and started again while the store heartbeats: each shard's new
+    leader loads its sessions from its log, answering "session not found" until it has. The store
+    rides that out inside its session timeout: no SessionLost, an ephemeral on every shard still
+    its own with its owner (chaos seed 23: a store that took that answer at its word made new
+    sessions, and the server expired the old ones, with every member's registration, a timeout
+    later)."""
+    cluster = oxia_cluster
+    store = await open_store(cluster.url + namespace + "?session_timeout=60&timeout=30")
+    stores.append(store)
+    events: list[SessionEvent] = []
+    store.add_session_listener(events.append)
+    paths: dict[int, str] = {}
+    for i in range(200):
+        paths.setdefault(cluster.shard_of(f"{namespace}/eph-{i}"), f"/eph-{i}")
+    assert len(paths) >= 3, paths
+    made = {path: await store.put(path, b"held", ephemeral=True) for path in paths.values()}
+    sessions = store._sessions  # type: ignore[attr-defined]
+    with members_restored(cluster):
+        for index in range(len(cluster.members)):
+            cluster.kill(index)
+        restarted = time.monotonic()
+        await asyncio.get_running_loop().run_in_executor(_MEMBERS_THREAD, _restart_all, cluster)
+    # every session heartbeated through its shard's new leader (a bound, not a measure)
+    await eventually(lambda: all(sessions._last_ok.get(shard, 0.0) > restarted for shard in paths), within=60,
+                     what="a heartbeat answered on every shard after the restart")
+    assert SessionEvent.SESSION_LOST not in events, events
+    for path, stat in made.items():
+        got = await store.get(path)
+        assert got is not None and got[0] == b"held", path
+        assert got[1].ephemeral and got[1].created_by_self and got[1].owner == stat.owner, (path, got)

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from metashift.stores import MetadataStore, MetadataStoreError, StoreUnavailable, open_store
+from metashift.stores import MetadataStore, MetadataStoreError, SessionEvent, StoreUnavailable, open_store
 from metashift.stores.aio import wait_event
 
 #: The sandbox's own subtree (counters and items); sequential ids go under ``/counters/<client>``.
@@ -27,6 +27,9 @@ ERRORS_KEPT = 5
 
 #: How long a client keeps trying to open its session with its agent.
 CONNECT_SECONDS = 120.0
+#: How long a client keeps trying to register its ephemerals again on a new session (an old
+#: session's node stays until the store expires that session).
+REGISTER_SECONDS = 300.0
 
 
 @dataclass
@@ -112,6 +115,14 @@ class FrontClient:
         async with _answer_within(timeout, path):
             return await self.store.put(path, value, expected_version, ephemeral=ephemeral, sequential=sequential)
 
+    async def delete(self, path: str, expected_version: int | None = None, *,
+                     timeout: float = CONNECT_SECONDS) -> None:  # noqa: ASYNC109
+        async with _answer_within(timeout, path):
+            await self.store.delete(path, expected_version)
+
+    def add_session_listener(self, listener: Any) -> Any:
+        return self.store.add_session_listener(listener)
+
     async def close(self) -> None:
         await self.store.close()
 
@@ -151,7 +162,10 @@ class SimClient(ClientLoop):
     timings: list[WriteTiming] = field(default_factory=list)
     stopped_early: bool = False
     """Its agent was killed: it stopped writing then."""
+    registered_again: int = 0
+    """Times it registered its ephemerals again on a re-established session."""
     _task: asyncio.Task[None] | None = None
+    _registering: asyncio.Task[None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def connect(self) -> None:
@@ -173,8 +187,54 @@ class SimClient(ClientLoop):
         assert self.client is not None
         for path, value in self.ephemerals.items():
             await self.client.put(path, value, ephemeral=True)
+        self.client.add_session_listener(self._session_event)
         await self.client.put(self.sequence_parent, b"", expected_version=-1)
         self._task = asyncio.get_running_loop().create_task(self._run(), name=f"client {self.name}")
+
+    def _session_event(self, event: SessionEvent) -> None:
+        """As a broker's lock revalidation does: on a re-established session, check every
+        ephemeral and make again those that are not its own any more."""
+        if event is not SessionEvent.SESSION_REESTABLISHED or self._stop.is_set() or not self.ephemerals:
+            return
+        if self._registering is None or self._registering.done():
+            self._registering = asyncio.get_running_loop().create_task(self._register_again(),
+                                                                       name=f"client {self.name} registers")
+
+    async def _register_again(self) -> None:
+        pending = dict(self.ephemerals)
+        deadline = time.monotonic() + REGISTER_SECONDS
+        while pending and time.monotonic() < deadline and not self._stop.is_set():
+            for path, value in list(pending.items()):
+                try:
+                    got = await self.client.get(path)
+                    if got is not None and got[1].ephemeral and got[1].created_by_self:
+                        del pending[path]
+                        continue
+                    if got is not None:  # the old session's, until the store expires it
+                        await self.client.delete(path, expected_version=got[1].version)
+                    await self.client.put(path, value, expected_version=-1, ephemeral=True)
+                    del pending[path]
+                except MetadataStoreError:  # gone or made meanwhile, the store away, the gate held it: again
+                    pass
+            if pending:
+                await wait_event(self._stop, 0.5)
+        if not pending:
+            self.registered_again += 1
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self._stop_registering()
+
+    async def abandon(self) -> None:
+        await self._stop_registering()
+        await super().abandon()
+
+    async def _stop_registering(self) -> None:
+        task, self._registering = self._registering, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
 
     async def _write(self, path: str, value: bytes, **kwargs: Any) -> Any:
         """One timed write; None when it failed (counted)."""

@@ -65,17 +65,18 @@ class Records:
             setattr(request, name, number)
         if expected_version_id is not None:
             request.expected_version_id = expected_version_id
-        session = 0
         if ephemeral:
-            session = await self._sessions.id_for(shard, path)
-            request.session_id = session
+            request.session_id = await self._sessions.id_for(shard, path)
             request.client_identity = self._sessions.identity
         resp = await self.batcher.put(path, shard, request)
         if resp.status == pb.UNEXPECTED_VERSION_ID:
             raise AlreadyExists(path) if expected_version_id == -1 else BadVersion(path)
-        if resp.status == pb.SESSION_DOES_NOT_EXIST:
-            self._sessions.forget(shard.id, session)
-            raise StoreUnavailable("oxia session expired, being taken again; ephemeral put refused", path)
+        if resp.status == pb.SESSION_DOES_NOT_EXIST:  # a new leader loading it, or expired: the keep-alive tells
+            self._sessions.suspect()
+            refused = StoreUnavailable(f"oxia shard {shard.id} does not know the store's session; ephemeral put "
+                                       "refused", path)
+            refused.write_may_have_happened = False
+            raise refused
         check_status(resp.status, path)
         return resp.version
 

@@ -72,6 +72,10 @@ class Sessions:
         self.timeout = session_timeout(conn.url.session_timeout)
         self.ids: dict[int, int] = {}
         """The session id on each shard that has one."""
+        self._last_ok: dict[int, float] = {}
+        """When each shard last answered its session's heartbeat (or made the session)."""
+        self._unknown: set[int] = set()
+        """Shards that answered "session not found" since their last good heartbeat."""
         self._creating: dict[int, asyncio.Future[int]] = {}
         self._lost: set[int] = set()
         """Shards whose session was lost and is to be taken again (SessionReestablished then)."""
@@ -98,6 +102,7 @@ class Sessions:
                 log.info("%s: the session handed over on shard %d has expired", self._conn.url, shard_id)
                 continue
             self.ids[shard_id] = session_id
+            self._last_ok[shard_id] = time.monotonic()
             kept += 1
         return bool(handed) and kept == len(handed)
 
@@ -121,6 +126,7 @@ class Sessions:
             resp = await conn.unary(path, "CreateSession", shard, request)
             if resp.session_id != 0:
                 self.ids[shard.id] = resp.session_id
+                self._last_ok[shard.id] = time.monotonic()
                 if self.on_new_session is not None:  # before any ephemeral is put on it
                     self.on_new_session()
                 return int(resp.session_id)
@@ -131,42 +137,56 @@ class Sessions:
 
     async def keepalive_loop(self) -> None:
         """Heartbeat every session a quarter of its timeout; report ConnectionLost / Reconnected
-        as the heartbeats fail and succeed again, SessionLost when the server no longer knows a
-        session (or could not be told about it for longer than its timeout), and
-        SessionReestablished once every lost one was taken again."""
+        as the heartbeats fail and succeed again, SessionLost when a session could not be kept
+        alive for longer than its timeout (the server has expired it by then), and
+        SessionReestablished once every lost one was taken again.
+
+        "Session not found" inside that time is not taken as the end of the session: a shard's
+        new leader answers it until it has loaded the shard's sessions from its log (an Oxia
+        cluster restarted, or a leader lost), and then keeps the session, which a client that
+        had given up on it would leave to expire with its ephemerals a timeout later. A session
+        the server really expired was not heartbeated for its timeout, so the client has
+        counted that time already."""
         conn = self._conn
-        last_ok = time.monotonic()
         interval = keepalive_period(self.timeout)
-        unreachable = False
+        unsure = False
         while not conn.closed:
             # a heartbeat that failed is sent again soon, to the shard's leader of then
-            await wait_event(self._wake, min(interval, RETRY_SECONDS) if unreachable else interval)
+            await wait_event(self._wake, min(interval, RETRY_SECONDS) if unsure else interval)
             self._wake.clear()
             shards = {s.id: s for s in conn.shards}
             beats = [(shards[i], sid) for i, sid in list(self.ids.items()) if i in shards]
             results = await asyncio.gather(*(self._beat(s, sid) for s, sid in beats), return_exceptions=True)
-            unreachable = False
+            now = time.monotonic()
+            unsure = unreachable = False
             for (shard, sid), result in zip(beats, results, strict=True):
-                if isinstance(result, SessionNotFound):
-                    self.forget(shard.id, sid)
-                elif isinstance(result, StoreUnavailable):
+                if result is None:
+                    self._last_ok[shard.id] = now
+                    self._unknown.discard(shard.id)
+                    conn.liveness.up(("keepalive", shard.id))
+                    continue
+                if isinstance(result, StoreUnavailable):
                     unreachable = True
                     conn.liveness.down(("keepalive", shard.id))
-                elif isinstance(result, BaseException):
+                elif not isinstance(result, SessionNotFound):
                     log.warning("%s: keep-alive of session %d failed: %s", conn.url, sid, result)
-                else:
-                    conn.liveness.up(("keepalive", shard.id))
-            now = time.monotonic()
-            if not unreachable:
-                last_ok = now
-            elif now - last_ok > self.timeout:  # the server has expired them by now
-                for shard, sid in beats:
+                unsure = True
+                if now - self._last_ok.get(shard.id, now) > self.timeout:  # the server has expired it by now
                     self.forget(shard.id, sid)
+                elif isinstance(result, SessionNotFound) and shard.id not in self._unknown:
+                    self._unknown.add(shard.id)
+                    log.info("%s: shard %d does not know session %d (a new leader loading its sessions?); "
+                             "asking again until its timeout", conn.url, shard.id, sid)
             if self._lost and not unreachable:
                 await self._take_again(shards)
 
     async def _beat(self, shard: Shard, session_id: int) -> None:
         await self._conn.unary(None, "KeepAlive", shard, pb.SessionHeartbeat(shard=shard.id, session_id=session_id))
+
+    def suspect(self) -> None:
+        """A call was refused for a session the shard did not know: heartbeat now, to find out
+        whether it is a new leader not yet knowing it or the session is gone."""
+        self._wake.set()
 
     def forget(self, shard_id: int, session_id: int) -> None:
         """The session ``session_id`` of shard ``shard_id`` is gone: SessionLost (once), and the
