@@ -31,7 +31,7 @@ from metashift.stores import (
     StoreUnavailable,
     open_store,
 )
-from metashift_lab.replicated import ReplicatedStore
+from metashift_lab.replicated import OxiaCluster, ReplicatedStore
 from tests.harness import BACKENDS, bounded_teardown, eventually
 from tests.replicated_stores import members_restored
 from tests.test_store_conformance import (  # noqa: F401  (the contract's tests, run here again)
@@ -586,7 +586,7 @@ def _restart_all(cluster: ReplicatedStore) -> None:
 
 
 async def test_an_oxia_cluster_restarted_inside_the_session_timeout_keeps_the_session(
-    oxia_cluster: ReplicatedStore, namespace: str, stores: list[Store]
+    oxia_cluster: OxiaCluster, namespace: str, stores: list[Store]
 ) -> None:
     """Every data server SIGKILLed and started again while the store heartbeats: each shard's new
     leader loads its sessions from its log, answering "session not found" until it has. The store
