@@ -30,6 +30,8 @@ from typing import Any, NoReturn
 import pytest
 
 from metashift.stores import MetadataStore, StoreUnavailable, open_store, reserved
+from metashift.stores.simulated import SCHEME as SIMULATED_SCHEME
+from metashift.stores.simulated import SimulatedServers
 from metashift_lab.servers import LocalEtcd, LocalOxia, LocalZooKeeper, oxia_binary
 
 
@@ -107,6 +109,8 @@ GATEWAY = "gateway-"
 #: The same stores reached through an in-process metashift agent (client -> agent -> store). A test
 #: module opts in by overriding ``backend`` with ``params=BACKENDS + GATEWAY_BACKENDS``.
 GATEWAY_BACKENDS = ("gateway-zk", "gateway-etcd", "gateway-oxia")
+#: The simulator's in-process store (``sim_url``), which keeps the store contract too.
+SIMULATED_BACKEND = "sim"
 _counter = itertools.count()
 
 
@@ -154,6 +158,12 @@ def namespace(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
+def sim_url(namespace: str) -> str:
+    """This test's root on the process's simulated store (``SIMULATED``)."""
+    return f"{SIMULATED_SCHEME}://tests{namespace}"
+
+
+@pytest.fixture
 def zk_url(zk_server: LocalZooKeeper, namespace: str) -> str:
     return zk_server.url + namespace
 
@@ -186,7 +196,14 @@ async def open_any(url: str, **client_options: Any) -> MetadataStore:
         from metashift.client import connect
 
         return await connect(url, **client_options)
+    if url.startswith(f"{SIMULATED_SCHEME}://"):
+        return await SIMULATED.open(url)
     return await open_store(url)
+
+
+#: The simulated stores' in-process servers of this test process (``sim_url``), as the real
+#: servers of the session fixtures are: one per process, each test on its own root.
+SIMULATED = SimulatedServers()
 
 
 class Gateways:
