@@ -109,8 +109,9 @@ GATEWAY = "gateway-"
 #: The same stores reached through an in-process metashift agent (client -> agent -> store). A test
 #: module opts in by overriding ``backend`` with ``params=BACKENDS + GATEWAY_BACKENDS``.
 GATEWAY_BACKENDS = ("gateway-zk", "gateway-etcd", "gateway-oxia")
-#: The simulator's in-process store (``sim_url``), which keeps the store contract too.
-SIMULATED_BACKEND = "sim"
+#: The simulator's in-process store (``sim_url``), with one notification stream and with three
+#: (``sim_streams_url``), which keeps the store contract too.
+SIMULATED_BACKENDS = ("sim", "sim_streams")
 _counter = itertools.count()
 
 
@@ -161,6 +162,12 @@ def namespace(request: pytest.FixtureRequest) -> str:
 def sim_url(namespace: str) -> str:
     """This test's root on the process's simulated store (``SIMULATED``)."""
     return f"{SIMULATED_SCHEME}://tests{namespace}"
+
+
+@pytest.fixture
+def sim_streams_url(namespace: str) -> str:
+    """The same on a simulated store with three notification streams (Oxia's order)."""
+    return f"{SIMULATED_SCHEME}://tests-streams{namespace}?streams=3"
 
 
 @pytest.fixture

@@ -20,10 +20,10 @@ from metashift import (
     ValueTooLarge,
 )
 from metashift.stores import DeleteOp, ExistsOp, GetChildrenOp, GetOp, PutOp, Stat
-from tests.harness import BACKENDS, GATEWAY_BACKENDS, SIMULATED_BACKEND, store_kind, user_roots
+from tests.harness import BACKENDS, GATEWAY_BACKENDS, SIMULATED_BACKENDS, store_kind, user_roots
 
 
-@pytest.fixture(params=BACKENDS + GATEWAY_BACKENDS + (SIMULATED_BACKEND,))
+@pytest.fixture(params=BACKENDS + GATEWAY_BACKENDS + SIMULATED_BACKENDS)
 def backend(request: pytest.FixtureRequest) -> str:
     """Every store directly, the same stores through the agent's gRPC gateway, and the
     simulator's in-process store (``metashift.stores.simulated``), which must keep the same

@@ -163,3 +163,37 @@ async def test_a_broken_notification_stream_tells_its_listeners_to_read_again(se
 def test_a_bad_simulated_url_is_a_clear_error(url: str) -> None:
     with pytest.raises(InvalidStoreURL):
         parse_url(url)
+
+
+async def test_several_streams_overtake_one_another_and_the_barrier_covers_each() -> None:
+    """With several notification streams (Oxia's shards), a stream held back is overtaken by the
+    others, each stays in write order, and the barrier's paths land one on each stream."""
+    held: set[int] = set()
+
+    class HoldOne:
+        def on_call(self, server: str, store: str, kind: str, path: str) -> CallFault:
+            stream = servers.server("s").stream_of("/root" + path)
+            return CallFault(delay=0.3) if kind == "notify" and stream in held else CallFault()
+
+    servers = SimulatedServers(faults=HoldOne(), streams=3)
+    store = await servers.open("sim://s/root")
+    heard: list[Notification] = []
+    store.add_listener(heard.append)
+    try:
+        barrier = store.barrier_paths("/b")
+        assert barrier[0] == "/b" and len(barrier) == 3
+        assert {servers.server("s").stream_of("/root" + p) for p in barrier} == {0, 1, 2}
+        assert not store.notifications_in_order
+        held.add(servers.server("s").stream_of("/root/b"))
+        for p in barrier:
+            await store.put(p, b"1")
+            await store.put(p, b"2")
+        await eventually(lambda: sum(n.type is NotificationType.MODIFIED for n in heard) == 3, within=10,
+                         what="every stream's notifications")
+        order = [n.path for n in heard if n.type is not NotificationType.CHILDREN_CHANGED]
+        assert order.index(barrier[1]) < order.index("/b")  # the held stream was overtaken
+        for p in barrier:  # each stream in write order
+            kinds = [n.type for n in heard if n.path == p]
+            assert kinds == [NotificationType.CREATED, NotificationType.MODIFIED], (p, kinds)
+    finally:
+        await store.close()

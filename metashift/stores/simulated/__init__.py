@@ -23,31 +23,38 @@ SCHEME = "sim"
 class SimulatedServers:
     """The in-process servers of one simulation (or one test process), by name."""
 
-    def __init__(self, faults: FaultPlan | None = None) -> None:
+    def __init__(self, faults: FaultPlan | None = None, *, streams: int = 1) -> None:
         self.faults = faults
+        self.streams = streams
+        """Notification streams of each server made here (``SimulatedServer.streams``)."""
         self.servers: dict[str, SimulatedServer] = {}
 
-    def server(self, name: str) -> SimulatedServer:
-        """The server ``name``, made on first use."""
+    def server(self, name: str, *, streams: int | None = None) -> SimulatedServer:
+        """The server ``name``, made on first use (with ``streams`` notification streams, else
+        this directory's number)."""
         if name not in self.servers:
-            self.servers[name] = SimulatedServer(name, faults=self.faults)
+            self.servers[name] = SimulatedServer(name, faults=self.faults, streams=streams or self.streams)
         return self.servers[name]
 
     async def open(self, url: str, *, watch: bool = True) -> SimulatedStore:
-        """A store on the server a ``sim://NAME[/root][?session_timeout=S]`` URL names."""
+        """A store on the server a ``sim://NAME[/root][?session_timeout=S&streams=N]`` URL names
+        (``streams``: the server's notification streams, when this call makes it)."""
         parsed = parse_url(url)
-        return await SimulatedStore.connect(self.server(parsed.hosts[0][0]), parsed, watch=watch)
+        streams = int(parsed.options["streams"]) if "streams" in parsed.options else None
+        return await SimulatedStore.connect(self.server(parsed.hosts[0][0], streams=streams), parsed, watch=watch)
 
 
 def parse_url(url: str) -> StoreURL:
-    """``sim://NAME[/root][?session_timeout=S&timeout=S]`` as a ``StoreURL``."""
+    """``sim://NAME[/root][?session_timeout=S&timeout=S&streams=N]`` as a ``StoreURL``."""
     parts = urlsplit(url)
     if parts.scheme != SCHEME or not parts.hostname:
         raise InvalidStoreURL(f"not a simulated store URL (sim://NAME/root): {url!r}")
     options = dict(parse_qsl(parts.query))
-    unknown = set(options) - {"session_timeout", "timeout"}
+    unknown = set(options) - {"session_timeout", "timeout", "streams"}
     if unknown:
         raise InvalidStoreURL(f"unknown option(s) {', '.join(sorted(unknown))} for a simulated store URL")
+    if not options.get("streams", "1").isdigit() or int(options.get("streams", "1")) < 1:
+        raise InvalidStoreURL(f"streams must be a whole number of at least 1 in {url!r}")
     root = parts.path.rstrip("/") or "/"
     return StoreURL(SCHEME, ((parts.hostname, 0),), root, options=options)
 

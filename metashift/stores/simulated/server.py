@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,8 +42,11 @@ class SimSession:
 class SimulatedServer:
     """An in-process metadata store: one tree, its sessions, its subscribers and its faults."""
 
-    def __init__(self, name: str, *, faults: FaultPlan | None = None) -> None:
+    def __init__(self, name: str, *, faults: FaultPlan | None = None, streams: int = 1) -> None:
         self.name = name
+        self.streams = streams
+        """Notification streams, each in write order but not with one another (Oxia: one per
+        shard); a path's stream is ``stream_of``."""
         self.tree = Tree()
         self.faults: FaultPlan = faults if faults is not None else NoFaults()
         self.unreachable = False
@@ -93,6 +97,10 @@ class SimulatedServer:
             raise refused
 
     # ---- notifications --------------------------------------------------------------------------
+
+    def stream_of(self, path: str) -> int:
+        """The notification stream of ``path`` (a stable hash, the same in every process)."""
+        return zlib.crc32(path.encode()) % self.streams if self.streams > 1 else 0
 
     def subscribe(self, subscriber: Subscriber) -> Callable[[], None]:
         self._subscribers.append(subscriber)

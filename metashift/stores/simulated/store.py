@@ -52,6 +52,9 @@ class SimulatedStore(Store):
         self._keepalive: asyncio.Task[None] | None = None
         self._closed = False
         self._disconnected = False
+        self._stream_due: dict[int, float] = {}
+        self._stream_generation = 0
+        """When the last notification queued on each stream is delivered (loop time)."""
 
     @classmethod
     async def connect(cls, server: SimulatedServer, url: StoreURL, *, watch: bool = True) -> SimulatedStore:
@@ -148,9 +151,33 @@ class SimulatedStore(Store):
 
     def _heard(self, notification: Notification) -> None:
         mine = self._mine(notification.path)
-        if mine is not None and not self._closed:
-            # delivered after the write's answer, in write order (one stream, as ZooKeeper's)
-            asyncio.get_running_loop().call_soon(self._notify, Notification(notification.type, mine))
+        if mine is None or self._closed:
+            return
+        # delivered after the write's answer, in write order on its stream; the fault plan may
+        # hold a stream back ("notify"), so that streams overtake one another (Oxia's shards)
+        loop = asyncio.get_running_loop()
+        stream = self.server.stream_of(notification.path)
+        delay = self.server.fault_for(self.name, "notify", mine).delay
+        due = max(loop.time() + delay, self._stream_due.get(stream, 0.0))
+        self._stream_due[stream] = due
+        loop.call_at(due, self._deliver, Notification(notification.type, mine), self._stream_generation)
+
+    def _deliver(self, notification: Notification, generation: int) -> None:
+        if not self._closed and generation == self._stream_generation:  # else lost with its stream
+            self._notify(notification)
+
+    def barrier_paths(self, path: str) -> list[str]:
+        """``path``, and for each other notification stream the first of ``path-1``, ``path-2``,
+        ... on it (the same names every time)."""
+        found, covered = [path], {self.server.stream_of(self._real(path))}
+        n = 0
+        while len(covered) < self.server.streams and n < 10_000:
+            n += 1
+            stream = self.server.stream_of(self._real(f"{path}-{n}"))
+            if stream not in covered:
+                covered.add(stream)
+                found.append(f"{path}-{n}")
+        return found
 
     def break_notifications(self) -> None:
         """The notification stream is lost and opened again: what was in flight is gone, and the
@@ -158,6 +185,8 @@ class SimulatedStore(Store):
         loop = asyncio.get_running_loop()
         if self._unsubscribe is not None:
             self._unsubscribe()
+            self._unsubscribe = None
+        self._stream_generation += 1  # what is queued is lost with the stream (``_deliver``)
         loop.call_soon(self._session_event, SessionEvent.CONNECTION_LOST)
 
         def again() -> None:
