@@ -172,19 +172,19 @@ async def test_several_streams_overtake_one_another_and_the_barrier_covers_each(
 
     class HoldOne:
         def on_call(self, server: str, store: str, kind: str, path: str) -> CallFault:
-            stream = servers.server("s").stream_of("/root" + path)
+            stream = directory.server("s").stream_of("/root" + path)
             return CallFault(delay=0.3) if kind == "notify" and stream in held else CallFault()
 
-    servers = SimulatedServers(faults=HoldOne(), streams=3)
-    store = await servers.open("sim://s/root")
+    directory = SimulatedServers(faults=HoldOne(), streams=3)
+    store = await directory.open("sim://s/root")
     heard: list[Notification] = []
     store.add_listener(heard.append)
     try:
         barrier = store.barrier_paths("/b")
         assert barrier[0] == "/b" and len(barrier) == 3
-        assert {servers.server("s").stream_of("/root" + p) for p in barrier} == {0, 1, 2}
+        assert {directory.server("s").stream_of("/root" + p) for p in barrier} == {0, 1, 2}
         assert not store.notifications_in_order
-        held.add(servers.server("s").stream_of("/root/b"))
+        held.add(directory.server("s").stream_of("/root/b"))
         for p in barrier:
             await store.put(p, b"1")
             await store.put(p, b"2")
