@@ -24,7 +24,7 @@ from typing import Any
 from metashift.agent.config_values import ConfigError, from_text, typed  # ConfigError: raised from here too
 from metashift.agent.requirements import missing_for_coordinator
 from metashift.agent.zookeeper.sasl_users import UsersFileError, read_users
-from metashift.migration.settings import CoordinatorSettings
+from metashift.migration.settings import COPY_ENGINES, CoordinatorSettings
 from metashift.stores import StoreURL, parse_url, reserved
 from metashift.stores.errors import InvalidPath, InvalidStoreURL
 from metashift.stores.urls import SECURITY_OPTIONS, with_settings
@@ -146,6 +146,7 @@ SCHEMA: dict[str, str] = {
     "coordinator.participant_timeout": "float",
     "coordinator.outage_timeout": "float",
     "coordinator.spark_master": "str",
+    "coordinator.copy_engine": "str",
     "coordinator.spark_delta_threshold": "count",
     "coordinator.ledgers_roots": "paths",
     "coordinator.counters": "paths",
@@ -293,9 +294,12 @@ def build(flat: Mapping[str, Any]) -> AgentConfig:
     kwargs["target_security"] = _security(values, "target")
     coordinator = CoordinatorSettings()
     for attr in ("enabled", "prepare_timeout", "participant_timeout", "outage_timeout", "spark_master",
-                 "spark_delta_threshold", "ledgers_roots", "counters"):
+                 "copy_engine", "spark_delta_threshold", "ledgers_roots", "counters"):
         if values.get(f"coordinator.{attr}") not in (None, ""):
             coordinator = dataclasses.replace(coordinator, **{attr: values[f"coordinator.{attr}"]})
+    if coordinator.copy_engine not in COPY_ENGINES:
+        raise ConfigError("coordinator.copy_engine",
+                          f"must be one of {', '.join(COPY_ENGINES)}, not {coordinator.copy_engine!r}")
     if coordinator.enabled and (missing := missing_for_coordinator()) is not None:
         raise ConfigError("coordinator.enabled", f"is true but {missing}")
     kwargs["coordinator"] = coordinator

@@ -91,6 +91,7 @@ class Coordinator:
             source, self.tracker, source_url=source.url, target_url=url_for, open_target=open_target,
             still_leader=self._check_leader, leader_fence=self._fence,
             leader_lease=lambda: self.election.lease_until, spark_master=settings.spark_master,
+            copy_engine=settings.copy_engine,
             spark_delta_threshold=settings.spark_delta_threshold,
             outage_timeout=settings.outage_timeout, freeze_outage_timeout=participant_timeout,
             rules=rules or Rules(),

@@ -35,6 +35,7 @@ from .member_guard import MemberGuard
 from .outage import Reachability
 from .pass_results import Abandoned, FreezeBroken, MembersJoined, PassResult, Unreachable
 from .progress import PROGRESS_FLUSH_S, TIMINGS_SHOWN, ProgressNode, counters_shown, pass_timing
+from .store_copy import StoreCopyRunner
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,7 @@ class Passes(FreezePasses):
         leader_fence: Callable[[], None] | None = None,
         leader_lease: Callable[[], float] | None = None,
         spark_master: str | None,
+        copy_engine: str,
         spark_delta_threshold: int,
         outage_timeout: float,
         freeze_outage_timeout: float,
@@ -79,6 +81,8 @@ class Passes(FreezePasses):
         self._lease = leader_lease
         """The leader lease's end (``time.monotonic()``): a copy job may not outlive it."""
         self.spark_master = spark_master
+        self.copy_engine = copy_engine
+        """``spark`` or ``store``: what runs a full pass (``CoordinatorSettings.copy_engine``)."""
         self.spark_delta_threshold = spark_delta_threshold
         self.outage_timeout = outage_timeout
         self.freeze_outage_timeout = freeze_outage_timeout
@@ -253,8 +257,12 @@ class Passes(FreezePasses):
         expects mismatches on the paths that changed: the round carries exactly those); then
         its failure comes second."""
         target_url = self._target_url(flag.target_url)
-        runner = CopyRunner(self.source_url.unredacted(), target_url.unredacted(), self.spark_master, self.rules,
-                            lease=self._lease)
+        runner: CopyRunner | StoreCopyRunner
+        source, target = self.source_url.unredacted(), target_url.unredacted()
+        if self.copy_engine == "store":
+            runner = StoreCopyRunner(source, target, self.rules, lease=self._lease)
+        else:
+            runner = CopyRunner(source, target, self.spark_master, self.rules, lease=self._lease)
         log.info("%s: copying %s -> %s", stage, self.source_url, target_url)
         copied = asyncio.Event()
         stages: set[str] = set()

@@ -125,10 +125,13 @@ class Writer:
 class Cluster:
     """Agents of one test (``broker-1``.., ``bookie-1``..) in front of ``source_url``."""
 
-    def __init__(self, gateways: Gateways, source_url: str, target_url: str) -> None:
+    def __init__(self, gateways: Gateways, source_url: str, target_url: str, *, copy_engine: str = "spark") -> None:
+        """``copy_engine``: what runs a full pass (``coordinator.copy_engine``): ``store`` for the
+        tests of the protocol, where a Spark job's start costs more than the copy of their tree."""
         self.gateways = gateways
         self.source_url = source_url
         self.target_url = target_url
+        self.copy_engine = copy_engine
         self.agents: dict[str, Any] = {}
         self.writers: dict[str, Writer] = {}
         self._stores: list[Store] = []
@@ -137,7 +140,7 @@ class Cluster:
         # heartbeats: an agent whose event loop (this test process's) stalls for most of the timeout
         # holds its writes until it looks again; 10 s rides out a loaded machine (the default is 5)
         flat = {"node_id": node_id, "role": role, "coordinator.prepare_timeout": 30.0, "gate.hold_timeout": 90.0,
-                "coordinator.participant_timeout": 10.0}
+                "coordinator.participant_timeout": 10.0, "coordinator.copy_engine": self.copy_engine}
         flat.update(settings)
         agent = await self.gateways.start(self.source_url, flat)
         if coordinator:

@@ -39,6 +39,18 @@ SPARK_IN_THE_FREEZE = {"coordinator.spark_delta_threshold": 0}
 
 @pytest.fixture
 async def cluster(gateways: Gateways, zk_url: str, etcd_url: str) -> AsyncIterator[Cluster]:
+    """Agents in front of this test's ZooKeeper, migrating into its etcd, their full passes on the
+    store layer: the protocol is what these tests try (Spark's copy is tried by
+    ``test_migration_pairs``, ``test_copy`` and the sandboxes), and a Spark job's start would cost
+    more than the copy of their tree."""
+    c = Cluster(gateways, zk_url, etcd_url, copy_engine="store")
+    yield c
+    await c.close()
+
+
+@pytest.fixture
+async def spark_cluster(gateways: Gateways, zk_url: str, etcd_url: str) -> AsyncIterator[Cluster]:
+    """The same on Spark, for the tests that hold the copy job (``copy_job_paused``)."""
     c = Cluster(gateways, zk_url, etcd_url)
     yield c
     await c.close()
@@ -137,11 +149,12 @@ async def test_a_participant_that_joins_in_preparation_must_acknowledge_too(clus
 
 @pytest.mark.parametrize("phase", [Phase.SYNCING, Phase.PREPARATION])
 async def test_the_coordinator_killed_mid_migration_a_new_leader_finishes_or_fails_it(
-    cluster: Cluster, phase: Phase
+    spark_cluster: Cluster, phase: Phase
 ) -> None:
     """Killed in SYNCING: the new leader runs a full pass of its own and completes. Killed inside
     the freeze: the new leader followed the source's changes as a standby since the last full
     pass began, so it carries and checks them and completes too (issue 17)."""
+    cluster = spark_cluster
     await seed(cluster)
     await cluster.start()
     await cluster.start_writers()
@@ -180,7 +193,7 @@ async def test_a_coordinator_that_took_over_the_freeze_without_following_makes_a
 ) -> None:
     """The only other candidate joined inside the freeze, so it never saw a round of changes
     begin and does not know what changed: when the leader dies it takes over, makes the freeze's
-    last pass a full Spark pass (copy and verification) and completes with nothing lost."""
+    last pass a full pass (copy and verification) and completes with nothing lost."""
     await seed(cluster)
     await cluster.start_agent("broker-1", "broker")
     await cluster.start_agent("broker-2", "broker", coordinator=False)
@@ -284,7 +297,7 @@ async def test_a_write_that_bypasses_the_agents_during_copying_fails_the_migrati
 async def test_the_target_down_during_copying_fails_cleanly(gateways: Gateways, zk_url: str,
                                                             fresh_servers: Any) -> None:
     etcd = fresh_servers.etcd()
-    cluster = Cluster(gateways, zk_url, f"etcd://127.0.0.1:{etcd.port}/target")
+    cluster = Cluster(gateways, zk_url, f"etcd://127.0.0.1:{etcd.port}/target", copy_engine="store")
     try:
         await seed(cluster)
         await cluster.start(settings=SPARK_IN_THE_FREEZE)

@@ -26,7 +26,7 @@ LATE_PATH = "/admin/written-after-the-last-check"
 
 @pytest.fixture
 async def cluster(gateways: Gateways, zk_url: str, etcd_url: str) -> AsyncIterator[Cluster]:
-    c = Cluster(gateways, zk_url, etcd_url)
+    c = Cluster(gateways, zk_url, etcd_url, copy_engine="store")
     yield c
     await c.close()
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The engines a full pass can run on (``CoordinatorSettings.copy_engine``).
+COPY_ENGINES = ("spark", "store")
+
 
 @dataclass(frozen=True)
 class CoordinatorSettings:
@@ -23,6 +26,10 @@ class CoordinatorSettings:
     """Seconds the source or the target may stay unreachable in SYNCING (the coordinator waits,
     then runs another pass) before the migration FAILS."""
     spark_master: str = "local[*]"
+    copy_engine: str = "spark"
+    """What runs a full pass: ``spark`` (the copy job on Spark, the engine of real trees) or
+    ``store`` (the store layer in the coordinator's process, no JVM: for small trees, the protocol
+    simulator and the tests of the protocol). One of ``COPY_ENGINES``."""
     spark_delta_threshold: int = 10_000
     """Changed paths in the freeze's last delta from which a Spark pass carries them (fewer: the
     store layer directly, no Spark job inside the freeze)."""
