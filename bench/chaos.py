@@ -58,6 +58,8 @@ from metashift_lab.servers import ServerStartError
 
 #: Longest one run may take, start to cleanup (seconds): past it, the run counts as stuck.
 RUN_LIMIT = 1800
+#: The freeze (first gate closed to last opened) the product promises under any single fault (issue 40).
+FREEZE_BOUND_S = 10.0
 
 
 def failed(row: dict[str, Any]) -> list[str]:
@@ -73,6 +75,8 @@ def failed(row: dict[str, Any]) -> list[str]:
         why.append(f"outcome {row.get('outcome')}")
     if row.get("ephemerals_missing"):
         why.append(f"ephemerals missing: {row['ephemerals_missing']}")
+    if (row.get("freeze_s") or 0.0) > FREEZE_BOUND_S:
+        why.append(f"freeze of {row['freeze_s']:.2f} s, over the {FREEZE_BOUND_S:g} s bound")
     return why
 
 
