@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from metashift.copy import delta
+from metashift.copy.counters import CounterCheck
 from metashift.copy.report import CopyReport, VerifyReport
 from metashift.copy.rules import Rules
 from metashift.stores import MetadataStoreError, Store, open_store
@@ -88,7 +89,7 @@ class StoreCopyRunner:
                  if not info.ephemeral and not rules.is_excluded(info.path) and rules.ledger_root_of(info.path) is None]
         wanted = sorted(set(nodes) | set(extra))
         on_progress("verifying", 0, len(wanted))
-        checks: dict[str, delta.CounterCheck] = {}
+        checks: dict[str, CounterCheck] = {}
         mismatches = await delta.check(source, target, wanted, rules, checks)
         on_progress("verifying", len(wanted), len(wanted))
         done = time.monotonic()

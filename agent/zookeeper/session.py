@@ -165,8 +165,9 @@ class ZkSessions:
             self._on_end(session)
 
     def _expired(self, session: ZkSession) -> None:
-        """The registry expired the session: drop its connection, so that the client reconnects
-        and is told its session expired (it then makes a new one and registers again)."""
+        """The session expired (silent past its timeout, or expired by the registry): drop its
+        connection, so that the client reconnects and is told its session expired (it then makes
+        a new one and registers again)."""
         conn, session.conn = session.conn, None
         session.closing = True
         self._forget(session)
@@ -181,12 +182,7 @@ class ZkSessions:
                     self._forget(session)
                 elif session.client.expires_in() <= 0 and not session.closing:
                     log.info("zookeeper session %#x expired (no packet for %d ms)", session.id, session.timeout_ms)
-                    conn = session.conn
-                    session.conn = None
-                    if conn is not None:
-                        conn.close()
-                    session.closing = True
-                    self._forget(session)
+                    self._expired(session)
                     self.registry.end_soon(session.client, "zookeeper session expired")
 
     def _store_event(self, holder: list[ZkSession], event: SessionEvent) -> None:

@@ -248,7 +248,7 @@ class SimulatedStore(Store):
 
     async def advance_sequence_counter(self, parent: str, at_least: int) -> int:
         real = self._real(paths.validate(parent))
-        if self.server.tree.get(real) is None:
+        if await self._node(parent) is None:
             await self.put(parent, b"")
         return int(await self._call("put", parent, lambda: self.server.tree.advance_child_creations(real, at_least)))
 
@@ -262,7 +262,7 @@ class SimulatedStore(Store):
                     kid = paths.join(path, name)
                     if kid in prune:
                         continue
-                    node = self.server.tree.get(self._real(kid))
+                    node = await self._node(kid)
                     if node is None:
                         continue
                     page.append(NodeInfo(kid, node.version, len(node.value), node.owner != 0, node.owner,
