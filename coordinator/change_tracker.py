@@ -224,13 +224,15 @@ class ChangeTracker:
         """Make every change written before now reach the tracker: write ``value`` at ``path``, a
         node of the protocol subtree, and wait for its own notification; on a store with several
         notification streams (Oxia's shards: ``barrier_paths``), at a sibling on each stream too,
-        and wait for every one. ``TimeoutError`` after ``within`` seconds."""
+        and wait for every one. ``TimeoutError`` after ``within`` seconds, the writes included (a
+        write retried while the store elects a leader counts in the freeze the barrier is part of)."""
         nodes = self.source.barrier_paths(path)
         heard = {node: asyncio.Event() for node in nodes}
         self._barriers.update(heard)
         try:
-            await asyncio.gather(*(self.source.put(node, value) for node in nodes))
-            await asyncio.wait_for(asyncio.gather(*(e.wait() for e in heard.values())), within)
+            async with asyncio.timeout(within):
+                await asyncio.gather(*(self.source.put(node, value) for node in nodes))
+                await asyncio.gather(*(e.wait() for e in heard.values()))
         finally:
             for node in nodes:
                 self._barriers.pop(node, None)

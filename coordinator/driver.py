@@ -266,6 +266,7 @@ class Coordinator:
         (every write of the cluster waits meanwhile), then the migration fails."""
         silent_since: float | None = None
         while True:
+            began = time.monotonic()
             try:
                 result = await self.passes.final(flag)
                 if result.failure is None:
@@ -277,7 +278,9 @@ class Coordinator:
                             await target.close()
                 break
             except (StoreUnavailable, Unreachable) as e:
-                silent_since = silent_since or time.monotonic()
+                # silent from when the attempt that failed began: its calls waited as long as the
+                # store took to refuse them, and every write of the cluster waited with them
+                silent_since = silent_since or began
                 if time.monotonic() - silent_since > self.participant_timeout:
                     result = PassResult(f"a store did not answer for more than {self.participant_timeout:g}s inside "
                                         f"the freeze (coordinator.participant_timeout): {e}")

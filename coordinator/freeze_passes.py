@@ -22,6 +22,7 @@ class FreezePasses(DeltaRounds):
     """The freeze's passes of ``Passes`` (which holds the state named here)."""
 
     spark_delta_threshold: int
+    freeze_outage_timeout: float
     _final_changed: set[str]
     guard: MemberGuard
 
@@ -33,8 +34,11 @@ class FreezePasses(DeltaRounds):
 
     async def _barrier(self) -> None:
         """Every change written to the source before now has reached the tracker
-        (``ChangeTracker.barrier`` on the protocol's barrier node); ``TimeoutError`` otherwise."""
-        await self.tracker.barrier(paths.BARRIER, str(now_ms()).encode(), BARRIER_SECONDS)
+        (``ChangeTracker.barrier`` on the protocol's barrier node); ``TimeoutError`` otherwise.
+        Every write of the cluster waits for it: a store that takes longer than its silence is
+        allowed inside the freeze (``participant_timeout``) fails the migration instead."""
+        within = min(BARRIER_SECONDS, self.freeze_outage_timeout)
+        await self.tracker.barrier(paths.BARRIER, str(now_ms()).encode(), within)
 
     async def final(self, flag: MigrationFlag) -> PassResult:
         """The freeze's last delta: barrier, carry, check, and the source still frozen."""
@@ -52,7 +56,9 @@ class FreezePasses(DeltaRounds):
             try:
                 await self._barrier()
             except TimeoutError:
-                return PassResult("the barrier write's notification did not come back: the change stream broke")
+                within = min(BARRIER_SECONDS, self.freeze_outage_timeout)
+                return PassResult(f"the barrier write or its notification did not come back within {within:g}s "
+                                  "inside the freeze: the change stream broke or the source stalled")
         # a member that joined around the agents since the last look: the last chance before COMPLETED
         joined = await (self.guard.scan(flag) if whole else self.guard.check(flag))
         if joined is not None:

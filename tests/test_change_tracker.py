@@ -6,9 +6,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from metashift.coordinator.change_tracker import ChangeTracker
 from metashift.migration import paths
 from metashift.stores import MetadataStore
+from metashift.stores.simulated import CallFault, SimulatedServers
 from tests.harness import eventually
 
 
@@ -86,3 +89,28 @@ async def test_a_barrier_is_heard_on_every_notification_stream(
 
 def _confirmed(tracker: ChangeTracker) -> bool:
     return bool(tracker._watch_confirmed)
+
+
+async def test_a_barrier_whose_write_hangs_times_out_within_its_bound() -> None:
+    """Inside the freeze every write of the cluster waits for the barrier: a barrier write that a
+    store holds (a ZooKeeper client reconnecting while the ensemble elects) counts against the
+    barrier's bound, not only its notification's wait (the chaos run's zk->oxia seed 28: a 14 s
+    freeze)."""
+
+    class HoldBarrier:
+        def on_call(self, server: str, store: str, kind: str, path: str) -> CallFault:
+            return CallFault(delay=30.0) if kind == "put" and path.endswith(paths.BARRIER) else CallFault()
+
+    store = await SimulatedServers(faults=HoldBarrier()).open("sim://s/root")
+    tracker = ChangeTracker(store)
+    tracker.start()
+    try:
+        await tracker.ready()
+        # before, the bound covered only the wait for the notification, which the write's own
+        # answer brings at once: this barrier came back, 30 s later
+        with pytest.raises(TimeoutError):
+            await tracker.barrier(paths.BARRIER, b"1", 0.2)
+        await tracker.barrier(paths.CARRYING, b"1", 10)  # the stream itself still works
+    finally:
+        tracker.stop()
+        await store.close()
