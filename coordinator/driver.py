@@ -292,6 +292,12 @@ class Coordinator:
                 if current is None or current.version != flag.version:
                     return
         await self._check_leader()
+        if result.failure is None and self.tracker.broken is not None:
+            # the stream broke after the last check (a ZooKeeper leader lost just then): a write that
+            # bypassed the agents since could only be found by a full pass with every write held
+            # (``settle``), as long as the tree takes to copy; failing releases them at once
+            result = PassResult(f"the delta cannot be trusted inside the freeze: {self.tracker.broken} "
+                                "(after the last check, before COMPLETED)", result.passes)
         await self.passes.flush_progress()  # ``status`` shows the verification once the phase is read
         if result.failure is not None:
             await self._fail(flag, result.failure)
